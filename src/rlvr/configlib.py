@@ -1,0 +1,179 @@
+"""Typed configuration: dataclasses loaded from YAML plus dotted overrides.
+
+Each concern owns one dataclass; `Config` nests them. Loading validates every
+key and value before anything runs, and errors name the dotted key together
+with what is allowed, e.g.
+
+    rollout.group_size: expected an integer, got 'oops'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config value or key is wrong; the message names the key."""
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in tp)
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`, converting where lossless."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, key)
+            except ConfigError as exc:
+                errors.append(str(exc).split(": ", 1)[-1])
+        raise ConfigError(f"{key}: expected {' or '.join(_type_name(o) for o in options if o is not type(None))}"
+                          f"{' or null' if type(None) in options else ''}, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping of settings, got {value!r}")
+        return from_dict(tp, value, prefix=key)
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+        return value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}") from None
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item_tp, *_) = get_args(tp) or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        k_tp, v_tp = get_args(tp) or (Any, Any)
+        return {_coerce(k, k_tp, key): _coerce(v, v_tp, f"{key}.{k}") for k, v in value.items()}
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a (possibly partial) dict, validating every key."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else str(name)
+        if name not in fields:
+            allowed = ", ".join(sorted(fields))
+            where = f"'{prefix}'" if prefix else "the top level"
+            raise ConfigError(f"{key}: unknown key; keys allowed at {where}: {allowed}")
+        kwargs[name] = _coerce(value, hints[name], key)
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{prefix or 'config'}: {exc}") from None
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-data view of a config (enums as values), for YAML and hashing."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"{item}: overrides are written key=value, e.g. rollout.group_size=8")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"{item}: empty key in override; write e.g. train.lr=1e-5")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(path[:i + 1])}: is a value, not a section; cannot set {'.'.join(path)}")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load(cls: type, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of config sections at the top level")
+        data = loaded or {}
+    data = merge_overrides(data, list(overrides or []))
+    return from_dict(cls, data)
