@@ -1,0 +1,60 @@
+"""rlvr.algos: the algorithm core as pure tensor functions.
+
+Tensors in, tensors out, explicit scalars (never a config object), fp32
+inside whatever the input dtype. Variants are registered by name under the
+str Enums of `registry`; a config string selects one:
+
+    ADVANTAGE_ESTIMATORS  grpo | rloo                      group_advantages(estimator=...)
+    ADVANTAGE_SCALES      group | batch | none             group_advantages(scale=...)
+    LOSS_AGGREGATIONS     grpo | token_mean | dr_grpo      policy_loss(loss_type=...)
+    LOG_RATIOS            token | sequence (GSPO)          policy_loss(ratio_level=...)
+    KL_ESTIMATORS         k1 | k2 | k3                     kl_estimate(kind=...), policy_loss(kl_kind=...)
+
+Recipes (what the names add up to):
+    GRPO      estimator=grpo scale=group loss_type=grpo
+    Dr. GRPO  scale=none loss_type=dr_grpo max_len=rollout.max_new_tokens
+    DAPO      loss_type=token_mean clip_high=0.28 beta=0 + overlong_penalty
+              + dropping zero_variance_groups (dynamic sampling)
+    GSPO      ratio_level=sequence loss_type=grpo, clip ranges ~3e-4 / 4e-4
+    RLOO      estimator=rloo scale=none (as verl)
+"""
+
+from rlvr.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_SCALES,
+    group_advantages,
+    grpo_baseline,
+    rloo_baseline,
+    zero_variance_groups,
+)
+from rlvr.algos.kl import KL_ESTIMATORS, LOG_RATIO_CLAMP, kl_estimate, kl_reward_penalty
+from rlvr.algos.logprobs import token_logprobs
+from rlvr.algos.losses import LOG_RATIOS, LOSS_AGGREGATIONS, masked_mean, policy_loss
+from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, KLEstimator, LossType, RatioLevel, choose, lookup
+from rlvr.algos.shaping import overlong_penalty
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_SCALES",
+    "KL_ESTIMATORS",
+    "LOG_RATIOS",
+    "LOG_RATIO_CLAMP",
+    "LOSS_AGGREGATIONS",
+    "AdvantageEstimator",
+    "AdvantageScale",
+    "KLEstimator",
+    "LossType",
+    "RatioLevel",
+    "choose",
+    "group_advantages",
+    "grpo_baseline",
+    "kl_estimate",
+    "kl_reward_penalty",
+    "lookup",
+    "masked_mean",
+    "overlong_penalty",
+    "policy_loss",
+    "rloo_baseline",
+    "token_logprobs",
+    "zero_variance_groups",
+]
