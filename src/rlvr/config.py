@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlvr import configlib
-from rlvr.configlib import ConfigError
+from rlvr.configlib import ConfigError, require
 from rlvr.rewards.config import RewardConfig
 
 __all__ = ["Config", "ConfigError", "load_config"]
@@ -77,6 +77,13 @@ class RolloutConfig:
     top_p: float = 1.0
     max_new_tokens: int = 48
 
+    def __post_init__(self) -> None:
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.group_size >= 2, "group_size", f"must be >= 2 (advantages compare completions within a group), got {self.group_size}")
+        require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
+        require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+
 
 @dataclass
 class AlgoConfig:
@@ -90,6 +97,12 @@ class AlgoConfig:
     beta: float = 0.0
     """KL coefficient to the reference model; 0 loads no reference model at all."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    dual_clip: float | None = None
+    """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (None = off)."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """Importance ratio per token (PPO/GRPO) or per sequence (GSPO)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (0 = off; entropy is reported either way)."""
 
 
 @dataclass
@@ -99,11 +112,20 @@ class TrainConfig:
     ppo_epochs: int = 2
     """mu: policy updates per rollout batch, using the stored old log-probs."""
     mini_batches: int = 1
+    """Optimizer steps per epoch: the rollout batch is split into this many mini-batches."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     warmup: int = 0
     threads: int = 0
     """torch CPU threads; 0 = all cores."""
+
+    def __post_init__(self) -> None:
+        require(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
+        require(self.mini_batches >= 1, "mini_batches", f"must be >= 1, got {self.mini_batches}")
 
 
 @dataclass

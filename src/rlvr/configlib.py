@@ -113,13 +113,28 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         if name not in fields:
             allowed = ", ".join(sorted(fields))
             where = f"'{prefix}'" if prefix else "the top level"
-            raise ConfigError(f"{key}: unknown key; keys allowed at {where}: {allowed}")
+            raise ConfigError(f"{_leaf_key(key, value)}: unknown key '{name}'; keys allowed at {where}: {allowed}")
         kwargs[name] = _coerce(value, hints[name], key)
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{prefix or 'config'}: {exc}") from None
+        # a section's __post_init__ raises "field: what is wrong"; name the full key
+        raise ConfigError(f"{prefix}.{exc}" if prefix else str(exc)) from None
     return obj
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    """For a section's __post_init__: raise ValueError('key: message') unless ok."""
+    if not ok:
+        raise ValueError(f"{key}: {message}")
+
+
+def _leaf_key(key: str, value: Any) -> str:
+    """The full dotted key a user wrote (`no.such.key=1` arrives as {'no': {'such': {'key': 1}}})."""
+    while isinstance(value, dict) and len(value) == 1:
+        (name, value), = value.items()
+        key = f"{key}.{name}"
+    return key
 
 
 def to_dict(obj: Any) -> Any:

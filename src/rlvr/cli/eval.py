@@ -1,0 +1,27 @@
+"""`rlvr eval`: greedy held-out accuracy of a model directory on the configured task."""
+
+from __future__ import annotations
+
+import json
+
+from rlvr.cli._common import add_config_arguments, config_from_args
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", metavar="MODEL_DIR", help="a Hugging Face model directory (e.g. runs/default/model)")
+    add_config_arguments(parser)
+
+
+def run(args) -> int:
+    cfg = config_from_args(args)
+    from rlvr.evaluate import evaluate
+    from rlvr.models import load_model
+    from rlvr.rewards import build_reward
+    from rlvr.tasks import build_task
+
+    model, tokenizer = load_model(args.model, cfg.model.dtype)
+    problems = build_task(cfg).held_out()[: cfg.eval.n]
+    result = evaluate(model, tokenizer, problems, build_reward(cfg.reward),
+                      max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
+    print(json.dumps(result))
+    return 0

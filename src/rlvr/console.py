@@ -1,0 +1,75 @@
+"""What a person sees: a config banner, a live progress bar, a summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+class RunConsole:
+    def __init__(self, enabled: bool = True):
+        self.console = Console(highlight=False)
+        self.enabled = enabled
+        self._progress: Progress | None = None
+        self._task = None
+
+    def print(self, *args: Any) -> None:
+        if self.enabled:
+            self.console.print(*args)
+
+    def warn(self, message: str) -> None:
+        # warnings always show, even with progress off
+        self.console.print(f"[bold yellow]warning:[/] {message}")
+
+    def banner(self, cfg, run_dir, start_from: str) -> None:
+        r, a, t = cfg.rollout, cfg.algo, cfg.train
+        self.print(f"[bold]rlvr train[/]  run dir [cyan]{run_dir}[/]")
+        self.print(f"  model {cfg.model.name} from {start_from}  task {cfg.task.name}  seed {cfg.seed}")
+        self.print(f"  {t.steps} steps x {r.batch_size} prompts x G={r.group_size}  T={r.temperature}"
+                   f"  max_new_tokens={r.max_new_tokens}  lr={t.lr}  mu={t.ppo_epochs}")
+        self.print(f"  loss {a.loss_type}  advantage {a.advantage}/{a.scale}  clip [{a.clip_low}, {a.clip_high}]"
+                   f"  beta={a.beta}  backend {cfg.deploy.backend}")
+
+    def start(self, total: int, completed: int = 0) -> None:
+        if not self.enabled:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+            TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=self.console, transient=False)
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=total, completed=completed, status="")
+
+    def update(self, step: int, metrics: dict[str, float], accuracy: float | None) -> None:
+        if self._progress is None:
+            return
+        status = (f"reward {metrics.get('reward/mean', 0):.3f}  correct {metrics.get('reward/correct/mean', 0):.2f}"
+                  f"  kl {metrics.get('actor/kl', 0):.4f}")
+        if accuracy is not None:
+            status += f"  held-out acc {accuracy:.1%}"
+        self._progress.update(self._task, completed=step, status=status)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def summary(self, summary: dict[str, Any], run_dir) -> None:
+        table = Table(title="rlvr train: summary", show_header=True)
+        table.add_column("")
+        table.add_column("value", justify="right")
+        before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
+        if before and after:
+            table.add_row(f"held-out accuracy (greedy, n={after['n']})",
+                          f"{before['accuracy']:.1%} -> {after['accuracy']:.1%}")
+        for key in ("reward_first", "reward_last"):
+            if key in summary:
+                table.add_row(key.replace("_", " "), f"{summary[key]:.3f}")
+        table.add_row("steps", str(summary.get("steps")))
+        table.add_row("wall time", f"{summary.get('wall_time_s', 0):.0f} s")
+        table.add_row("status", str(summary.get("status")))
+        table.add_row("run directory", str(run_dir))
+        table.add_row("final model", str(run_dir / "model"))
+        self.console.print(table)

@@ -1,0 +1,23 @@
+"""Held-out accuracy: greedy decoding, scored by the task's outcome verifier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlvr.records import Problem
+from rlvr.rollout.hf import SamplingParams, generate
+
+
+def evaluate(model, tokenizer, problems: Sequence[Problem], reward, *, max_new_tokens: int,
+             batch_size: int = 500) -> dict[str, float]:
+    """{"accuracy", "n", "format", "len_mean"} over `problems`, decoding greedily."""
+    params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
+    completions = generate(model, tokenizer, problems, params, chunk_size=batch_size)
+    results = reward.score(list(problems), [c.text for c in completions])
+    n = len(problems)
+    return {
+        "accuracy": sum(r.components.get("correct", 0.0) for r in results) / n,
+        "n": n,
+        "format": sum(r.components.get("format", 0.0) for r in results) / n,
+        "len_mean": sum(len(c.token_ids) for c in completions) / n,
+    }

@@ -1,0 +1,101 @@
+"""Rollout with Hugging Face `generate`: G sampled completions per prompt.
+
+Behaviour log-probs are taken from the generation logits divided by the
+temperature, the same distribution the trainer scores with, so the
+importance ratio starts at 1 on the first update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.records import Completion, Problem
+
+
+@dataclass
+class SamplingParams:
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    greedy: bool = False
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem) -> list[int]:
+    if isinstance(problem.prompt, str):
+        return tokenizer(problem.prompt, add_special_tokens=False).input_ids
+    return tokenizer.apply_chat_template(problem.prompt, add_generation_prompt=True, tokenize=True)
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, P)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, P)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, width - len(s):] = torch.tensor(s)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems: Sequence[Problem],
+             params: SamplingParams, *, group_offset: int = 0, policy_version: int = 0,
+             chunk_size: int = 512) -> list[Completion]:
+    """Sample `group_size` completions per problem; completions of problem i get group id offset+i."""
+    g = 1 if params.greedy else params.group_size
+    prompts = [render_prompt(tokenizer, p) for p in problems]
+    # every prompt repeated G times, group after group
+    rows = [(i, j) for i in range(len(problems)) for j in range(g)]
+    out: list[Completion] = []
+    was_training = model.training
+    model.eval()
+    for start in range(0, len(rows), chunk_size):
+        chunk = rows[start:start + chunk_size]
+        out.extend(_generate_chunk(model, tokenizer, problems, prompts, chunk, params, group_offset, policy_version))
+    model.train(was_training)
+    return out
+
+
+def _generate_chunk(model, tokenizer, problems, prompts, rows, params, group_offset, policy_version):
+    eos_id = tokenizer.eos_token_id
+    input_ids, attention_mask = left_pad([prompts[i] for i, _ in rows], tokenizer.pad_token_id)  # (B, P)
+    kwargs = dict(do_sample=False) if params.greedy else dict(
+        do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+    gen = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        max_new_tokens=params.max_new_tokens,
+        eos_token_id=eos_id,
+        pad_token_id=tokenizer.pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+    new = gen.sequences[:, input_ids.shape[1]:]  # (B, T)
+    logits = torch.stack(gen.logits, dim=1).float()  # (B, T, V)
+    temp = 1.0 if params.greedy else params.temperature
+    logp = torch.log_softmax(logits / temp, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    completions = []
+    for row, (i, j) in enumerate(rows):
+        ids = new[row].tolist()
+        finish = "length"
+        if eos_id in ids:
+            ids = ids[: ids.index(eos_id) + 1]
+            finish = "stop"
+        completions.append(Completion(
+            problem_id=problems[i].id,
+            group_id=group_offset + i,
+            index=j,
+            text=tokenizer.decode(ids, skip_special_tokens=True),
+            prompt_ids=prompts[i],
+            token_ids=ids,
+            logprobs=logp[row, : len(ids)].tolist(),
+            finish_reason=finish,
+            policy_version=policy_version,
+        ))
+    return completions

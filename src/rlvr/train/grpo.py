@@ -1,0 +1,208 @@
+"""The GRPO driver: sample -> generate -> reward -> advantage -> update -> log -> checkpoint.
+
+Everything with detail lives in named modules; this file reads as the
+algorithm. Runs embedded (one process, modules called in sequence).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlvr.algos import group_advantages
+from rlvr.checkpoint import latest_valid, rng_state, save_checkpoint, set_rng_state
+from rlvr.config import Config
+from rlvr.console import RunConsole
+from rlvr.evaluate import evaluate
+from rlvr.inference.reference import ReferenceModel
+from rlvr.models import load_model, save_model
+from rlvr.rewards import build_reward, reward_metrics
+from rlvr.rollout.hf import SamplingParams, generate
+from rlvr.runlog import RunLog
+from rlvr.tasks import ProblemSampler, build_task
+from rlvr.train.metrics import rollout_metrics
+from rlvr.train.sft import run_sft
+from rlvr.train.update import UpdateSettings, policy_update
+
+
+def config_hash(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def starting_point(cfg: Config, ui: RunConsole) -> Path:
+    """The policy RL starts from: model.init_from, or the (cached) cold-start SFT checkpoint."""
+    if cfg.model.init_from:
+        return Path(cfg.model.init_from)
+    if cfg.sft.steps == 0:
+        from rlvr.train.sft import base_model_path
+        return base_model_path(cfg)
+    ui.print(f"cold-start SFT: {cfg.sft.steps} steps (cached after the first run)")
+    return run_sft(cfg)
+
+
+def fill_invalid(rewards: torch.Tensor, valid: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Invalid rewards take their group's valid mean, so they shift no statistic; the loss masks them."""
+    r = rewards.view(-1, group_size).clone()  # (M, G)
+    v = valid.view(-1, group_size)  # (M, G)
+    mean = (r * v).sum(1, keepdim=True) / v.sum(1, keepdim=True).clamp(min=1)  # (M, 1)
+    return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
+
+
+def update_settings(cfg: Config) -> UpdateSettings:
+    a, t, r = cfg.algo, cfg.train, cfg.rollout
+    return UpdateSettings(
+        ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
+        max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss_type=a.loss_type,
+        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, ratio_level=a.ratio_level,
+        beta=a.beta, kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
+
+
+def train(cfg: Config, ui: RunConsole | None = None) -> dict:
+    ui = ui or RunConsole(cfg.run.progress)
+    t_start = time.time()
+    run_dir = cfg.run_dir
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+
+    resume = latest_valid(run_dir / "checkpoints", on_skip=lambda p, why: ui.warn(
+        f"checkpoint {p} is not usable ({why}); trying an older one")) if cfg.ckpt.resume == "auto" else None
+    log = RunLog(run_dir, cfg.to_dict(), tensorboard=cfg.log.tensorboard, append=resume is not None)
+    start_path = starting_point(cfg, ui)
+    ui.banner(cfg, run_dir, str(start_path))
+
+    model, tokenizer = load_model(resume.model_dir if resume else start_path, cfg.model.dtype)
+    reward = build_reward(cfg.reward)
+    task = build_task(cfg)
+    held_out = task.held_out()[: cfg.eval.n]
+    ref = None
+    if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
+        ref_model = load_model(start_path, cfg.model.dtype)[0] if resume else copy.deepcopy(model)
+        ref = ReferenceModel(ref_model, tokenizer.pad_token_id, cfg.rollout.temperature)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+                                  betas=(0.9, 0.99))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.train.warmup)))
+    update_rng = torch.Generator().manual_seed(cfg.seed)
+    sampler = ProblemSampler(task, seed=cfg.seed)
+    params = SamplingParams(group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
+                            top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens)
+    settings = update_settings(cfg)
+    eval_kwargs = dict(max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
+
+    step = 0
+    if resume:
+        state = resume.trainer_state()
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        update_rng.set_state(state["update_rng"])
+        sampler = ProblemSampler(task, seed=cfg.seed, position=state["sampler_position"])
+        set_rng_state(state["rng"])
+        eval_before, step, history = state["eval_before"], resume.step, state["history"]
+        log.event("resume", step=step, checkpoint=str(resume.path))
+        ui.print(f"resumed from {resume.path} at step {step}")
+    else:
+        eval_before = evaluate(model, tokenizer, held_out, reward, **eval_kwargs)
+        history = {"reward": [], "eval": []}
+        log.metrics(0, {"eval/accuracy": eval_before["accuracy"], "eval/format": eval_before["format"]})
+        ui.print(f"held-out accuracy before RL: {eval_before['accuracy']:.1%} (n={eval_before['n']}, greedy)")
+
+    def save(at_step: int):
+        trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                         "update_rng": update_rng.get_state(), "sampler_position": sampler.position,
+                         "rng": rng_state(), "eval_before": eval_before, "history": history}
+        save_checkpoint(run_dir / "checkpoints", at_step, model, tokenizer, trainer_state,
+                        config_hash=config_hash(cfg), keep=cfg.ckpt.keep)
+
+    ui.start(cfg.train.steps, completed=step)
+    accuracy = None
+    status = "completed"
+    try:
+        while step < cfg.train.steps:
+            step += 1
+            t0 = time.time()
+            # 1. sample prompts, 2. generate G completions each
+            problems = sampler.take(cfg.rollout.batch_size)
+            completions = generate(model, tokenizer, problems, params, group_offset=(step - 1) * len(problems),
+                                   policy_version=step - 1)
+            t_rollout = time.time() - t0
+            # 3. rule-based rewards (invalid samples are counted and kept out of the loss)
+            t1 = time.time()
+            per_sample = [problems[i // params.group_size] for i in range(len(completions))]
+            results = reward.score(per_sample, [c.text for c in completions])
+            rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (N,)
+            valid = torch.tensor([r.valid for r in results])  # (N,)
+            t_reward = time.time() - t1
+            # 4. group-relative advantages; reference log-probs for the KL term
+            t2 = time.time()
+            advantages = group_advantages(fill_invalid(rewards, valid, params.group_size), params.group_size,
+                                          estimator=cfg.algo.advantage, scale=cfg.algo.scale, eps=cfg.algo.eps)
+            ref_logp = ref.logprobs(completions) if ref is not None else None
+            # 5. clipped policy update (mu epochs over the batch)
+            actor = policy_update(model, optimizer, completions, advantages, valid.float(), ref_logp,
+                                  tokenizer.pad_token_id, settings, generator=update_rng)
+            scheduler.step()
+            t_update = time.time() - t2
+            # 6. log
+            metrics = {**reward_metrics(per_sample, results), **rollout_metrics(completions, rewards, params.group_size),
+                       **actor, "actor/lr": scheduler.get_last_lr()[0]}
+            step_s = time.time() - t0
+            metrics.update({"time/rollout_s": t_rollout, "time/reward_s": t_reward, "time/update_s": t_update,
+                            "perf/step_s": step_s, "perf/rollout_tok_s": metrics["rollout/tokens"] / max(t_rollout, 1e-9)})
+            if actor["actor/skipped_updates"]:
+                log.event("skipped_update", step=step, count=actor["actor/skipped_updates"])
+                ui.warn(f"step {step}: {int(actor['actor/skipped_updates'])} update(s) skipped (non-finite loss or gradient)")
+            if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
+                ev = evaluate(model, tokenizer, held_out[: cfg.eval.n_during], reward, **eval_kwargs)
+                accuracy = ev["accuracy"]
+                metrics["eval/accuracy"] = accuracy
+                history["eval"].append((step, accuracy))
+            history["reward"].append(metrics["reward/mean"])
+            log.metrics(step, metrics)
+            log.samples(step, [{"problem_id": c.problem_id, "group_id": c.group_id, "prompt": per_sample[i].prompt,
+                                "completion": c.text, "answer": per_sample[i].answer, "reward": results[i].total,
+                                "components": results[i].components, "valid": results[i].valid,
+                                "advantage": float(advantages[i]), "finish_reason": c.finish_reason}
+                               for i, c in enumerate(completions[: cfg.log.samples_per_step])])
+            ui.update(step, metrics, accuracy)
+            # 7. checkpoint
+            if cfg.ckpt.every and step % cfg.ckpt.every == 0:
+                save(step)
+    except Exception as exc:
+        status = "failed"
+        log.event("failed", step=step, error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        ui.stop()
+        if status == "failed":
+            log.summary({"status": status, "steps": step, "wall_time_s": time.time() - t_start,
+                         "eval_before": eval_before, "eval_after": None})
+            log.close()
+
+    if cfg.ckpt.every and step % cfg.ckpt.every != 0:
+        save(step)
+    eval_after = evaluate(model, tokenizer, held_out, reward, **eval_kwargs)
+    log.metrics(step, {"eval/accuracy": eval_after["accuracy"], "eval/format": eval_after["format"]})
+    save_model(model, tokenizer, run_dir / "model")
+    rewards_hist = history["reward"]
+    summary = {
+        "status": status, "steps": step, "wall_time_s": round(time.time() - t_start, 2), "seed": cfg.seed,
+        "eval_before": {"accuracy": eval_before["accuracy"], "n": eval_before["n"]},
+        "eval_after": {"accuracy": eval_after["accuracy"], "n": eval_after["n"]},
+        "reward_first": float(np.mean(rewards_hist[:10])) if rewards_hist else None,
+        "reward_last": float(np.mean(rewards_hist[-10:])) if rewards_hist else None,
+        "start_from": str(start_path),
+    }
+    log.summary(summary)
+    log.close()
+    ui.summary(summary, run_dir)
+    return summary

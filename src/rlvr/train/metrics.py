@@ -1,0 +1,29 @@
+"""Per-step rollout statistics (lengths, truncation, zero-variance groups)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from rlvr.records import Completion
+
+
+def p90(values: Sequence[float]) -> float:
+    return float(torch.quantile(torch.tensor(values, dtype=torch.float64), 0.9)) if values else 0.0
+
+
+def rollout_metrics(completions: Sequence[Completion], rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+    lengths = [len(c.token_ids) for c in completions]
+    grouped = rewards.view(-1, group_size)  # (M, G)
+    zero_std = (grouped.amax(1) == grouped.amin(1)).float()  # (M,)
+    len_p90 = p90(lengths)
+    return {
+        "rollout/len_mean": sum(lengths) / len(lengths),
+        "rollout/len_max": float(max(lengths)),
+        "rollout/len_p90": len_p90,
+        "rollout/recommended_max_tokens": float(int(len_p90 * 1.2 + 0.999)),
+        "rollout/truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
+        "rollout/zero_std_frac": float(zero_std.mean()),
+        "rollout/tokens": float(sum(lengths)),
+    }

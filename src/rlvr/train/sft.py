@@ -1,0 +1,104 @@
+"""Cold-start SFT: teach the output format and a first, partial skill.
+
+The loss covers completion tokens only (the prompt is given, not learned).
+The resulting checkpoint is cached under `sft.cache_dir`, keyed by every
+setting that shapes it, so a second `rlvr train` starts RL immediately.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from rlvr.config import Config
+from rlvr.configlib import to_dict
+from rlvr.models import load_model, save_model
+from rlvr.models.tiny import save_tiny
+from rlvr.records import Problem
+from rlvr.tasks import build_task
+from rlvr.train.batch import completion_logits, pack
+
+
+def base_model_path(cfg: Config) -> Path:
+    """The starting weights: the tiny model (built locally once) or a user's model."""
+    if cfg.model.name != "tiny":
+        return Path(cfg.model.name)
+    m = cfg.model
+    key = _digest({"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed})
+    path = Path(cfg.sft.cache_dir) / f"tiny-{key}"
+    if not (path / "config.json").exists():
+        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed)
+    return path
+
+
+def sft_cache_path(cfg: Config) -> Path:
+    settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
+                "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
+    return Path(cfg.sft.cache_dir) / f"sft-{_digest(settings)}"
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def sft_pairs(problems: list[Problem], tokenizer) -> list[tuple[list[int], list[int]]]:
+    pairs = []
+    for p in problems:
+        prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
+        target = tokenizer(p.metadata["solution"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        pairs.append((prompt, target))
+    return pairs
+
+
+def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float, warmup: int, seed: int,
+              on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """Plain next-token cross-entropy on completion tokens, AdamW, warmup + cosine decay."""
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    model.train()
+    losses = []
+    for step in range(steps):
+        chunk = rng.sample(pairs, min(batch_size, len(pairs)))
+        batch = pack([p for p, _ in chunk], [c for _, c in chunk], tokenizer.pad_token_id)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
+        logits = completion_logits(logits, batch).float()  # (B, T, V)
+        nll = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
+        loss = (nll * batch.mask).sum() / batch.mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if on_step:
+            on_step(step, loss.item())
+    return losses
+
+
+def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, float], None] | None = None) -> Path:
+    """Train the cold-start checkpoint (or reuse the cached one) and return its directory."""
+    out = Path(out_dir) if out_dir else sft_cache_path(cfg)
+    if (out / "sft.json").exists():
+        return out
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(base_model_path(cfg), cfg.model.dtype)
+    task = build_task(cfg)
+    problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), cfg.sft.examples))
+    s = cfg.sft
+    losses = train_sft(model, tokenizer, sft_pairs(problems, tokenizer), steps=s.steps, batch_size=s.batch_size,
+                       lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step)
+    tmp = out.with_name(out.name + ".tmp")
+    save_model(model, tokenizer, tmp)
+    (tmp / "sft.json").write_text(json.dumps({"steps": s.steps, "final_loss": losses[-1] if losses else None}))
+    tmp.rename(out)
+    return out
