@@ -3,9 +3,86 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from rlvr.sandbox.config import CodeConfig
+
+EXTRACT_POLICIES = ("answer_tag", "boxed", "answer_line", "gsm8k", "last_number")
+DEFAULT_WEIGHTS = {"format": 0.1, "correct": 1.0}
+
+
+@dataclass
+class MathConfig:
+    extract: list[str] = field(default_factory=lambda: ["answer_tag", "boxed", "answer_line", "gsm8k"])
+    """Answer extraction policies, tried in order; the first that finds an answer decides.
+    Any of 'answer_tag' (<answer>...</answer>), 'boxed' (\\boxed{...}), 'answer_line'
+    ('Answer: ...'), 'gsm8k' ('#### N'), 'last_number' (opt-in fallback: the last number)."""
+    rel_tol: float = 1e-6
+    """Relative tolerance when a decimal or irrational number is involved. Two integers,
+    or an integer against a decimal, are always compared exactly."""
+    abs_tol: float = 0.0
+    """Absolute tolerance added to rel_tol (0: tiny numbers are never equal to each other by accident)."""
+    timeout_s: float = 5.0
+    """Hard wall-clock budget for verifying one completion; past it the worker is killed
+    and the sample is marked invalid with reward 0."""
+    workers: int = 2
+    """Verification worker processes (started lazily, only when an answer needs math-verify)."""
+    worker_memory_mb: int = 2048
+    """Address-space limit of each worker, so a pathological answer cannot exhaust memory."""
+    max_answer_chars: int = 10000
+    """An extracted answer longer than this is a parse failure, not a verification."""
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.extract if p not in EXTRACT_POLICIES]
+        if unknown or not self.extract:
+            raise ValueError(f"extract: unknown policy {unknown or '[]'}; choose from {', '.join(EXTRACT_POLICIES)}")
+        if self.rel_tol < 0 or self.abs_tol < 0:
+            raise ValueError("rel_tol and abs_tol must be >= 0")
+        if self.timeout_s <= 0 or self.workers < 1:
+            raise ValueError("timeout_s must be > 0 and workers >= 1")
+
+
+@dataclass
+class FormatConfig:
+    kind: Literal["think_answer", "answer", "regex", "json", "none"] = "think_answer"
+    """'think_answer': exactly one <think> block then one <answer> block, nothing after;
+    'answer': exactly one <answer> block; 'regex': `pattern` must match the whole text;
+    'json': the answer (or the whole text) is JSON valid against `json_schema`; 'none': always 1."""
+    pattern: str | None = None
+    """Regular expression for kind 'regex' (full match, DOTALL)."""
+    json_schema: str | None = None
+    """JSON Schema for kind 'json': inline JSON text or a path to a .json file."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "regex" and not self.pattern:
+            raise ValueError("format.kind 'regex' needs format.pattern")
+
+
+@dataclass
+class MonitorConfig:
+    stuck_steps: int = 5
+    """Alert when a source's outcome reward is 0 for this many consecutive steps while
+    other sources score above 0: the signature of a verifier/data mismatch."""
 
 
 @dataclass
 class RewardConfig:
-    weights: dict[str, float] = field(default_factory=lambda: {"format": 0.1, "correct": 1.0})
-    """Component name -> weight in the total. Format small, outcome dominant."""
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    """Component name -> weight in the total. Format small, outcome dominant. Components:
+    'format', 'correct' (the outcome), and 'process' (computed only when weighted here).
+    Keys you give are merged over the defaults (`reward.weights.process=0.2` adds process;
+    `reward.weights.format=0` turns format off)."""
+    normalize: Literal["none", "group"] = "none"
+    """'group': standardise each component within its group (mean 0, std 1) before the
+    weighted sum, so components with different ranges don't swamp each other."""
+    math: MathConfig = field(default_factory=MathConfig)
+    format: FormatConfig = field(default_factory=FormatConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    code: CodeConfig = field(default_factory=CodeConfig)
+    """The code verifier (rlvr.sandbox), used by problems with verifier 'code'."""
+
+    def __post_init__(self) -> None:
+        self.weights = {**DEFAULT_WEIGHTS, **self.weights}
+        unknown = sorted(set(self.weights) - {"format", "correct", "process"})
+        if unknown:
+            raise ValueError(f"weights: unknown component {unknown}; components are format, correct, process")

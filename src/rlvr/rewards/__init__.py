@@ -1,0 +1,19 @@
+"""Rule-based rewards: answer extraction, math verification, format checks, composition.
+
+    from rlvr.rewards import build_reward, reward_metrics, RewardMonitor
+    reward = build_reward(cfg.reward)
+    results = reward.score(problems, texts, group_ids=None)   # list[RewardResult], same order
+    metrics = reward_metrics(problems, results)               # reward/mean, reward/source/<s>/...
+    alerts = monitor.update(step, metrics)                    # "source stuck at 0" messages
+    reward.close()                                            # stops verification workers, if any
+
+Importing this package is cheap: sympy and math-verify load only in the
+verification workers, which start on the first answer that needs them.
+"""
+
+from rlvr.rewards.compose import VERIFIERS, Reward, build_reward, normalize_groups
+from rlvr.rewards.config import FormatConfig, MathConfig, MonitorConfig, RewardConfig
+from rlvr.rewards.monitor import RewardMonitor, reward_metrics
+
+__all__ = ["VERIFIERS", "FormatConfig", "MathConfig", "MonitorConfig", "Reward", "RewardConfig",
+           "RewardMonitor", "build_reward", "normalize_groups", "reward_metrics"]

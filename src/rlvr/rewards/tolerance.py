@@ -1,0 +1,44 @@
+"""The numeric comparison rule, shared by the fast path and the math-verify patch.
+
+One rule in one place, so a plain `0.5` compared without sympy and the `0.5`
+inside a set compared by math-verify get the same verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rel: float = 1e-6
+    abs: float = 0.0
+    decimals: int | None = None
+    """The gold said 'approximately' with this many decimals: compare at that precision."""
+
+
+def numbers_equal(gold: Fraction, gold_kind: str, pred: Fraction, pred_kind: str, tol: Tolerance) -> bool:
+    """Compare two values. Kinds: 'int' (an integer), 'exact' (a fraction), 'irr' (an exact
+    irrational such as pi or sqrt(2), given here to 60 digits) and 'dec' (a decimal as
+    written, i.e. already rounded).
+
+    - approximate gold: |gold - pred| <= half a unit of the gold's last stated decimal;
+    - both exact: equal, nothing else (1/2^99 and 1/2^98 differ; an irrational may
+      differ from its exact equal only in the 60-digit evaluation noise);
+    - an integer against a decimal: equal exactly (1000000 vs 1000001.0 differ);
+    - otherwise a decimal is involved: within rel_tol (relative) or abs_tol.
+    """
+    diff = abs(gold - pred)
+    if tol.decimals is not None:
+        # a hair of slack for the binary representation of the bound itself
+        return diff <= Fraction(1, 2 * 10 ** tol.decimals) * (1 + Fraction(1, 10 ** 9))
+    if gold_kind != "dec" and pred_kind != "dec":
+        if "irr" in (gold_kind, pred_kind):
+            return diff <= Fraction(1, 10 ** 40) * max(abs(gold), abs(pred))
+        return diff == 0
+    if "int" in (gold_kind, pred_kind):
+        return diff == 0
+    scale = max(abs(gold), abs(pred))
+    # Fraction(repr(x)): 1e-6 means exactly 1/10**6, not its binary neighbour
+    return diff <= max(Fraction(repr(tol.rel)) * scale, Fraction(repr(tol.abs)))
