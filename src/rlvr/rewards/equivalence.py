@@ -121,14 +121,20 @@ def verify_sample(gold: str, decimals: int | None, preds: list[str], rel_tol: fl
     install()
     _tolerance = Tolerance(rel_tol, abs_tol, decimals)
     g = parse_answer(gold)
-    if not g or not isinstance(g[0], (Basic, sympy.MatrixBase)) and not str(g[0]).strip():
-        raise GoldParseError(f"gold answer {gold!r} does not parse")
+    if not g or not _is_math(g[0]):
+        raise GoldParseError(f"gold answer {gold!r} does not parse as mathematics")
     for pred in preds:
         q = parse_answer(pred)
-        if not q:
+        if not q or not _is_math(q[0]):
+            # math-verify would fall back to comparing raw strings; an answer we cannot
+            # read is a parse failure, never a string match.
             return False, "parse_failed"
         if isinstance(q[0], Basic) and _false_numeric_equality(q[0]):
             return False, "false_equation"
-        if not verify(list(g), list(q), timeout_seconds=None):
+        if not verify([g[0]], [q[0]], timeout_seconds=None):
             return False, None
     return True, None
+
+
+def _is_math(x: object) -> bool:
+    return isinstance(x, (Basic, sympy.MatrixBase))

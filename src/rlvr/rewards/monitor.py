@@ -25,7 +25,7 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
-def _safe(name: str) -> str:
+def source_key(name: str) -> str:
     """Metric keys stay one path segment per name: 'gsm8k/test' -> 'gsm8k_test'."""
     return re.sub(r"[^\w.-]+", "_", name) or "_"
 
@@ -55,7 +55,7 @@ def reward_metrics(problems: Sequence[Problem], results: Sequence[RewardResult])
     for p, r in zip(problems, results):
         by_source[p.source].append(r)
     for source, rs in sorted(by_source.items()):
-        prefix = f"reward/source/{_safe(source)}/"
+        prefix = f"reward/source/{source_key(source)}/"
         _block(prefix, rs, out)
         out[f"{prefix}n"] = float(len(rs))
     return out
