@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", type=Path, help="JSONL: prompt, answer|tests, optional verifier, source, id, solution")
     p.add_argument("--config", type=Path, default=None, help="YAML config; its `reward` section is used")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. reward.math.extract=[boxed]")
+    p.add_argument("overrides", nargs="*",
+                   help="dotted overrides right after the file, e.g. reward.math.extract=[boxed]")
 
 
 def written_as_model(answer: str, cfg: Any) -> str:

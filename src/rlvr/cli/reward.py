@@ -1,4 +1,4 @@
-"""`rlvr reward score INPUT.jsonl [--out OUT.jsonl] [--repeat N] [key=value ...]`
+"""`rlvr reward score INPUT.jsonl [key=value ...] [--out OUT.jsonl] [--repeat N]`
 
 Each input line: `completion`, the gold `answer` (or `tests` for code), optional
 `verifier` (default math), `source`, `id`. Each output line repeats the input
@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=1,
                    help="score the file N times with fresh workers and report any reward that changed")
     p.add_argument("--config", type=Path, default=None, help="YAML config; its `reward` section is used")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. reward.math.timeout_s=2")
+    p.add_argument("overrides", nargs="*",
+                   help="dotted overrides right after the file, e.g. reward.math.timeout_s=2")
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:

@@ -14,7 +14,9 @@ What we change, and why:
 - relations without variables reduce to `lhs - rhs = 0` and so every true
   numeric equation equals every other (`1+1=2` vs `2+2=4`): compare their sides;
 - an equation chain `x=1=2=3=5` is truncated to `x=5`: refuse chains that
-  contain a false numeric equality.
+  contain a false numeric equality;
+- a bare symbol gold (`x`) is compared by name only, so `2x/2` was wrong:
+  fall back to exact symbolic equality.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rlvr.rewards.tolerance import Tolerance, numbers_equal
 
 _original_numeric_eq = grader.sympy_numeric_eq
 _original_compare_relational = grader.sympy_compare_relational
+_original_compare_symbols = grader.sympy_compare_symbols
 _tolerance = Tolerance()  # set per call; a worker verifies one sample at a time
 
 
@@ -91,9 +94,19 @@ def compare_relational(gold: Relational, pred: Relational, float_rounding: int, 
     return _original_compare_relational(gold, pred, float_rounding, numeric_precision)
 
 
+def compare_symbols(gold: Basic, pred: Basic) -> bool:
+    if _original_compare_symbols(gold, pred):
+        return True
+    try:  # exact: simplify(gold - pred) == 0 cannot equate different values
+        return isinstance(gold, sympy.Expr) and isinstance(pred, sympy.Expr) and grader.sympy_symbolic_eq(gold, pred)
+    except Exception:
+        return False
+
+
 def install() -> None:
     grader.sympy_numeric_eq = numeric_eq
     grader.sympy_compare_relational = compare_relational
+    grader.sympy_compare_symbols = compare_symbols
     # We disable math-verify's signal timeout on purpose (the pool kills hung workers);
     # its one-time "timeout is disabled" warning would only be noise.
     grader.TIMEOUT_WARNING_SHOWN = True

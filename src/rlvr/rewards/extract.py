@@ -133,7 +133,10 @@ _THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\{,\}|\\,)\d{3})+(?![\d,]
 _TEXT_WRAP_RE = re.compile(r"^\\(?:text|textbf|mathrm|mbox)\{(.*)\}$", re.DOTALL)
 _PREFIX_RE = re.compile(r"^(?:the (?:final )?answer is|answer\s*[:：]|final answer\s*[:：])\s*", re.IGNORECASE)
 _SCI_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
-_NUM_WORDS_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(?:[A-Za-z]+\.?(?:\^?\d)?\s*)+$")
+_NUM_WORDS_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s+((?:[A-Za-z]{2,}\.?(?:\^?\d)?\s*)+)$")
+# words after a number that are mathematics, not units: `2 pi` is not 2
+_MATH_WORDS = {"pi", "sqrt", "ln", "log", "sin", "cos", "tan", "sec", "csc", "cot", "exp", "arcsin", "arccos",
+               "arctan", "sinh", "cosh", "tanh", "mod", "or", "and", "times", "cdot", "div", "pm", "infty"}
 
 
 def strip_approx(text: str) -> tuple[str, bool]:
@@ -177,8 +180,8 @@ def normalise(ans: str) -> str:
     s = _SCI_RE.sub(r"\1\\times 10^{\2}", s)
     s = s.replace("°", "").replace("^\\circ", "").replace("^{\\circ}", "")
     m = _NUM_WORDS_RE.match(s.strip())
-    if m:  # a number followed only by unit words: `12 apples`, `5 cm^2`
-        s = m.group(1)
+    if m and not {w.rstrip(".^0123456789").lower() for w in m.group(2).split()} & _MATH_WORDS:
+        s = m.group(1)  # a number followed only by unit words: `12 apples`, `5 cm^2`
     return s.strip()
 
 

@@ -1,0 +1,168 @@
+"""Reward module pieces: extraction, format, process, composition, metrics, monitor."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlvr.config import load_config
+from rlvr.configlib import ConfigError
+from rlvr.records import Problem, RewardResult
+from rlvr.rewards import RewardMonitor, build_reward, normalize_groups, reward_metrics
+from rlvr.rewards.config import FormatConfig, RewardConfig
+from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, extract, find_boxed, hedges, parse_gold
+from rlvr.rewards.format import FormatCheck
+from rlvr.rewards.process import process_score
+
+BUILTIN = "<think>12+345: 2+5=7, 1+4=5, 0+3=3</think><answer>357</answer>"
+ARITH = Problem(id="p", prompt="12+345=", answer="357", source="arithmetic")
+
+
+# --- extraction ------------------------------------------------------------------------
+
+def test_boxed_is_brace_matched_and_escaped_braces_are_literal():
+    assert find_boxed(r"x \boxed{\frac{1}{2}} y \boxed{\{1,2\}}") == ([r"\frac{1}{2}", r"\{1,2\}"], False)
+    assert find_boxed(r"\boxed{\frac{1}{2}") == ([], True)
+    assert find_boxed(r"\boxed 5$") == (["5"], False)
+
+
+def test_policy_order_decides_and_all_hits_of_that_policy_are_kept():
+    policies = ["answer_tag", "boxed", "answer_line", "gsm8k"]
+    ex = extract(r"\boxed{3} <answer>4</answer>", policies)
+    assert (ex.answers, ex.policy) == (["4"], "answer_tag")
+    ex = extract(r"\boxed{1} then \boxed{2} then \boxed{2}", policies)
+    assert ex.answers == ["1", "2"] and ex.flag is None
+    assert extract("#### 1,234", policies).answers == ["1,234"]
+    assert extract("The answer is $7$.", policies).answers == ["7"]
+
+
+def test_last_number_is_opt_in():
+    assert extract("so it is 12 and then 13", ["boxed"]).flag == PARSE_FAILED
+    assert extract("so it is 12 and then 13", ["boxed", "last_number"]).answers == ["13"]
+
+
+def test_gold_markers_and_hedges():
+    assert parse_gold("约为3.14") == parse_gold(r"\approx 3.14") == parse_gold("approximately 3.14")
+    assert parse_gold("约为3.14").decimals == 2 and parse_gold("3.14").decimals is None
+    assert parse_gold(r"\boxed{12}").text == "12" and parse_gold("#### 1,000").text == "1000"
+    assert hedges("2 or 3", "2") and hedges("1, 2, 3", "2") and not hedges("1, 2", "1, 2")
+    assert not hedges("1000", "1000")
+
+
+# --- format ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,score", [
+    (BUILTIN, 1.0),
+    ("  <think>a</think>\n<answer>357</answer>\n", 1.0),
+    ("<think>a</think><answer>357</answer> trailing", 0.0),
+    ("<answer>357</answer>", 0.0),
+    ("<think>a</think><answer>1</answer><answer>2</answer>", 0.0),
+    ("<think>a<think>b</think></think><answer>1</answer>", 0.0),
+    ("<think>a</think>text<answer>1</answer>", 0.0),
+    ("<answer>1</answer><think>a</think>", 0.0),
+    ("<think>a</think><answer> </answer>", 0.0),
+    ("<think>a <answer>1</answer></think><answer>1</answer>", 0.0),
+])
+def test_think_answer_format_is_strict(text, score):
+    assert FormatCheck(FormatConfig())(text) == score
+
+
+def test_regex_and_json_formats():
+    assert FormatCheck(FormatConfig(kind="regex", pattern=r"Answer: \d+"))("Answer: 12") == 1.0
+    assert FormatCheck(FormatConfig(kind="regex", pattern=r"Answer: \d+"))("Answer: 12 !") == 0.0
+    schema = '{"type": "object", "required": ["name", "age"], "properties": {"age": {"type": "integer"}}}'
+    check = FormatCheck(FormatConfig(kind="json", json_schema=schema))
+    assert check('<answer>{"name": "a", "age": 3}</answer>') == 1.0
+    assert check('```json\n{"name": "a", "age": 3}\n```') == 1.0
+    assert check('{"name": "a"}') == 0.0            # required field missing
+    assert check('{"name": "a", "age": "3"}') == 0.0  # wrong type
+    assert check('{"name": "a", "age": 3') == 0.0    # not JSON
+
+
+# --- process ----------------------------------------------------------------------------
+
+def test_process_fraction_of_true_equalities():
+    assert process_score(BUILTIN) == (1.0, 3)
+    assert process_score("<think>2+5=7, 1+4=6, 3*4=12 = 2*6</think>") == (0.75, 4)
+    assert process_score("<think>x=3, no arithmetic here</think>") == (0.0, 0)
+
+
+# --- composition ------------------------------------------------------------------------
+
+def test_builtin_task_shape_scores_full_marks_without_workers():
+    reward = build_reward(RewardConfig())
+    texts = [BUILTIN, "<think>t</think><answer>358</answer>", "357", "<think>t</think><answer>357</answer>!"]
+    res = reward.score([ARITH] * 4, texts)
+    assert [r.components for r in res] == [{"correct": 1.0, "format": 1.0}, {"correct": 0.0, "format": 1.0},
+                                           {"correct": 0.0, "format": 0.0}, {"correct": 1.0, "format": 0.0}]
+    assert [r.total for r in res] == pytest.approx([1.1, 0.1, 0.0, 1.0])
+    assert not reward.verifier("math").pool_started  # plain integers never start a worker
+    reward.close()
+
+
+def test_weights_merge_over_defaults_and_unknown_components_are_refused():
+    cfg = load_config(None, ["reward.weights.process=0.5"])
+    assert cfg.reward.weights == {"format": 0.1, "correct": 1.0, "process": 0.5}
+    res = build_reward(cfg.reward).score([ARITH], [BUILTIN])[0]
+    assert res.components["process"] == 1.0 and res.total == pytest.approx(1.6)
+    with pytest.raises(ConfigError, match="reward.*unknown component"):
+        load_config(None, ["reward.weights.style=1"])
+    with pytest.raises(ConfigError, match="reward.math.*extract"):
+        load_config(None, ["reward.math.extract=[boxed,guess]"])
+
+
+def test_exceptions_mark_the_sample_invalid_and_never_raise():
+    class Broken:
+        def verify(self, problems, texts):
+            raise RuntimeError("boom")
+
+    reward = build_reward(RewardConfig())
+    reward._verifiers["math"] = Broken()
+    res = reward.score([ARITH, Problem(id="c", prompt="", tests={"x": 1}, verifier="code"),
+                        Problem(id="u", prompt="", answer="1", verifier="nope")], [BUILTIN] * 3)
+    assert [r.valid for r in res] == [False, False, False] and all(r.total == 0.0 for r in res)
+    assert "boom" in res[0].error and "code" in res[1].error and "unknown verifier" in res[2].error
+    assert res[0].components["format"] == 1.0  # the other components are still reported
+    assert build_reward(RewardConfig()).score([Problem(id="n", prompt="")], ["x"])[0].valid is False
+
+
+def test_group_normalisation():
+    assert normalize_groups([1, 0, 1, 0, 5, 5], [0, 0, 0, 0, 1, 1], [True] * 6) == pytest.approx(
+        [1, -1, 1, -1, 0, 0], abs=1e-5)
+    cfg = RewardConfig(normalize="group")
+    texts = [BUILTIN, "<think>t</think><answer>358</answer>", "357", "nothing"]
+    res = build_reward(cfg).score([ARITH] * 4, texts, group_ids=[0, 0, 1, 1])
+    # group 0: same format, different outcome, so the outcome decides; group 1: no signal at all
+    assert res[0].total > 0 > res[1].total
+    assert res[2].total == pytest.approx(0.0) and res[3].total == pytest.approx(0.0)
+
+
+# --- metrics and monitor ---------------------------------------------------------------------
+
+def _results(values, flags=None):
+    flags = flags or [None] * len(values)
+    return [RewardResult(total=v, components={"correct": v}, info={"parse_failed": f == "pf"})
+            if f != "bad" else RewardResult.invalid("x", {"correct": 0.0}) for v, f in zip(values, flags)]
+
+
+def test_reward_metrics_per_source():
+    probs = [Problem(id=str(i), prompt="", answer="1", source=s) for i, s in enumerate("aabb")]
+    m = reward_metrics(probs, _results([1.0, 0.0, 0.0, 1.0], [None, "pf", "bad", None]))
+    assert m["reward/mean"] == pytest.approx(2 / 3) and m["reward/invalid_frac"] == 0.25
+    assert m["reward/parse_failed_frac"] == 0.25 and m["reward/std"] == pytest.approx(math.sqrt(2) / 3)
+    assert m["reward/source/a/correct_mean"] == 0.5 and m["reward/source/a/parse_failed_frac"] == 0.5
+    assert m["reward/source/b/mean"] == 1.0 and m["reward/source/b/invalid_frac"] == 0.5
+    assert m["reward/correct/mean"] == pytest.approx(2 / 3)
+
+
+def test_monitor_alerts_once_when_one_source_is_stuck_at_zero():
+    mon = RewardMonitor(stuck_steps=3)
+    step = {"reward/source/zh/correct_mean": 0.0, "reward/source/gsm8k/correct_mean": 0.4}
+    alerts = [mon.update(s, step) for s in range(5)]
+    assert [len(a) for a in alerts] == [0, 0, 1, 0, 0] and "'zh'" in alerts[2][0]
+    mon.update(5, {"reward/source/zh/correct_mean": 0.1, "reward/source/gsm8k/correct_mean": 0.4})
+    assert mon.update(6, step) == []  # the streak restarted
+    everyone_zero = {"reward/source/a/correct_mean": 0.0, "reward/source/b/correct_mean": 0.0}
+    quiet = RewardMonitor(stuck_steps=2)
+    assert all(quiet.update(s, everyone_zero) == [] for s in range(5))  # hard data, not a mismatch

@@ -1,0 +1,176 @@
+"""The equivalence table: the math verifier against hand-checked verdicts, true and false.
+
+Each row is (gold, completion, expected correct). All rows are scored in one
+batch through the real path (extraction, fast path, math-verify in the worker
+pool), then checked row by row.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rlvr.records import Problem
+from rlvr.rewards.config import MathConfig
+from rlvr.rewards.math_verifier import MathVerifier
+
+
+def B(x: str) -> str:
+    return f"So the final result is \\boxed{{{x}}}."
+
+
+TABLE = [
+    # integers: exact, no tolerance
+    ("42", B("42"), True),
+    ("42", B("43"), False),
+    ("-7", B("-7"), True),
+    ("1000000", B("1000001"), False),
+    ("1000000", B("1000000.0"), True),
+    ("1000000", B("999999.9999"), False),
+    # fractions and decimals
+    ("\\frac{1}{2}", B("0.5"), True),
+    ("1/2", B("\\dfrac{1}{2}"), True),
+    ("\\frac{3}{4}", B("0.75"), True),
+    ("\\frac{1}{3}", B("0.333333"), True),
+    ("\\frac{1}{3}", B("0.33"), False),
+    ("0.1", B("\\frac{1}{10}"), True),
+    ("\\frac{2}{4}", B("\\frac{1}{2}"), True),
+    ("2.50", B("2.5"), True),
+    ("-0.5", B("-\\frac{1}{2}"), True),
+    ("3 \\times 10^{8}", B("300000000"), True),
+    # LaTeX and irrationals
+    ("\\frac{\\sqrt{2}}{2}", B("\\frac{1}{\\sqrt{2}}"), True),
+    ("2\\sqrt{3}", B("\\sqrt{12}"), True),
+    ("\\pi", B("3.14159265"), True),
+    ("\\pi", B("3.14"), False),
+    ("\\frac{\\pi}{2}", B("\\pi/2"), True),
+    ("\\log_2 8", B("3"), True),
+    # percentages
+    ("50\\%", B("50"), True),
+    ("50\\%", B("0.5"), True),
+    ("50\\%", B("50\\%"), True),
+    ("25\\%", B("30\\%"), False),
+    # units and \text{} noise
+    ("5", B("5\\text{ cm}"), True),
+    ("12", "They have 12 left.\nAnswer: 12 apples", True),
+    ("90", B("90^\\circ"), True),
+    ("\\$5", B("5"), True),
+    ("5", B("\\text{5}"), True),
+    ("7", B("8 \\text{ cm}"), False),
+    # thousands separators
+    ("1000", B("1,000"), True),
+    ("1234567", B("1,234,567"), True),
+    ("1,000", B("1000"), True),
+    ("1000", B("1{,}000"), True),
+    ("1000", B("1,001"), False),
+    # sets, intervals, tuples
+    ("\\{1, 2, 3\\}", B("\\{3, 2, 1\\}"), True),
+    ("\\{1, 2\\}", B("\\{1, 3\\}"), False),
+    ("(1, 2]", B("(1,2]"), True),
+    ("(1, 2)", B("[1, 2)"), False),
+    ("[0, \\infty)", B("[0,\\infty)"), True),
+    ("(-\\infty, 0) \\cup (1, \\infty)", B("(-\\infty,0)\\cup(1,\\infty)"), True),
+    ("(3, -1)", B("(3,-1)"), True),
+    ("(3, -1)", B("(-1, 3)"), False),
+    # equations
+    ("3", B("x = 3"), True),
+    ("x = 3", B("3"), True),
+    ("y = 2x + 1", B("y = 1 + 2x"), True),
+    ("x = 3", B("x = 4"), False),
+    ("5", B("x = 2 + 3 = 5"), True),
+    # known math-verify false positives
+    ("5", B("x=1=2=3=5"), False),          # equation chain truncated to x=5
+    ("1+1=2", B("2+2=4"), False),          # bare equations that both reduce to 0
+    ("\\frac{1}{2^{99}}", B("\\frac{1}{2^{98}}"), False),  # tiny numbers chopped to 0
+    ("\\{\\frac{1}{2^{99}}\\}", B("\\{\\frac{1}{2^{98}}\\}"), False),
+    ("10^{-30}", B("2 \\times 10^{-30}"), False),
+    ("1e-30", B("1 \\times 10^{-30}"), True),
+    ("\\frac{1}{2^{99}}", B("2^{-99}"), True),
+    # symbolic expressions
+    ("x^2 + 2x + 1", B("(x+1)^2"), True),
+    ("\\frac{x}{2}", B("0.5x"), True),
+    ("x^2 - 1", B("(x-1)(x+1)"), True),
+    ("x^2 + 1", B("x^2 - 1"), False),
+    ("\\sin(2x)", B("2\\sin x\\cos x"), True),
+    ("x", B("\\frac{2x}{2}"), True),              # math-verify compares a bare symbol by name only
+    ("x", B("y"), False),
+    # matrices
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", B("\\begin{pmatrix}1\\\\2\\end{pmatrix}"), True),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", B("\\begin{pmatrix}1\\\\3\\end{pmatrix}"), False),
+    # approximation markers on the gold: compare at the precision the gold states
+    ("约为3.14", B("\\pi"), True),
+    ("约3.14", B("3.14159"), True),
+    ("约为3.14", B("3.15"), False),
+    ("≈ 3.14", B("3.1"), False),
+    ("\\approx 3.14", B("3.142"), True),
+    ("approximately 2.72", B("e"), True),
+    ("about 1.41", B("\\sqrt{2}"), True),
+    ("≈ 300", B("300.4"), True),
+    ("≈ 300", B("301"), False),
+    ("x \\approx 1.73", B("\\sqrt{3}"), True),
+    ("3.14", B("\\pi"), False),            # no marker: no rounding allowance
+    # anti-hacking: several different final answers score 0; identical repeats are fine
+    ("2", "\\boxed{1} or rather \\boxed{2}", False),
+    ("2", "\\boxed{2}, and again: \\boxed{2}", True),
+    ("\\frac{1}{2}", "\\boxed{0.5}, i.e. \\boxed{\\frac{1}{2}}", True),
+    ("2", B("1, 2, 3"), False),
+    ("2", "The answer is one of 1, 2, 3", False),
+    ("2", B("2 \\text{ or } 3"), False),
+    ("\\{1, 2\\}", B("1, 2"), True),
+    # extraction policies
+    ("357", "<think>2+5=7, 1+4=5, 0+3=3</think><answer>357</answer>", True),
+    ("357", "<think>x</think><answer>$\\boxed{357}$</answer>", True),
+    ("72", "48/2 = 24 and 48+24 = 72.\n#### 72", True),
+    ("18", "So she makes 18 dollars.\nAnswer: 18", True),
+    ("5", B("\\frac{10}{2}"), True),
+    ("\\frac{1}{2}", "\\boxed{\\frac{1}{2}", False),   # unbalanced box: parse failure
+    ("5", "I think it is 5", False),                  # no final answer: last_number is opt-in
+    # multiple choice
+    ("\\text{(B)}", B("B"), True),
+    ("B", B("C"), False),
+]
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    verifier = MathVerifier(MathConfig(workers=2, timeout_s=20.0))
+    problems = [Problem(id=str(i), prompt="", answer=g) for i, (g, _, _) in enumerate(TABLE)]
+    try:
+        yield verifier.verify(problems, [c for _, c, _ in TABLE])
+    finally:
+        verifier.close()
+
+
+def test_table_is_large_and_balanced():
+    assert len(TABLE) >= 60
+    assert sum(e for *_, e in TABLE) >= 20 and sum(not e for *_, e in TABLE) >= 20
+
+
+@pytest.mark.parametrize("i", range(len(TABLE)), ids=[f"{g}|{c[-30:]}" for g, c, _ in TABLE])
+def test_equivalence(verdicts, i):
+    gold, completion, expected = TABLE[i]
+    r = verdicts[i]
+    assert r.valid, r.error
+    assert r.components["correct"] == float(expected), (gold, completion, r.info)
+
+
+def test_flags(verdicts):
+    def row(gold, completion):
+        return verdicts[TABLE.index(next(t for t in TABLE if t[0] == gold and t[1] == completion))]
+    assert row("2", "\\boxed{1} or rather \\boxed{2}").info["flag"] == "multiple_answers"
+    assert row("2", "The answer is one of 1, 2, 3").info["flag"] == "multiple_answers"
+    assert row("\\frac{1}{2}", "\\boxed{\\frac{1}{2}").info["parse_failed"]
+    assert row("5", "I think it is 5").info["parse_failed"]
+    assert row("5", B("x=1=2=3=5")).info["flag"] == "false_equation"
+
+
+def test_the_false_positives_we_fix_are_real_in_plain_math_verify():
+    """If an upgrade of math-verify fixes these upstream, this fails and tells us so."""
+    import subprocess
+    import sys
+
+    script = (
+        "from math_verify import parse, verify\n"
+        "for g, p in [(r'\\frac{1}{2^{99}}', r'\\frac{1}{2^{98}}'), ('5', 'x=1=2=3=5'), ('1+1=2', '2+2=4')]:\n"
+        "    print(verify(parse('$' + g + '$'), parse('$' + p + '$')))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr
