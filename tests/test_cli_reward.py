@@ -33,7 +33,7 @@ def test_score_pathological_file_every_verdict_within_budget(tmp_path, capsys):
     assert [s["valid"] for s in scored] == [True, False, False, True, False]
     assert [s["components"]["correct"] for s in scored] == [1.0, 0.0, 0.0, 1.0, 0.0]
     assert scored[0]["reward"] == 1.1 and scored[3]["reward"] == 1.0
-    assert "exceeded 1 s" in scored[1]["error"] and "code" in scored[4]["error"]
+    assert "exceeded 1 s" in scored[1]["error"] and scored[4]["error"]  # the code verifier says why
     err = capsys.readouterr().err
     assert "evil" in err and "parse_failed" in err  # the per-source summary table
 

@@ -9,7 +9,7 @@ import pytest
 from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem, RewardResult
-from rlvr.rewards import RewardMonitor, build_reward, normalize_groups, reward_metrics
+from rlvr.rewards import RewardMonitor, build_reward, compose, normalize_groups, reward_metrics
 from rlvr.rewards.config import FormatConfig, RewardConfig
 from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, extract, find_boxed, hedges, parse_gold
 from rlvr.rewards.format import FormatCheck
@@ -112,17 +112,21 @@ def test_weights_merge_over_defaults_and_unknown_components_are_refused():
         load_config(None, ["reward.math.extract=[boxed,guess]"])
 
 
-def test_exceptions_mark_the_sample_invalid_and_never_raise():
+def test_exceptions_mark_the_sample_invalid_and_never_raise(monkeypatch):
     class Broken:
         def verify(self, problems, texts):
             raise RuntimeError("boom")
 
+    def missing(cfg):
+        raise ImportError("No module named 'rlvr.sandbox.verifier'")
+
+    monkeypatch.setitem(compose.VERIFIERS, "code", missing)
     reward = build_reward(RewardConfig())
     reward._verifiers["math"] = Broken()
     res = reward.score([ARITH, Problem(id="c", prompt="", tests={"x": 1}, verifier="code"),
                         Problem(id="u", prompt="", answer="1", verifier="nope")], [BUILTIN] * 3)
     assert [r.valid for r in res] == [False, False, False] and all(r.total == 0.0 for r in res)
-    assert "boom" in res[0].error and "code" in res[1].error and "unknown verifier" in res[2].error
+    assert "boom" in res[0].error and "not available" in res[1].error and "unknown verifier" in res[2].error
     assert res[0].components["format"] == 1.0  # the other components are still reported
     assert build_reward(RewardConfig()).score([Problem(id="n", prompt="")], ["x"])[0].valid is False
 

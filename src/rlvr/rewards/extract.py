@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fractions import Fraction
 
 PARSE_FAILED = "parse_failed"
 MULTIPLE_ANSWERS = "multiple_answers"
@@ -238,25 +237,3 @@ def hedges(pred: str, gold: str) -> bool:
     if _HEDGE_RE.search(pred) and not _HEDGE_RE.search(gold):
         return True
     return len(_top_level_split(pred)) > 1 and len(_top_level_split(gold)) == 1
-
-
-# --- fast path: plain numbers compared without sympy -----------------------------------------
-
-_PLAIN_NUM_RE = re.compile(r"^-?(\d+)(\.\d+)?$|^-?(\d+)/(\d+)$|^-?\\d?frac\{(\d+)\}\{(\d+)\}$")
-
-
-def plain_number(s: str) -> tuple[Fraction, str] | None:
-    """(value, kind) for an integer ('int'), a decimal ('dec') or a simple fraction
-    ('exact'); None for anything else, which then goes to math-verify."""
-    s = s.replace(" ", "")
-    m = _PLAIN_NUM_RE.match(s)
-    if not m:
-        return None
-    neg = s.startswith("-")
-    if m.group(1) is not None:
-        return Fraction(s), ("int" if m.group(2) is None else "dec")
-    num, den = (m.group(3), m.group(4)) if m.group(3) is not None else (m.group(5), m.group(6))
-    if int(den) == 0:
-        return None
-    val = Fraction(int(num), int(den))
-    return (-val if neg else val), "exact"

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards.config import MathConfig
-from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, Gold, extract, hedges, normalise, parse_gold, plain_number
+from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, Gold, extract, hedges, normalise, parse_gold
+from rlvr.rewards.fastpath import fast_equal
 from rlvr.rewards.pool import VerifyPool
-from rlvr.rewards.tolerance import Tolerance, numbers_equal
+from rlvr.rewards.tolerance import Tolerance
 
 
 def _outcome(correct: bool, flag: str | None, answers: list[str], policy: str | None, path: str) -> RewardResult:
@@ -23,6 +24,16 @@ def _outcome(correct: bool, flag: str | None, answers: list[str], policy: str | 
             "policy": policy, "path": path}
     value = 1.0 if correct else 0.0
     return RewardResult(total=value, components={"correct": value}, info=info)
+
+
+def _key(task: tuple) -> tuple:
+    gold, decimals, preds, rel, abs_ = task
+    return gold, decimals, tuple(preds), rel, abs_
+
+
+def _task(key: tuple) -> tuple:
+    gold, decimals, preds, rel, abs_ = key
+    return gold, decimals, list(preds), rel, abs_
 
 
 class MathVerifier:
@@ -47,13 +58,10 @@ class MathVerifier:
         return parse_gold(answer)
 
     def _fast(self, gold: Gold, preds: list[str]) -> bool | None:
-        """Plain integers, decimals and fractions on both sides: no sympy needed."""
-        g = plain_number(gold.text)
-        ps = [plain_number(p) for p in preds]
-        if g is None or any(p is None for p in ps):
-            return None
+        """Simple answers on both sides (see fastpath.py): no sympy, no worker."""
         tol = Tolerance(self.cfg.rel_tol, self.cfg.abs_tol, gold.decimals)
-        return all(numbers_equal(g[0], g[1], p[0], p[1], tol) for p in ps if p is not None)
+        verdicts = [fast_equal(gold.text, p, tol) for p in preds]
+        return None if any(v is None for v in verdicts) else all(verdicts)
 
     def verify(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
         results: list[RewardResult | None] = [None] * len(texts)
@@ -80,8 +88,12 @@ class MathVerifier:
             task = (gold.text, gold.decimals, preds, self.cfg.rel_tol, self.cfg.abs_tol)
             slow.append((i, task, preds, ex.policy))
         if slow:
-            outcomes = self.pool.run("verify_sample", [task for _, task, _, _ in slow])
-            for (i, _, preds, policy), out in zip(slow, outcomes):
+            # A group of G completions often repeats the same answer: verify each distinct
+            # (gold, answers) once. Same inputs, same verdict, so this cannot change a score.
+            unique = list(dict.fromkeys(_key(task) for _, task, _, _ in slow))
+            by_key = dict(zip(unique, self.pool.run("verify_sample", [_task(k) for k in unique])))
+            for (i, task, preds, policy) in slow:
+                out = by_key[_key(task)]
                 if out.status == "ok":
                     correct, flag = out.value
                     if not correct and flag is None and len(preds) > 1:

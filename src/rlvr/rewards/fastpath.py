@@ -1,0 +1,168 @@
+"""The fast path: answers simple enough to compare exactly without sympy or a worker.
+
+Plain numbers (integers, decimals, a/b, \\frac{a}{b}), percentages, simple
+radicals (c\\sqrt{n}/d), `x = <number>`, sets, tuples and intervals of those
+cover most answers of arithmetic, GSM8K-style and many MATH problems. They get the same verdict math-verify (with our fixes) would
+give, at a hundredth of the cost; anything else returns None and goes to the
+worker pool. A given input always takes the same path, so scores stay deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from math import isqrt
+
+from rlvr.rewards.tolerance import Tolerance, numbers_equal
+
+_NUM_RE = re.compile(r"^(-?)(?:(\d+)(\.\d+)?|(\d+)/(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\}|\.(\d+))(\\?%)?$")
+_ASSIGN_RE = re.compile(r"^([a-zA-Z])=(.+)$")
+_SET_RE = re.compile(r"^\\\{(.*)\\\}$")
+_SEQ_RE = re.compile(r"^([(\[])(.*,.*)([)\]])$")
+_RADICAL_RE = re.compile(
+    r"^(-?)(?:(\d*)\\sqrt\{(\d+)\}(?:/(\d+))?"            # c\sqrt{n}, c\sqrt{n}/d
+    r"|\\[dt]?frac\{(\d*)\\sqrt\{(\d+)\}\}\{(\d+)\}"    # \frac{c\sqrt{n}}{d}
+    r"|\\[dt]?frac\{(\d+)\}\{\\sqrt\{(\d+)\}\})$")      # \frac{c}{\sqrt{n}}
+_MAX_RADICAND = 10 ** 8  # square-free reduction by trial division stays cheap
+
+Number = tuple[Fraction, str, bool]  # (value, kind for numbers_equal, written as a percentage)
+Radical = tuple[Fraction, int]  # q * sqrt(m), m > 1 square-free
+
+
+def _reduce(q: Fraction, n: int) -> Radical | Fraction | None:
+    """q * sqrt(n) with the square factors of n moved into q; a Fraction when rational."""
+    if n > _MAX_RADICAND:
+        return None
+    m, f = n, 2
+    while f * f <= m:
+        while m % (f * f) == 0:
+            m //= f * f
+            q *= f
+        f += 1
+    return q if m == 1 or q == 0 else (q, m)
+
+
+def radical(s: str) -> Radical | Fraction | None:
+    m = _RADICAL_RE.match(re.sub(r"\\sqrt(\d)", r"\\sqrt{\1}", s))
+    if not m:
+        return None
+    sign, c1, n1, d1, c2, n2, d2, c3, n3 = m.groups()
+    if n1 is not None:
+        q, n = Fraction(int(c1 or 1), int(d1 or 1)), int(n1)
+    elif n2 is not None:
+        q, n = Fraction(int(c2 or 1), int(d2)), int(n2)
+    else:
+        if int(n3) == 0:
+            return None
+        q, n = Fraction(int(c3), int(n3)), int(n3)  # c/sqrt(n) = c*sqrt(n)/n
+    return _reduce(-q if sign else q, n)
+
+
+def _approx(r: Radical) -> Fraction:
+    """q * sqrt(m) to 50 digits, for comparison with a decimal."""
+    q, m = r
+    return q * Fraction(isqrt(m * 10 ** 100), 10 ** 50)
+
+
+def plain_number(s: str) -> Number | None:
+    m = _NUM_RE.match(s.replace(" ", ""))
+    if not m:
+        return None
+    sign, whole, dec, num, den, fnum, fden, bare_dec, pct = m.groups()
+    if whole is not None:
+        val, kind = Fraction(whole + (dec or "")), ("int" if dec is None else "dec")
+    elif bare_dec is not None:
+        val, kind = Fraction("0." + bare_dec), "dec"
+    else:
+        n, d = (num, den) if num is not None else (fnum, fden)
+        if int(d) == 0:
+            return None
+        val, kind = Fraction(int(n), int(d)), "exact"
+    return (-val if sign else val), kind, pct is not None
+
+
+def _alternatives(x: Number) -> list[tuple[Fraction, str]]:
+    """50% may mean 0.5 or 50 (as in math-verify): try both."""
+    value, kind, pct = x
+    return [(value / 100, "exact" if kind == "int" else kind), (value, kind)] if pct else [(value, kind)]
+
+
+def _num_equal(g: Number, p: Number, tol: Tolerance) -> bool:
+    return any(numbers_equal(gv, gk, pv, pk, tol) for gv, gk in _alternatives(g) for pv, pk in _alternatives(p))
+
+
+def _value(s: str) -> Number | tuple[str, Radical] | None:
+    n = plain_number(s)
+    if n is not None:
+        return n
+    r = radical(s)
+    if isinstance(r, Fraction):  # \sqrt{4} is the integer 2
+        return r, ("int" if r.denominator == 1 else "exact"), False
+    return ("rad", r) if r is not None else None
+
+
+def _parse(s: str) -> tuple[str, object] | None:
+    """('num', value) | ('assign', (var, value)) | ('set', [Number]) | ('seq', ...) | None."""
+    s = s.replace(" ", "")
+    v = _value(s)
+    if v is not None:
+        return "num", v
+    m = _ASSIGN_RE.match(s)
+    if m:
+        v = _value(m.group(2))
+        return ("assign", (m.group(1), v)) if v is not None else None
+    m = _SET_RE.match(s)
+    if m and m.group(1):
+        items = [plain_number(x) for x in m.group(1).split(",")]
+        if all(i is not None and not i[2] for i in items):
+            return "set", items
+    m = _SEQ_RE.match(s)
+    if m:
+        items = [plain_number(x) for x in m.group(2).split(",")]
+        if all(i is not None and not i[2] for i in items):
+            return "seq", (m.group(1) + m.group(3), items)
+    return None
+
+
+def _set_equal(g: list[Number], p: list[Number], tol: Tolerance) -> bool:
+    gs = sorted({x[0]: x for x in g}.values())
+    ps = sorted({x[0]: x for x in p}.values())
+    return len(gs) == len(ps) and all(_num_equal(a, b, tol) for a, b in zip(gs, ps))
+
+
+def _value_equal(g: object, p: object, tol: Tolerance) -> bool:
+    g_rad, p_rad = g[0] == "rad", p[0] == "rad"  # type: ignore[index]
+    if not g_rad and not p_rad:
+        return _num_equal(g, p, tol)  # type: ignore[arg-type]
+    if g_rad and p_rad:
+        return g[1] == p[1]  # type: ignore[index]  # canonical forms: exact
+    r, n = (g[1], p) if g_rad else (p[1], g)  # type: ignore[index]
+    if n[2]:  # type: ignore[index]
+        return False  # a radical is never a percentage
+    return numbers_equal(_approx(r), "irr", n[0], n[1], tol) if g_rad else \
+        numbers_equal(n[0], n[1], _approx(r), "irr", tol)  # type: ignore[index]
+
+
+def fast_equal(gold: str, pred: str, tol: Tolerance) -> bool | None:
+    """The verdict for simple answers; None when math-verify must decide."""
+    g, p = _parse(gold), _parse(pred)
+    if g is None or p is None:
+        return None
+    (gk, gv), (pk, pv) = g, p
+    if gk in ("set", "seq") or pk in ("set", "seq"):
+        if gk != pk:
+            return None
+        if gk == "set":
+            return _set_equal(gv, pv, tol)  # type: ignore[arg-type]
+        (gb, gi), (pb, pi) = gv, pv  # type: ignore[misc]
+        if gb != pb:
+            return None  # (1,2) vs [1,2): interval or tuple? math-verify decides
+        return len(gi) == len(pi) and all(_num_equal(a, b, tol) for a, b in zip(gi, pi))
+    if gk == pk == "assign":
+        if gv[0] != pv[0]:  # type: ignore[index]
+            return None  # x=1 vs y=1: math-verify's relational rules decide
+        return _value_equal(gv[1], pv[1], tol)  # type: ignore[index]
+    # a number against `x = number`: math-verify compares the right-hand side
+    gn = gv[1] if gk == "assign" else gv  # type: ignore[index]
+    pn = pv[1] if pk == "assign" else pv  # type: ignore[index]
+    return _value_equal(gn, pn, tol)
