@@ -174,3 +174,32 @@ def test_the_false_positives_we_fix_are_real_in_plain_math_verify():
         "    print(verify(parse('$' + g + '$'), parse('$' + p + '$')))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "True", "True"], out.stderr
+
+
+FAST_EXTRA = [("357", "358"), ("-4", "-4.0"), ("0.5", ".5"), ("12\\%", "0.12"), ("12\\%", "0.13"),
+              ("\\frac{7}{8}", "0.875"), ("\\frac{7}{8}", "0.8749"), ("3\\sqrt{2}", "\\sqrt{18}"),
+              ("3\\sqrt{2}", "4.242640687"), ("3\\sqrt{2}", "4.24"), ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
+              ("\\sqrt{9}", "3"), ("x = 4", "x = 4.0"), ("x = -2", "-2"), ("\\{1, 2\\}", "\\{2, 1, 1\\}"),
+              ("\\{1, 2\\}", "\\{1, 2, 3\\}"), ("(1, 5)", "(1, 5)"), ("[2, 3]", "[2, 3.5]"), ("(1, 2, 3)", "(1, 2, 3)")]
+
+
+def test_fast_path_agrees_with_math_verify():
+    """Every answer the fast path decides gets the verdict the worker path would give."""
+    from rlvr.rewards.extract import extract, normalise, parse_gold
+    from rlvr.rewards.fastpath import fast_equal
+    from rlvr.rewards.pool import VerifyPool
+    from rlvr.rewards.tolerance import Tolerance
+
+    pairs = FAST_EXTRA + [(g, a) for g, c, _ in TABLE
+                          for a in extract(c, ["answer_tag", "boxed", "answer_line", "gsm8k"]).answers]
+    decided = []
+    for g, a in pairs:
+        gold = parse_gold(g)
+        verdict = fast_equal(gold.text, normalise(a), Tolerance(decimals=gold.decimals))
+        if verdict is not None:
+            decided.append((gold, normalise(a), verdict))
+    assert len(decided) >= 40
+    with VerifyPool(workers=2, timeout_s=20.0) as pool:
+        outs = pool.run("verify_sample", [(g.text, g.decimals, [a], 1e-6, 0.0) for g, a, _ in decided])
+    disagree = [(g.text, a, v, o.value) for (g, a, v), o in zip(decided, outs) if o.status != "ok" or o.value[0] != v]
+    assert not disagree
