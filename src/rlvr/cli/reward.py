@@ -2,7 +2,8 @@
 
 Each input line: `completion`, the gold `answer` (or `tests` for code), optional
 `verifier` (default math), `source`, `id`. Each output line repeats the input
-and adds `reward`, `components`, `valid`, `error` (and `flag`). A per-source
+and adds `reward`, `components`, `valid`, `error`, `flag`, and where known the
+extracted `answer` and the seconds spent in a verification worker (`verify_s`). A per-source
 summary table follows on stderr. `--repeat 2` scores the file again with fresh
 workers and reports every sample whose reward changed (exit status 1).
 """
@@ -103,8 +104,9 @@ def print_table(title: str, rows: list[dict[str, Any]], file: TextIO) -> None:
 
 
 def _output(obj: dict[str, Any], r: RewardResult) -> dict[str, Any]:
+    extra = {k: r.info[k] for k in ("answer", "verify_s") if r.info.get(k) is not None}
     return {**obj, "reward": r.total, "components": r.components, "valid": r.valid, "error": r.error,
-            "flag": r.info.get("flag")}
+            "flag": r.info.get("flag"), **extra}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -104,6 +104,12 @@ def compare_symbols(gold: Basic, pred: Basic) -> bool:
 
 
 def install() -> None:
+    missing = [n for n in ("sympy_numeric_eq", "sympy_compare_relational", "sympy_compare_symbols",
+                           "get_pct_val", "safe_sympy_doit", "sympy_expr_eq", "sympy_symbolic_eq")
+               if not hasattr(grader, n)]
+    if missing:
+        raise ImportError(f"math-verify {getattr(__import__('math_verify'), '__version__', '?')} lacks "
+                          f"{missing}; rlvr.rewards needs math-verify 0.9.x (see pyproject.toml)")
     grader.sympy_numeric_eq = numeric_eq
     grader.sympy_compare_relational = compare_relational
     grader.sympy_compare_symbols = compare_symbols

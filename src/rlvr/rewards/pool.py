@@ -79,6 +79,7 @@ class _Worker:
         env = dict(os.environ)
         src = os.path.dirname(os.path.dirname(os.path.abspath(rlvr.__file__)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+        env["PYTHONHASHSEED"] = "0"  # same set iteration order in every worker: same sympy path
         code = f"from rlvr.rewards.pool import _worker_entry; _worker_entry({int(memory_mb)})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, close_fds=True)
@@ -124,6 +125,9 @@ class VerifyPool:
     def __init__(self, workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048) -> None:
         self.size = max(1, workers)
         self.timeout_s = timeout_s
+        # Waking up and killing takes a few ms on a loaded machine; start early enough
+        # that the verdict is back within timeout_s, which is a hard bound.
+        self._kill_after = timeout_s - min(0.1, 0.02 * timeout_s)
         self.memory_mb = memory_mb
         self._workers: list[_Worker] = []
         self.started = 0
@@ -170,7 +174,7 @@ class VerifyPool:
             now = time.monotonic()
             if starting and not busy and now > startup_deadline:
                 raise RuntimeError(f"verification workers did not start within {_STARTUP_S:.0f} s")
-            deadlines = [start + self.timeout_s for _, start in busy.values()] or [startup_deadline]
+            deadlines = [start + self._kill_after for _, start in busy.values()] or [startup_deadline]
             ready = wait([w.conn for w in busy] + [w.conn for w in starting],
                          timeout=max(0.0, min(deadlines) - now))
             now = time.monotonic()
@@ -190,7 +194,7 @@ class VerifyPool:
                         continue
                     results[i] = (Outcome("ok", payload, seconds=now - start) if status == "ok"
                                   else Outcome("error", error=payload, seconds=now - start))
-                elif now - start >= self.timeout_s:
+                elif now - start >= self._kill_after:
                     del busy[w]
                     results[i] = Outcome("timeout", error=f"verification exceeded {self.timeout_s:g} s",
                                          seconds=now - start)
