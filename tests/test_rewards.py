@@ -170,3 +170,19 @@ def test_monitor_alerts_once_when_one_source_is_stuck_at_zero():
     everyone_zero = {"reward/source/a/correct_mean": 0.0, "reward/source/b/correct_mean": 0.0}
     quiet = RewardMonitor(stuck_steps=2)
     assert all(quiet.update(s, everyone_zero) == [] for s in range(5))  # hard data, not a mismatch
+
+
+def test_tolerance_is_explicit_and_configurable_but_integers_stay_exact():
+    from rlvr.rewards.config import MathConfig
+    from rlvr.rewards.math_verifier import MathVerifier
+
+    def correct(cfg, gold, answer):
+        v = MathVerifier(cfg)
+        r = v.verify([Problem(id="t", prompt="", answer=gold)], [rf"\boxed{{{answer}}}"])[0]
+        assert not v.pool_started  # all of these are fast-path answers
+        return r.components["correct"]
+
+    default, loose, absolute = MathConfig(), MathConfig(rel_tol=0.02), MathConfig(rel_tol=0.0, abs_tol=0.01)
+    assert correct(default, r"\frac{1}{3}", "0.33") == 0.0 and correct(loose, r"\frac{1}{3}", "0.33") == 1.0
+    assert correct(absolute, "2.5", "2.509") == 1.0 and correct(absolute, "2.5", "2.52") == 0.0
+    assert correct(loose, "100", "101") == 0.0 and correct(loose, "100", "100.5") == 0.0  # integers exact

@@ -108,6 +108,8 @@ TABLE = [
     ("≈ 300", B("301"), False),
     ("x \\approx 1.73", B("\\sqrt{3}"), True),
     ("3.14", B("\\pi"), False),            # no marker: no rounding allowance
+    ("约为1.2 \\times 10^{3}", B("1234"), True),   # the marker's precision is the mantissa's
+    ("约为1.2 \\times 10^{3}", B("1300"), False),
     # anti-hacking: several different final answers score 0; identical repeats are fine
     ("2", "\\boxed{1} or rather \\boxed{2}", False),
     ("2", "\\boxed{2}, and again: \\boxed{2}", True),

@@ -102,3 +102,14 @@ def test_no_worker_outlives_an_interpreter_that_never_closed_its_pool(tmp_path):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids)
+
+
+def test_configured_tolerance_reaches_the_math_verify_path():
+    v = MathVerifier(MathConfig(workers=1, rel_tol=0.001))
+    try:
+        res = v.verify([Problem(id=str(i), prompt="", answer=r"\{\pi, 1\}") for i in range(2)],
+                       [r"\boxed{\{3.1416, 1\}}", r"\boxed{\{3.15, 1\}}"])
+    finally:
+        v.close()
+    assert [r.components["correct"] for r in res] == [1.0, 0.0]
+    assert all(r.info["path"] == "math-verify" for r in res)

@@ -28,7 +28,8 @@ class Gold:
     text: str
     """The gold answer with any approximation marker removed."""
     decimals: int | None = None
-    """Set when the gold carries an approximation marker: compare at this many decimals."""
+    """Set when the gold carries an approximation marker: compare at this many decimals
+    (negative for `1.2 \\times 10^{3}`, which states hundreds)."""
 
 
 # --- brace-matched \boxed{...} -------------------------------------------------------------
@@ -197,9 +198,14 @@ def parse_gold(answer: str) -> Gold:
     _, approx = strip_approx(answer)
     decimals = None
     if approx:
-        nums = re.findall(r"\d+(?:\.(\d+))?", normalise(s))
-        if nums:
-            decimals = len(nums[-1])
+        text = normalise(s)
+        sci = re.search(r"(\d+)(?:\.(\d+))?\s*\\times\s*10\^\{?(-?\d+)\}?\s*$", text)
+        if sci:  # 1.2 \times 10^{3} states hundreds: decimals = 1 - 3 = -2
+            decimals = len(sci.group(2) or "") - int(sci.group(3))
+        else:
+            nums = re.findall(r"\d+(?:\.(\d+))?", text)
+            if nums:
+                decimals = len(nums[-1])
     return Gold(normalise(s), decimals)
 
 

@@ -32,7 +32,8 @@ def numbers_equal(gold: Fraction, gold_kind: str, pred: Fraction, pred_kind: str
     diff = abs(gold - pred)
     if tol.decimals is not None:
         # a hair of slack for the binary representation of the bound itself
-        return diff <= Fraction(1, 2 * 10 ** tol.decimals) * (1 + Fraction(1, 10 ** 9))
+        half_unit = Fraction(1, 2) * Fraction(10) ** -tol.decimals
+        return diff <= half_unit * (1 + Fraction(1, 10 ** 9))
     if gold_kind != "dec" and pred_kind != "dec":
         if "irr" in (gold_kind, pred_kind):
             return diff <= Fraction(1, 10 ** 40) * max(abs(gold), abs(pred))
