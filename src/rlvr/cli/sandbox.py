@@ -3,7 +3,8 @@
     rlvr sandbox run prog.py [--stdin input.txt] [--timeout 5]   # JSON verdict on stdout
     rlvr sandbox check                                           # isolation report; exit 1 if lacking
 
-Both take the run configuration (`--config FILE`, `reward.code.memory_mb=256` ...).
+Both take the run configuration: `--config FILE` and dotted overrides right after
+the file, e.g. `rlvr sandbox run prog.py reward.code.memory_mb=256 --timeout 2`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Trusted supervisor inside the sandbox: one JSON request on stdin, one JSON reply on stdout.
 
 `rlvr.sandbox.executor` starts it as `unshare --net --mount --pid --ipc --uts
---fork --kill-child python -I -B _harness.py`, so it is pid 1 of fresh
+--fork --kill-child python -I -S -B _harness.py`, so it is pid 1 of fresh
 namespaces and (normally) root. It builds a private root filesystem, then runs
 the untrusted program case by case in forked children that drop to an unused
 uid under resource limits; after each child it SIGKILLs every other process of
@@ -10,18 +10,17 @@ the namespace, so nothing a program starts outlives its case.
 Standard library only: after pivot_root the project's packages are not visible.
 The untrusted child closes every descriptor but stdin/stdout/stderr and its
 result pipe and runs as another uid, so it cannot reach this process's stdout
-(not even through /proc/1/fd). Expected outputs never enter this process.
+(not even through /proc/1/fd). Expected values of stdio and function tests never
+enter the sandbox; the code in `_child.py` runs in the forked child.
 """
 
 # Start-up time is per-execution overhead: `python -I -S` and only modules that
 # do not pull in `re`/`enum` (json and signal do); the request arrives marshalled
 # from the trusted host, and replies are written by the small encoder below.
-import _json
 import _signal
 import ctypes
 import marshal
 import os
-import resource
 import select
 import stat
 import sys
@@ -31,41 +30,17 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MNT_DETACH = 2
-PR_SET_NO_NEW_PRIVS = 38
 PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41}
 PRIVATE = "/.h"  # harness-only tmpfs (mode 0700, root): case stdin/stdout/stderr files
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I left the script's folder out
+from _child import dumps, enter_child, probe_child, run_child  # noqa: E402
+del sys.path[0]
+
 SIGNAL_NAMES = {getattr(_signal, n): n for n in dir(_signal) if n.startswith("SIG") and not n.startswith("SIG_")}
 
 libc = ctypes.CDLL(None, use_errno=True)
-
-
-def dumps(x):
-    """JSON for plain data (what `plain` returns and the reply is made of)."""
-    t = type(x)
-    if x is None:
-        return "null"
-    if t is bool:
-        return "true" if x else "false"
-    if t is int:
-        return int.__repr__(x)
-    if t is float:
-        return float.__repr__(x) if x == x and x not in (float("inf"), float("-inf")) else \
-            ("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity"))
-    if t is str:
-        return _json.encode_basestring_ascii(x)
-    if t in (set, frozenset):
-        try:
-            x = sorted(x)  # a set has no order; compare it as a sorted list
-        except TypeError:
-            pass
-        return "[" + ",".join(dumps(v) for v in x) + "]"
-    if t in (list, tuple):
-        return "[" + ",".join(dumps(v) for v in x) + "]"
-    if t is dict:
-        return "{" + ",".join(dumps(k if type(k) is str else dumps(k)) + ":" + dumps(v) for k, v in x.items()) + "}"
-    raise TypeError(f"cannot encode {t.__name__}")
 
 
 def _check(rc, what):
@@ -163,202 +138,6 @@ def fresh_dirs(req):
     if req["uid"] is not None:
         os.chown(path, req["uid"], req["gid"])
 
-
-def drop_capabilities():
-    """Root of a user namespace keeps its capabilities there; give them all up."""
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
-
-    _check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
-
-
-def enter_child(req, stdin_fd, out_fd, err_fd, res_fd):
-    """In the forked child: own session, private descriptors, limits, unprivileged uid."""
-    os.setsid()  # own process group, so a timeout kill reaches its children too
-    for src, dst in ((stdin_fd, 0), (out_fd, 1), (err_fd, 2), (res_fd, 3)):
-        os.dup2(src, dst)
-    os.closerange(4, 1 << 16)
-    os.chdir(req["workdir"])
-    lim = req["limits"]
-    for res, value in ((resource.RLIMIT_CPU, lim["cpu_s"]), (resource.RLIMIT_AS, lim["as_bytes"]),
-                       (resource.RLIMIT_FSIZE, lim["fsize_bytes"]), (resource.RLIMIT_NOFILE, lim["nofile"]),
-                       (resource.RLIMIT_NPROC, lim["nproc"]), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(res, (value, value))  # soft = hard: the program cannot raise them
-    os.nice(10)  # the trainer shares these cores
-    _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)  # Python ignores it; past the file-size limit, stop
-    if req["uid"] is not None:
-        os.setgroups([])
-        os.setresgid(req["gid"], req["gid"], req["gid"])
-        os.setresuid(req["uid"], req["uid"], req["uid"])  # drops every capability
-    elif os.geteuid() == 0:
-        drop_capabilities()
-    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": req["workdir"], "LANG": "C.UTF-8"}
-    os.environ.clear()
-    os.environ.update(env)
-    sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
-    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace",
-                                       buffering=1, closefd=False)
-    sys.argv = ["solution.py"]
-    sys.path[:] = req["sys_path"]  # -S skipped site; give the program the interpreter's usual path
-
-
-# Everything below `run_child` executes inside the untrusted process, next to the
-# program. It defends the cheap exploits (exit before the checks, a result object
-# whose __eq__ always says True, printing a fake verdict); the verdict itself is
-# always decided by the trusted parent.
-
-def _print_exc():
-    import traceback  # imports `re`: pay for it only when there is a traceback to print
-    traceback.print_exc()
-
-
-def _describe_exc():
-    import traceback
-    return "".join(traceback.format_exception_only(*sys.exc_info()[:2])).strip()[-500:]
-
-
-def run_child(req, start):
-    import atexit
-    import builtins
-
-    def _exit(code=None):
-        raise SystemExit(code)
-    builtins.exit = builtins.quit = _exit  # normally added by `site`
-    nonce, res_fd, pristine = req["nonce"], 3, dict(builtins.__dict__)
-
-    def emit(tag, obj):
-        os.write(res_fd, f"{nonce} {tag} {dumps(obj)}\n".encode())
-
-    def finish(code):
-        try:
-            if "threading" in sys.modules:
-                sys.modules["threading"]._shutdown()  # wait for non-daemon threads, as Python does at exit
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        os._exit(code)
-
-    module = type(sys)("__main__")
-    module.__file__ = f"{req['workdir']}/solution.py"
-    module.__builtins__ = builtins
-    sys.modules["__main__"] = module
-    try:
-        code = compile(req["source"], module.__file__, "exec")
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        _print_exc()
-        os.write(res_fd, b"syntax_error\n")
-        finish(1)
-    try:
-        exec(code, module.__dict__)
-    except SystemExit as exc:
-        if req["mode"] == "program":
-            finish(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
-        emit("load", "SystemExit while loading the solution")
-        finish(1)
-    except MemoryError:
-        os.write(res_fd, b"memory\n")
-        finish(1)
-    except BaseException:
-        _print_exc()
-        if req["mode"] == "program":
-            finish(1)
-        emit("load", _describe_exc())
-        finish(1)
-    if req["mode"] == "program":
-        finish(0)
-    fn = module.__dict__.get(req["entry_point"])
-    if not callable(fn):
-        emit("load", f"entry point {req['entry_point']!r} is not defined")
-        finish(1)
-    if req["mode"] == "function":
-        for i in range(start, len(req["cases"])):
-            case = req["cases"][i]
-            try:
-                line = dumps({"value": plain(fn(*case.get("args", []), **case.get("kwargs", {})))})
-            except MemoryError:
-                line = dumps({"error": "MemoryError"})
-            except BaseException as exc:
-                line = dumps({"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-            os.write(res_fd, f"{nonce} {i} {line}\n".encode())
-        finish(0)
-    # mode == "assert": the test runs against a guarded candidate, with pristine builtins.
-    def candidate(*args, **kwargs):
-        return plain(fn(*args, **kwargs))
-    test_ns = dict(module.__dict__)
-    test_ns["__builtins__"] = pristine
-    try:
-        exec(compile(req["test"], "test.py", "exec"), test_ns)
-        test_ns["check"](candidate)
-        emit(0, {"passed": True})
-    except BaseException as exc:
-        emit(0, {"passed": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    finish(0)
-
-
-def plain(x, depth=0):
-    """Exact built-in data only (no subclasses, no custom __eq__): what JSON can carry."""
-    t = type(x)
-    if depth > 100:
-        raise TypeError("result nested too deeply")
-    if x is None or t in (bool, int, float, str):
-        return x
-    if t in (list, tuple):
-        return t(plain(v, depth + 1) for v in x)
-    if t in (set, frozenset):
-        return t(plain(v, depth + 1) for v in x)
-    if t is dict:
-        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in x.items()}
-    raise TypeError(f"result of type {t.__name__} is not plain data (int, float, str, bool, None, list, tuple, dict, set)")
-
-
-def probe_child(req):
-    """Facts seen from inside the sandbox, as the untrusted program would see them."""
-    facts = {"uid": os.getuid(), "gid": os.getgid(), "env": sorted(os.environ), "cwd": os.getcwd()}
-    for name in ("net", "mnt", "pid", "ipc", "uts"):
-        facts[f"ns_{name}"] = os.readlink(f"/proc/self/ns/{name}")
-    with open("/proc/self/status") as f:
-        facts["cap_eff"] = next((ln.split()[1] for ln in f if ln.startswith("CapEff:")), "?")
-    with open("/proc/net/dev") as f:
-        facts["interfaces"] = [ln.split(":")[0].strip() for ln in f.readlines()[2:]]
-    facts["processes"] = len([p for p in os.listdir("/proc") if p.isdigit()])
-    import socket
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(2)
-    try:
-        sock.connect(("127.0.0.1", 9))  # the discard port; only whether it is reachable matters
-        facts["loopback"] = "connected"
-    except OSError as exc:
-        facts["loopback"] = exc.strerror or type(exc).__name__
-    finally:
-        sock.close()
-    facts["host_marker_visible"] = os.path.exists(req["host_marker"])
-    writes = {}
-    for path in req["probe_paths"]:
-        target = f"{path}.{req['nonce']}"  # unique, and removed at once if the write got through
-        try:
-            with open(target, "x") as f:
-                f.write("x")
-            os.unlink(target)
-            writes[path] = "ok"
-        except OSError as exc:
-            writes[path] = exc.strerror
-    facts["writes"] = writes
-    with open("/proc/self/mountinfo") as f:
-        facts["mounts"] = [(p[4], "ro" if "ro" in p[5].split(",") else "rw") for p in (ln.split() for ln in f)]
-    facts["limits"] = {name: resource.getrlimit(getattr(resource, name)) for name in
-                       ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE")}
-    return facts
-
-
-# ---- supervision (trusted, runs as pid 1) ------------------------------------
 
 def kill_all(req, pid):
     """SIGKILL the child and everything it started, then reap."""

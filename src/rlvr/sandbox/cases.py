@@ -26,9 +26,12 @@ KINDS = {"stdio": "program", "function": "function", "assert": "assert"}
 class TestFormatError(ValueError):
     """A problem's `tests` field is malformed (a data problem, not the model's)."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
 
 @dataclass(frozen=True)
 class TestSpec:
+    __test__ = False
     kind: str
     cases: list[dict[str, Any]]
     entry_point: str | None = None

@@ -133,8 +133,11 @@ class Sandbox:
                "uid": uid, "gid": uid, "ro_paths": self.ro_paths, "tmpfs_mb": self.cfg.tmpfs_mb,
                "max_output_bytes": self.cfg.max_output_bytes, "isolate": self.plan.isolate,
                "sys_path": self.interpreter.sys_path, "host_marker": host_marker,
+               # Where the probe tries to write. Without a mount namespace these are host paths:
+               # then only the run's own directory, never system directories.
                "probe_paths": ["/probe-write", "/usr/probe-write", self.interpreter.roots[0] + "/probe-write",
-                               "/work/probe-write", "/tmp/probe-write"],
+                               "/work/probe-write", "/tmp/probe-write"] if self.plan.isolate else
+                              [f"{tmp}/work/probe-write"],
                **(isolated_dirs if self.plan.isolate else host_dirs)}
         if tmp:
             os.mkdir(f"{tmp}/h", 0o700)
