@@ -113,3 +113,17 @@ def test_configured_tolerance_reaches_the_math_verify_path():
         v.close()
     assert [r.components["correct"] for r in res] == [1.0, 0.0]
     assert all(r.info["path"] == "math-verify" for r in res)
+
+
+def test_a_worker_killed_while_idle_is_replaced_before_the_next_task():
+    v = MathVerifier(MathConfig(workers=1))
+    try:
+        v.verify([Problem(id="a", prompt="", answer="x")], [r"\boxed{x}"])
+        pid = v.pool.pids[0]
+        os.kill(pid, 9)
+        time.sleep(0.2)
+        res = v.verify([Problem(id="b", prompt="", answer="x+1")], [r"\boxed{1+x}"])
+        assert res[0].valid and res[0].components["correct"] == 1.0
+        assert v.pool.pids != [pid]
+    finally:
+        v.close()

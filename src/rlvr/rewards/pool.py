@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from collections import deque
@@ -130,6 +131,7 @@ class VerifyPool:
         self._kill_after = timeout_s - min(0.1, 0.02 * timeout_s)
         self.memory_mb = memory_mb
         self._workers: list[_Worker] = []
+        self._lock = threading.Lock()  # one batch at a time: workers are not shared between calls
         self.started = 0
         """Worker processes started so far (replacements included); for tests and logs."""
         # finalize runs on close(), on garbage collection and at interpreter exit
@@ -151,13 +153,17 @@ class VerifyPool:
         try:
             w.ready = w.conn.recv() == ("ready",)
         except (EOFError, OSError):
-            raise RuntimeError("a verification worker died while starting "
-                               "(is reward.math.worker_memory_mb too small?)") from None
+            raise RuntimeError("a verification worker died while starting (its traceback, if any, is on "
+                               "stderr; is reward.math.worker_memory_mb too small?)") from None
 
     def run(self, name: str, tasks: list[tuple]) -> list[Outcome]:
         """Run `name(*args)` for every args tuple; one Outcome per task, same order.
         A task's budget starts when a ready worker receives it, so worker start-up
         (imports, replacement after a kill) is never charged to a task."""
+        with self._lock:
+            return self._run(name, tasks)
+
+    def _run(self, name: str, tasks: list[tuple]) -> list[Outcome]:
         results: list[Outcome | None] = [None] * len(tasks)
         pending = deque(range(len(tasks)))
         busy: dict[_Worker, tuple[int, float]] = {}
@@ -165,10 +171,15 @@ class VerifyPool:
         while pending or busy:
             while len(self._workers) < self.size:
                 self._spawn()
-            for w in self._workers:
+            for w in list(self._workers):
                 if pending and w.ready and w not in busy:
                     i = pending.popleft()
-                    w.send_conn.send((name, tasks[i]))
+                    try:
+                        w.send_conn.send((name, tasks[i]))
+                    except OSError:  # died while idle (e.g. killed from outside): retry elsewhere
+                        pending.appendleft(i)
+                        self._replace(w)
+                        continue
                     busy[w] = (i, time.monotonic())
             starting = [w for w in self._workers if not w.ready]
             now = time.monotonic()
