@@ -22,8 +22,10 @@ from rlvr.sandbox.config import CodeConfig
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox needs Linux namespaces")
 
+# A uid range of this test process only, so the leftover scan never sees another run's sandboxes.
+UIDS = {"uid_base": 3_000_000_000 + (os.getpid() % 10_000) * 100_000, "uid_count": 100_000}
 CFG = CodeConfig(case_timeout_s=1.0, timeout_s=6.0, memory_mb=256, max_processes=32, max_file_mb=8,
-                 max_output_bytes=65536, max_parallel=2)
+                 max_output_bytes=65536, max_parallel=2, **UIDS)
 STDIO = {"type": "stdio", "cases": [{"input": "1 2\n", "output": "3\n"}]}
 ADD = {"type": "function", "entry_point": "add",
        "cases": [{"args": [1, 2], "expected": 3}, {"args": [5, 7], "expected": 12}]}
@@ -301,3 +303,24 @@ def test_thousands_of_threads(verifier):
     r = score(verifier, STDIO, code)
     assert r.valid and r.components["correct"] == 0.0
     assert_host_ok(verifier)
+
+
+def test_memory_spread_over_processes_is_capped_in_total():
+    from rlvr.sandbox.verifier import CodeVerifier
+    # 8 processes x 150 MiB each stay under the 256 MiB per-process limit; the total cap stops them.
+    v = CodeVerifier(CodeConfig(case_timeout_s=3.0, timeout_s=6.0, memory_mb=256, total_memory_mb=400, **UIDS))
+    try:
+        code = ("import os, time\n"
+                "for _ in range(7):\n"
+                "    if os.fork() == 0:\n"
+                "        break\n"
+                "block = bytearray(150 << 20)\n"
+                "for i in range(0, len(block), 4096):\n"
+                "    block[i] = 1\n"
+                "time.sleep(2)\n"
+                "print(3)\n")
+        r = score(v, STDIO, code)
+        assert r.valid and r.components["correct"] == 0.0 and r.info["failures"] == {"memory_total": 1}
+        assert_host_ok(v)
+    finally:
+        v.close()

@@ -33,6 +33,8 @@ MNT_DETACH = 2
 PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41}
 PRIVATE = "/.h"  # harness-only tmpfs (mode 0700, root): case stdin/stdout/stderr files
 DEVICES = ("null", "zero", "full", "random", "urandom")
+MEMORY_CHECK_MS = 20  # how often the total resident memory of a run is checked
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I left the script's folder out
 from _child import dumps, enter_child, probe_child, run_child  # noqa: E402
@@ -208,11 +210,16 @@ def watch(req, pid, r, on_progress):
     poller.register(pidfd, select.POLLIN)
     poller.register(r, select.POLLIN)
     buf, lines, size, why = b"", [], 0, None
+    # RLIMIT_AS bounds each process; the sum over all of a run's processes is watched here.
+    watch_memory = os.getpid() == 1 and req["total_memory_bytes"] > 0
     while why is None:
         wait_ms = max(0.0, deadline - time.monotonic()) * 1000
-        events = poller.poll(wait_ms)
+        events = poller.poll(min(wait_ms, MEMORY_CHECK_MS) if watch_memory else wait_ms)
         if not events and time.monotonic() >= deadline:
             why = "wall_timeout"
+            break
+        if watch_memory and resident_bytes() > req["total_memory_bytes"]:
+            why = "memory_total"
             break
         for fd, _ in events:
             if fd == pidfd:
@@ -250,6 +257,20 @@ def watch(req, pid, r, on_progress):
     return why, status, usage.ru_utime + usage.ru_stime, lines
 
 
+def resident_bytes():
+    """Resident memory of every process in this pid namespace but the harness. Pages shared
+    after fork count once per process: an over-estimate, on the safe side."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit() and name != "1":
+            try:
+                with open(f"/proc/{name}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * PAGE
+            except (OSError, IndexError, ValueError):
+                pass  # exited meanwhile
+    return total
+
+
 def _size(req, name):
     return os.stat(f"{req['private_dir']}/{name}").st_size
 
@@ -269,6 +290,8 @@ def outcome(req, why, status, cpu_s, lines, elapsed):
         st, reason = "timeout", "wall_timeout"
     elif why == "output_limit":
         st, reason = "killed", "output_limit"
+    elif why == "memory_total":
+        st, reason = "memory", "memory_total"
     elif sig in (_signal.SIGXCPU, _signal.SIGKILL) and cpu_s >= req["limits"]["cpu_s"] - 0.1:
         st, reason = "timeout", "cpu_limit"
     elif sig == _signal.SIGXFSZ or max(_size(req, "out"), _size(req, "err")) >= req["limits"]["fsize_bytes"]:

@@ -31,7 +31,10 @@ class CodeConfig:
     """Where the program is in a completion: the last ```python (or ```py) fenced block, the last
     fenced block of any language, or the whole completion text."""
     memory_mb: int = 1024
-    """Address-space limit (RLIMIT_AS) of the program."""
+    """Address-space limit (RLIMIT_AS) of each process of the program."""
+    total_memory_mb: int = 2048
+    """Resident memory of all the program's processes together (checked every 20 ms by the
+    supervisor, which kills the run past it); 0 turns the check off."""
     max_processes: int = 64
     """Processes and threads the program may have at once (RLIMIT_NPROC, per sandbox uid)."""
     max_open_files: int = 256
@@ -56,6 +59,8 @@ class CodeConfig:
             raise ValueError("max_parallel must be >= 1")
         if min(self.timeout_s, self.case_timeout_s, self.grace_s) <= 0:
             raise ValueError("timeout_s, case_timeout_s and grace_s must be > 0")
+        if self.total_memory_mb < 0:
+            raise ValueError("total_memory_mb must be >= 0 (0: no check)")
         if min(self.memory_mb, self.max_processes, self.max_open_files, self.max_file_mb,
                self.max_output_bytes, self.tmpfs_mb, self.uid_count) < 1:
             raise ValueError("memory_mb, max_processes, max_open_files, max_file_mb, max_output_bytes, "

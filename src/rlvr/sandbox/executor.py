@@ -132,6 +132,7 @@ class Sandbox:
                "total_timeout_s": total_t, "limits": self.limits(mode, case_t, total_t),
                "uid": uid, "gid": uid, "ro_paths": self.ro_paths, "tmpfs_mb": self.cfg.tmpfs_mb,
                "max_output_bytes": self.cfg.max_output_bytes, "isolate": self.plan.isolate,
+               "total_memory_bytes": self.cfg.total_memory_mb << 20,
                "sys_path": self.interpreter.sys_path, "host_marker": host_marker,
                # Where the probe tries to write. Without a mount namespace these are host paths:
                # then only the run's own directory, never system directories.

@@ -148,7 +148,8 @@ def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop
                    f"{_mib(lim['RLIMIT_FSIZE'])}, open files {lim['RLIMIT_NOFILE']}, processes "
                    f"{lim['RLIMIT_NPROC']}{'' if nproc_applies else ' (NOT enforced: runs as root)'}, core dumps "
                    f"{lim['RLIMIT_CORE']}; soft = hard: {soft_hard}; wall clock {cfg.case_timeout_s:g} s per case, "
-                   f"{cfg.timeout_s:g} s per run")
+                   f"{cfg.timeout_s:g} s per run; resident memory of all processes "
+                   + (f"{cfg.total_memory_mb} MiB" if cfg.total_memory_mb and own["pid"] else "NOT watched"))
     p["ipc, uts"] = (own["ipc"] and own["uts"], "own ipc and uts namespaces" if own["ipc"] and own["uts"]
                      else "shared with the host")
     for name in REQUIRED:
