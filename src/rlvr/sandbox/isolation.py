@@ -118,7 +118,7 @@ def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop
     outside_blocked = all(v != "ok" for k, v in writes.items() if not k.startswith(("/work/", "/tmp/")))
     fs_ok = own["mnt"] and not facts["host_marker_visible"] and outside_blocked
     if plan.isolate:
-        what = (f"private root; read-only: {', '.join(ro_paths)}; writable, fresh per run, in memory "
+        what = (f"private root; read-only: {', '.join(sorted(ro_paths))}; writable, fresh per run, in memory "
                 f"({cfg.tmpfs_mb} MiB each): /work, /tmp, /dev/shm; every other host path is absent")
     else:
         what = "host filesystem, writable wherever the running uid may write"
