@@ -57,7 +57,11 @@ def case(rng: random.Random, wrong: bool | None = None, style: random.Random | N
         return g, rf"\boxed{{{p}}}"
     if kind < 0.90:  # equations
         return f"x = {a}", rf"\boxed{{x={a + d}}}" if rng.random() < 0.5 else rf"\boxed{{{a + d}}}"
-    return rf"x^2 + {2 * c}x + {c * c}", rf"\boxed{{(x+{c + d})^2}}"  # polynomials
+    if kind < 0.95:  # polynomials
+        return rf"x^2 + {2 * a}x + {a * a}", rf"\boxed{{(x+{a + d})^2}}"
+    if rng.random() < 0.5:  # expressions with pi and radicals
+        return rf"\frac{{{c}\pi}}{{{b}}}", rf"\boxed{{\frac{{{c + d}}}{{{b}}}\pi}}"
+    return rf"{a} + \sqrt{{{b}}}", rf"\boxed{{\sqrt{{{b}}} + {a + d}}}"
 
 
 def grouped(rng: random.Random, n: int, g: int) -> list[tuple[str, str]]:
@@ -115,7 +119,8 @@ def main() -> None:
         return any(fast_equal(parse_gold(c[0]).text, normalise(a), Tolerance()) is None for a in answers)
 
     unique = [case(rng) for _ in range(args.n)]
-    hard = [c for c in (case(rng) for _ in range(20 * args.n)) if needs_sympy(c)][:args.n // 4]
+    # distinct pairs only, so neither side's caches help
+    hard = list(dict.fromkeys(c for c in (case(rng) for _ in range(20 * args.n)) if needs_sympy(c)))[:args.n // 4]
     runs = {"unique pairs (every gold and answer fresh: worst case)": unique,
             f"GRPO-shaped (groups of {args.group} completions per gold)": grouped(rng, args.n, args.group),
             "math-verify path only (answers the fast path cannot decide)": hard}
