@@ -168,3 +168,13 @@ def test_cli_sandbox_check(capsys):
     assert "all required protections active" in out and "network" in out and "limits" in out
     assert main(["sandbox", "check", "reward.code.isolation=none"]) == 1
     assert "MISSING" in capsys.readouterr().out
+
+
+def test_program_sees_site_packages_but_not_the_repository(verifier, tmp_path):
+    import rlvr
+    repo_file = os.path.abspath(rlvr.__file__)
+    code = ("```python\nimport os, yaml\n"
+            f"print(yaml.safe_load('a: 1')['a'], os.path.exists({repo_file!r}), os.getcwd())\n```")
+    tests = {"type": "stdio", "cases": [{"input": "", "output": "1 False /sandbox"}]}
+    (r,) = verifier.verify([problem(tests)], [code])
+    assert r.components["correct"] == 1.0, r.info

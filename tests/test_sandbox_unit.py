@@ -105,7 +105,7 @@ def _facts(**over) -> dict:
     facts = {f"ns_{k}": v + "-other" for k, v in ns.items()}
     facts.update(uid=2_000_000_001, gid=2_000_000_001, env=["HOME", "LANG", "PATH"], cap_eff="0000000000000000",
                  interfaces=["lo"], loopback="Network is unreachable", processes=2, host_marker_visible=False,
-                 writes={"/probe": "Read-only file system", "/work/probe": "ok"},
+                 writes={"/probe": "Read-only file system", "/sandbox/probe": "ok"},
                  limits={k: [1, 1] for k in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
                                              "RLIMIT_NPROC", "RLIMIT_CORE")})
     facts.update(over)

@@ -33,6 +33,8 @@ MNT_DETACH = 2
 PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41}
 PRIVATE = "/.h"  # harness-only tmpfs (mode 0700, root): case stdin/stdout/stderr files
 DEVICES = ("null", "zero", "full", "random", "urandom")
+WORKDIR = "/sandbox"  # the program's working directory; a name no host path is likely to use
+WRITABLE = (WORKDIR, "/tmp", "/dev/shm")  # fresh tmpfs mounts, per spawn
 MEMORY_CHECK_MS = 20  # how often the total resident memory of a run is checked
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -71,10 +73,27 @@ def _kept_flags(path):
             | (MS_NODIRATIME if f & os.ST_NODIRATIME else 0) | (MS_RELATIME if f & os.ST_RELATIME else 0))
 
 
+def _under(path, roots):
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def _make_like(target, is_dir):
+    """An empty directory or file to mount on."""
+    if is_dir:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+
+
+def _read_only(target):
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | _kept_flags(target))
+
+
 def build_root(req):
     """Private root: a small tmpfs holding read-only binds of the allowed host
     paths (system libraries, the interpreter), fresh /proc and /dev, and tmpfs
-    mounts for /work, /tmp and /dev/shm. The host root is then detached."""
+    mounts for /sandbox, /tmp and /dev/shm. The host root is then detached."""
     new = "/tmp"  # mount point for the new root; hides the host /tmp in this namespace only
     binds, links = [], []
     for path in req["ro_paths"]:
@@ -87,21 +106,22 @@ def build_root(req):
         binds.append((f"/dev/{dev}", os.open(f"/dev/{dev}", os.O_PATH), True))
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
-    for path, fd, is_dev in binds:
+    req["_rebind"] = []
+    for k, (path, fd, is_dev) in enumerate(binds):
         target = new + path
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            os.makedirs(target, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            open(target, "a").close()
+        if _under(path, WRITABLE):
+            # e.g. a venv under /tmp: the per-run tmpfs would hide it; keep it aside and
+            # bind it again on top of each fresh tmpfs (fresh_dirs).
+            target = f"{new}/.ro/{k}"
+            req["_rebind"].append((f"/.ro/{k}", path))
+        _make_like(target, stat.S_ISDIR(os.fstat(fd).st_mode))
         mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
         os.close(fd)
         if not is_dev:  # device nodes stay writable (/dev/null); everything else read-only
-            mount(None, target, None,
-                  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | _kept_flags(target))
+            _read_only(target)
     for path, dest in links:
         os.symlink(dest, new + path)
-    for d in ("proc", "work", "tmp", "dev/shm", PRIVATE[1:]):
+    for d in ("proc", WORKDIR[1:], "tmp", "dev/shm", PRIVATE[1:]):
         os.makedirs(f"{new}/{d}", exist_ok=True)
     for name, dest in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                        ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
@@ -123,11 +143,15 @@ def fresh_dirs(req):
     """Fresh, empty /work (owned by the sandbox uid), /tmp and /dev/shm for every spawn."""
     if req["isolate"]:
         size = req["tmpfs_mb"]
-        for path, opts in (("/work", f"mode=0700,uid={req['uid'] or 0},gid={req['gid'] or 0}"),
+        for path, opts in ((WORKDIR, f"mode=0700,uid={req['uid'] or 0},gid={req['gid'] or 0}"),
                            ("/tmp", "mode=1777"), ("/dev/shm", "mode=1777")):
             if os.path.ismount(path):
                 umount(path)
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size}m,nr_inodes=16384,{opts}")
+        for stash, path in req["_rebind"]:
+            _make_like(path, os.path.isdir(stash))
+            mount(stash, path, None, MS_BIND)
+            _read_only(path)
     else:  # no mount namespace: a host directory the executor created and will delete
         import shutil
         shutil.rmtree(req["workdir"], ignore_errors=True)

@@ -43,7 +43,7 @@ class CodeConfig:
     max_output_bytes: int = 1 << 20
     """stdout/stderr kept per case; longer output is truncated (and fails a stdio comparison)."""
     tmpfs_mb: int = 64
-    """Size of each of the program's writable directories (/work, /tmp, /dev/shm), in memory."""
+    """Size of each of the program's writable directories (/sandbox, /tmp, /dev/shm), in memory."""
     python: str = ""
     """Interpreter for the programs; empty: the one running rlvr."""
     extra_ro_paths: list[str] = field(default_factory=list)

@@ -125,7 +125,7 @@ class Sandbox:
         nonce = secrets.token_hex(16)
         uid = self._take_uid() if self.drop_uid else None
         tmp = tempfile.mkdtemp(prefix="rlvr-sandbox-") if not self.plan.isolate else None
-        isolated_dirs = {"workdir": "/work", "private_dir": "/.h"}
+        isolated_dirs = {"workdir": "/sandbox", "private_dir": "/.h"}
         host_dirs = {"workdir": f"{tmp}/work", "private_dir": f"{tmp}/h"}
         req = {"mode": mode, "source": source, "cases": cases, "entry_point": entry_point, "test": test,
                "nonce": nonce, "stop_on_failure": stop_on_failure, "case_timeout_s": case_t,
@@ -137,7 +137,7 @@ class Sandbox:
                # Where the probe tries to write. Without a mount namespace these are host paths:
                # then only the run's own directory, never system directories.
                "probe_paths": ["/probe-write", "/usr/probe-write", self.interpreter.roots[0] + "/probe-write",
-                               "/work/probe-write", "/tmp/probe-write"] if self.plan.isolate else
+                               "/sandbox/probe-write", "/tmp/probe-write"] if self.plan.isolate else
                               [f"{tmp}/work/probe-write"],
                **(isolated_dirs if self.plan.isolate else host_dirs)}
         if tmp:

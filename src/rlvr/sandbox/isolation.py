@@ -115,11 +115,11 @@ def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop
     p["network"] = (net_ok, f"{'own' if own['net'] else 'HOST'} network namespace; interfaces: "
                             f"{', '.join(facts['interfaces'])}; connect to 127.0.0.1 -> {facts['loopback']}")
     writes = facts["writes"]
-    outside_blocked = all(v != "ok" for k, v in writes.items() if not k.startswith(("/work/", "/tmp/")))
+    outside_blocked = all(v != "ok" for k, v in writes.items() if not k.startswith(("/sandbox/", "/tmp/")))
     fs_ok = own["mnt"] and not facts["host_marker_visible"] and outside_blocked
     if plan.isolate:
         what = (f"private root; read-only: {', '.join(sorted(ro_paths))}; writable, fresh per run, in memory "
-                f"({cfg.tmpfs_mb} MiB each): /work, /tmp, /dev/shm; every other host path is absent")
+                f"({cfg.tmpfs_mb} MiB each): /sandbox (working directory), /tmp, /dev/shm; every other host path is absent")
     else:
         what = "host filesystem, writable wherever the running uid may write"
     p["filesystem"] = (fs_ok, what + ("" if fs_ok else f"; probe: host file visible={facts['host_marker_visible']},"
