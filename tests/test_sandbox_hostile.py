@@ -145,11 +145,10 @@ def test_double_forked_daemon_does_not_survive(verifier):
 
 
 def test_gigabyte_of_output(verifier):
-    t0 = time.perf_counter()
     r = score(verifier, STDIO, "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n"
                                "    sys.stdout.write(chunk)\n")
+    # Stopped at the file-size limit (8 MiB here), not after a gigabyte.
     assert r.valid and r.components["correct"] == 0.0 and r.info["failures"] == {"output_limit": 1}
-    assert time.perf_counter() - t0 < 30  # stopped at the file-size limit, not after writing 1 GiB
     assert_host_ok(verifier)
 
 

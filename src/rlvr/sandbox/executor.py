@@ -164,12 +164,17 @@ class Sandbox:
         try:
             out, err = proc.communicate(marshal.dumps(req), timeout=hard_timeout)
         except subprocess.TimeoutExpired:
-            _killpg(proc.pid)
+            _killpg(proc.pid)  # unshare is not reaped yet, so its pid (= the group id) is still ours
             proc.communicate()
             return Execution(False, nonce=nonce, wall_s=time.perf_counter() - t0,
                              error=f"sandbox did not finish within {hard_timeout:.1f} s and was killed")
-        finally:
-            _killpg(proc.pid)  # nothing of this run may outlive it, whatever happened above
+        except BaseException:
+            if proc.returncode is None:
+                _killpg(proc.pid)
+                proc.wait()
+            raise
+        # A normal exit needs no kill: unshare waited for the harness, pid 1 of the
+        # namespace, and the kernel killed everything else in it when that exited.
         wall = time.perf_counter() - t0
         try:
             reply = json.loads(out)
