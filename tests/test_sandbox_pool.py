@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 
@@ -14,6 +15,7 @@ from rlvr.cli import main
 from rlvr.records import Problem
 from rlvr.sandbox.config import CodeConfig
 from rlvr.sandbox.executor import Interpreter, Sandbox
+from rlvr.sandbox.isolation import plans_to_try
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox needs Linux namespaces")
 
@@ -25,10 +27,14 @@ def problem(tests=ADD, pid="p"):
     return Problem(id=pid, prompt="", tests=tests, verifier="code")
 
 
+# A uid range of this test process only, so scans never see another run's sandboxes.
+UIDS = {"uid_base": 3_100_000_000 + (os.getpid() % 10_000) * 100_000, "uid_count": 100_000}
+
+
 @pytest.fixture(scope="module")
 def verifier():
     from rlvr.sandbox.verifier import CodeVerifier
-    v = CodeVerifier(CodeConfig(case_timeout_s=1.0, timeout_s=2.0, grace_s=0.5, max_parallel=2))
+    v = CodeVerifier(CodeConfig(case_timeout_s=1.0, timeout_s=2.0, grace_s=0.5, max_parallel=2, **UIDS))
     yield v
     v.close()
 
@@ -54,7 +60,8 @@ def test_hung_or_crashed_sandbox_marks_the_sample_invalid_and_the_batch_goes_on(
         script.chmod(0o755)
     real = verifier.sandbox
     roots = real.interpreter.roots + [str(tmp_path)]
-    broken = {name: Sandbox(real.cfg, real.plan, Interpreter(str(path), [], roots))
+    launcher = next(p for p in plans_to_try(real.cfg) if p.isolate and not p.server)  # runs the fake directly
+    broken = {name: Sandbox(real.cfg, launcher, Interpreter(str(path), [], roots))
               for name, path in (("HANG", hang), ("CRASH", crash))}
     real_execute = real.execute
 
@@ -75,6 +82,45 @@ def test_hung_or_crashed_sandbox_marks_the_sample_invalid_and_the_batch_goes_on(
     assert results[3].components["correct"] == 1.0
     assert processes_with("7.25") == []  # the hung launcher and its child were killed
     assert verifier.metrics()["sandbox/invalid"] == 3
+
+
+def sandbox_uid_pids() -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = int(next(ln for ln in f if ln.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration):
+            continue
+        if UIDS["uid_base"] <= uid < UIDS["uid_base"] + UIDS["uid_count"]:
+            found.append(int(pid))
+    return found
+
+
+def test_frozen_supervisor_is_killed_with_its_namespace(verifier, monkeypatch):
+    """The host's own deadline: the supervisor (pid 1) is stopped mid-run, so only the
+    host can end the run; killing pid 1 must take the sleeping program with it."""
+    if not verifier.sandbox.plan.server:
+        pytest.skip("the fork server is used only when running as root")
+    server = verifier.sandbox._server
+    real_spawn = server.spawn
+
+    def spawn_then_freeze(fds):
+        pidfd = real_spawn(fds)
+        threading.Timer(0.4, signal.pidfd_send_signal, (pidfd, signal.SIGSTOP)).start()
+        return pidfd
+
+    monkeypatch.setattr(server, "spawn", spawn_then_freeze)
+    seen: set[int] = set()
+    probe = threading.Timer(0.8, lambda: seen.update(sandbox_uid_pids()))
+    probe.start()
+    (r,) = verifier.verify([problem()], ["```python\nimport time\ntime.sleep(100)\n```"])
+    probe.join()
+    assert not r.valid and "did not finish" in r.error
+    assert seen, "the program was running (as a sandbox uid) while the supervisor was frozen"
+    assert sandbox_uid_pids() == []
+    monkeypatch.undo()
+    assert verifier.verify([problem()], [GOOD])[0].components["correct"] == 1.0
 
 
 def test_concurrency_is_bounded_and_metrics_are_reported(verifier, monkeypatch):
@@ -112,9 +158,10 @@ def test_identical_completions_run_once(verifier):
 
 
 def test_expected_values_never_reach_the_sandbox(verifier, monkeypatch):
+    import rlvr.sandbox.executor as executor
     sent = []
-    real_launch = verifier.sandbox._launch
-    monkeypatch.setattr(verifier.sandbox, "_launch", lambda argv, req, *a: sent.append(req) or real_launch(argv, req, *a))
+    real_encode = executor.encode_request
+    monkeypatch.setattr(executor, "encode_request", lambda req: sent.append(req) or real_encode(req))
     tests = {"type": "function", "entry_point": "add", "cases": [{"args": [1, 2], "expected": "EXPECTED-7f3a"}]}
     stdio = {"type": "stdio", "cases": [{"input": "1 2\n", "output": "OUTPUT-91bc"}]}
     verifier.verify([problem(tests, "a"), problem(stdio, "b")], [GOOD, "```python\nprint(3)\n```"])
@@ -157,7 +204,7 @@ def test_cli_sandbox_run_prints_a_verdict(tmp_path, capsys, code, status):
     rc = main(["sandbox", "run", str(prog), "reward.code.memory_mb=256", "--stdin", str(stdin), "--timeout", "1"])
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["status"] == status and rc == (0 if status == "ok" else 1)
-    assert verdict["isolation"] in ("namespaces", "user_namespaces")
+    assert verdict["isolation"].startswith(("namespaces", "user_namespaces"))
     if status == "ok":
         assert verdict["stdout"] == "HELLO\n\n" and verdict["exit_code"] == 0
 
@@ -178,3 +225,20 @@ def test_program_sees_site_packages_but_not_the_repository(verifier, tmp_path):
     tests = {"type": "stdio", "cases": [{"input": "", "output": "1 False /sandbox"}]}
     (r,) = verifier.verify([problem(tests)], [code])
     assert r.components["correct"] == 1.0, r.info
+
+
+def test_unshare_launcher_gives_the_same_isolation(verifier):
+    """The fallback when the fork server cannot run: `unshare` + a fresh interpreter per run."""
+    cfg = verifier.sandbox.cfg
+    plan = next(p for p in plans_to_try(cfg) if p.isolate and not p.server)
+    sandbox = Sandbox(cfg, plan, verifier.sandbox.interpreter)
+    try:
+        daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                  "        time.sleep(100)\n    os._exit(0)\nprint(open('/proc/net/dev').read().count(':'), os.getuid() != 0)\n")
+        run = sandbox.execute("program", daemon, [{"stdin": ""}])
+        assert run.ok and run.cases[0]["stdout"] == "1 True\n"  # only lo; not root
+        run = sandbox.execute("program", "while True:\n    pass\n", [{"stdin": ""}])
+        assert run.ok and run.cases[0]["status"] == "timeout"
+        assert sandbox_uid_pids() == []
+    finally:
+        sandbox.close()

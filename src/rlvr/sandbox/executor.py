@@ -4,10 +4,11 @@
     run = sandbox.execute("program", source, [{"stdin": "1 2\\n"}])
     run.cases[0]["status"], run.cases[0]["stdout"]
 
-Each execution starts `_harness.py` as pid 1 of fresh namespaces (see
-`isolation.py` for the command), sends it the request (source and case inputs,
-never expected outputs) and reads back one JSON reply. The parent enforces the
-wall clock: past `timeout_s + grace_s` it SIGKILLs the whole process group,
+Each execution runs `_harness.py` as pid 1 of fresh namespaces, forked by the
+fork server (`forkserver.py`) or started by `unshare` (see `isolation.py`),
+sends it the request (source and case inputs, never expected outputs) and reads
+back one JSON reply. The parent enforces the wall clock: past `timeout_s +
+grace_s` it SIGKILLs pid 1 (through a pidfd) or the launcher's process group,
 and the kernel then kills everything left in the pid namespace.
 """
 
@@ -19,6 +20,7 @@ import math
 import os
 import random
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlvr.sandbox.config import CodeConfig
+from rlvr.sandbox.forkserver import ForkServer, exchange
 from rlvr.sandbox.isolation import IsolationPlan, IsolationReport, build_report, plans_to_try
 
 HARNESS = Path(__file__).with_name("_harness.py")
@@ -94,6 +97,7 @@ class Sandbox:
         # works if it can reach the interpreter (here it may live under a 0700 /root).
         self.drop_uid = plan.drop_uid and (plan.isolate or all(_others_can_reach(r) for r in interpreter.roots))
         self.report: IsolationReport | None = None
+        self._server: ForkServer | None = None
         self._uids: set[int] = set()
         self._lock = threading.Lock()
         self._rng = random.Random(secrets.randbits(64))
@@ -144,9 +148,11 @@ class Sandbox:
             os.mkdir(f"{tmp}/h", 0o700)
             if uid is not None:
                 os.chmod(tmp, 0o711)
-        argv = self.plan.prefix + [self.interpreter.executable, "-I", "-S", "-B", str(HARNESS)]
         t0 = time.perf_counter()
         try:
+            if self.plan.server:
+                return self._run_in_server(req, total_t + self.cfg.grace_s, nonce, t0)
+            argv = self.plan.prefix + [self.interpreter.executable, "-I", "-S", "-B", str(HARNESS)]
             return self._launch(argv, req, total_t + self.cfg.grace_s, nonce, t0)
         finally:
             self._release_uid(uid)
@@ -162,7 +168,7 @@ class Sandbox:
         except OSError as exc:
             return Execution(False, nonce=nonce, error=f"could not start the sandbox: {exc}")
         try:
-            out, err = proc.communicate(marshal.dumps(req), timeout=hard_timeout)
+            out, err = proc.communicate(encode_request(req), timeout=hard_timeout)
         except subprocess.TimeoutExpired:
             _killpg(proc.pid)  # unshare is not reaped yet, so its pid (= the group id) is still ours
             proc.communicate()
@@ -175,15 +181,58 @@ class Sandbox:
             raise
         # A normal exit needs no kill: unshare waited for the harness, pid 1 of the
         # namespace, and the kernel killed everything else in it when that exited.
-        wall = time.perf_counter() - t0
+        return _reply(out, err, f"exit status {proc.returncode}", nonce, t0)
+
+    def _run_in_server(self, req: dict, hard_timeout: float, nonce: str, t0: float) -> Execution:
+        (stdin_r, stdin_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
         try:
-            reply = json.loads(out)
-        except ValueError:
-            detail = err.decode("utf-8", "replace").strip()[-800:] or f"exit status {proc.returncode}"
-            return Execution(False, nonce=nonce, wall_s=wall, error=f"sandbox crashed: {detail}")
-        if not reply.get("ok"):
-            return Execution(False, nonce=nonce, wall_s=wall, error=f"sandbox failed: {reply.get('error')}")
-        return Execution(True, reply["cases"], nonce, wall_s=wall, setup_s=reply.get("setup_s", 0.0))
+            if self._server is None:
+                with self._lock:
+                    self._server = self._server or ForkServer(self.interpreter.executable, LAUNCH_ENV)
+            pidfd = self._server.spawn([stdin_r, out_w, err_w])
+        except OSError as exc:
+            for fd in (stdin_w, out_r, err_r):
+                os.close(fd)
+            return Execution(False, nonce=nonce, error=f"could not start the sandbox: {exc}")
+        finally:
+            for fd in (stdin_r, out_w, err_w):  # the sandbox holds its own copies now
+                os.close(fd)
+        try:
+            out, err, finished = exchange(stdin_w, out_r, err_r, encode_request(req), time.monotonic() + hard_timeout)
+            if not finished:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # pid 1: the whole namespace goes
+            # Return only once pid 1 has exited, which the kernel completes after every other
+            # process of its namespace is gone: nothing of this run outlives the call.
+            select.select([pidfd], [], [], 10.0)
+        finally:
+            os.close(pidfd)
+        if not finished:
+            return Execution(False, nonce=nonce, wall_s=time.perf_counter() - t0,
+                             error=f"sandbox did not finish within {hard_timeout:.1f} s and was killed")
+        return _reply(out, err, "no reply", nonce, t0)
+
+    def close(self) -> None:
+        """Stop the fork server, if one was started."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+def encode_request(req: dict) -> bytes:
+    """Everything that enters the sandbox, as bytes (marshal: the harness reads it fast)."""
+    return marshal.dumps(req)
+
+
+def _reply(out: bytes, err: bytes, status: str, nonce: str, t0: float) -> Execution:
+    wall = time.perf_counter() - t0
+    try:
+        reply = json.loads(out)
+    except ValueError:
+        detail = err.decode("utf-8", "replace").strip()[-800:] or status
+        return Execution(False, nonce=nonce, wall_s=wall, error=f"sandbox crashed: {detail}")
+    if not reply.get("ok"):
+        return Execution(False, nonce=nonce, wall_s=wall, error=f"sandbox failed: {reply.get('error')}")
+    return Execution(True, reply["cases"], nonce, wall_s=wall, setup_s=reply.get("setup_s", 0.0))
 
 
 def _others_can_reach(path: str) -> bool:
@@ -229,6 +278,7 @@ def open_sandbox(cfg: CodeConfig) -> Sandbox:
             tried.append(sandbox.report)
             if sandbox.report.meets_requirements or k == len(plans) - 1:
                 return sandbox
+            sandbox.close()
         raise AssertionError("plans_to_try returned no plan")
     finally:
         shutil.rmtree(marker_dir, ignore_errors=True)

@@ -76,3 +76,4 @@ class ExecutionPool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self.sandbox.close()
