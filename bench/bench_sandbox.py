@@ -4,7 +4,10 @@
 
 1. Latency: a trivial program (`print(1)`) run N times, alternating plain
    `subprocess.run([python, prog.py])` and a sandboxed execution, so both see the
-   same machine load. Reports p50/p95 of each and of the paired differences.
+   same machine load. Reports p50/p95 of each and of the paired differences. The
+   sandbox runs the program in a forked, already started interpreter (fork server),
+   so it can beat a plain run, which starts Python each time; the `unshare`
+   fallback launcher, which does start one, is measured too.
 2. Throughput on 2 cores (pinned when the machine has more): the same program
    through the execution pool with max_parallel=2, against 2 threads running
    plain subprocesses.
@@ -24,7 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rlvr.sandbox.config import CodeConfig
-from rlvr.sandbox.executor import open_sandbox
+from rlvr.sandbox.executor import Sandbox, open_sandbox
+from rlvr.sandbox.isolation import plans_to_try
 from rlvr.sandbox.pool import ExecutionPool
 
 TRIVIAL = "print(1)\n"
@@ -113,6 +117,11 @@ def main() -> int:
                    "python": sys.executable, "latency": latency(sandbox, prog, args.n),
                    "throughput": throughput(sandbox, prog, args.throughput_n),
                    "humaneval_canonical": humaneval(cfg)}
+        fallback = next((p for p in plans_to_try(cfg) if p.isolate and not p.server), None)
+        if sandbox.plan.server and fallback is not None:  # the `unshare` launcher, for comparison
+            figures["latency_unshare_launcher"] = latency(Sandbox(cfg, fallback, sandbox.interpreter), prog,
+                                                          max(args.n // 4, 10))
+        sandbox.close()
     lat, thr = figures["latency"], figures["throughput"]
     print(f"per execution (trivial program, {args.n} alternating pairs):")
     print(f"  plain subprocess.run  p50 {lat['plain_p50_ms']:7.2f} ms   p95 {lat['plain_p95_ms']:7.2f} ms")
@@ -122,6 +131,10 @@ def main() -> int:
     print(f"throughput on {figures['cores']} cores, 2 at a time ({args.throughput_n} executions):")
     print(f"  plain {thr['plain_exec_per_s']} exec/s   sandbox {thr['sandbox_exec_per_s']} exec/s"
           f"   ratio {thr['sandbox_over_plain']}")
+    if "latency_unshare_launcher" in figures:
+        u = figures["latency_unshare_launcher"]
+        print(f"fallback launcher (unshare + interpreter start-up per run): sandbox p50 {u['sandbox_p50_ms']} ms, "
+              f"overhead p50 {u['overhead_p50_ms']} ms, p95 {u['overhead_p95_ms']} ms")
     if figures["humaneval_canonical"]:
         he = figures["humaneval_canonical"]
         print(f"HumanEval canonical solutions: {he['passed']}/{he['problems']} pass, {he['exec_per_s']} exec/s")
