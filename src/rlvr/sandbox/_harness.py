@@ -1,8 +1,9 @@
-"""Trusted supervisor inside the sandbox: one JSON request on stdin, one JSON reply on stdout.
+"""Trusted supervisor inside the sandbox: one marshalled request on stdin, one JSON reply on stdout.
 
-`rlvr.sandbox.executor` starts it as `unshare --net --mount --pid --ipc --uts
---fork --kill-child python -I -S -B _harness.py`, so it is pid 1 of fresh
-namespaces and (normally) root. It builds a private root filesystem, then runs
+It runs as pid 1 of fresh pid/net/mount/ipc/uts namespaces, normally as root:
+forked by the fork server (`_server.py`, which calls `main()`), or started as
+`unshare --net --mount --pid --ipc --uts --fork --kill-child python -I -S -B
+_harness.py`. It builds a private root filesystem, then runs
 the untrusted program case by case in forked children that drop to an unused
 uid under resource limits; after each child it SIGKILLs every other process of
 the namespace, so nothing a program starts outlives its case.
