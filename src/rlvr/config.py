@@ -62,6 +62,8 @@ class SFTConfig:
     warmup: int = 20
     examples: int = 20000
     """Worked examples generated for cold-start SFT (disjoint from the held-out set)."""
+    teacher_error: float = 0.0
+    """Chance that a cold-start demonstration forgets each carry/borrow (an imperfect teacher)."""
     cache_dir: str = ".cache/sft"
     """SFT checkpoints are cached here keyed by their config, so a second run reuses them."""
 

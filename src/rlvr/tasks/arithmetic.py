@@ -6,6 +6,9 @@ learn it:
 
     478+964=  ->  <think>8+4=12 7+6+1=14 4+9+1=14</think><answer>1442</answer>
 
+Cold-start demonstrations can come from an imperfect teacher that forgets
+carries (`teacher_solution`); gold answers are always exact.
+
 Train and held-out problems come from disjoint generators: the held-out
 set is drawn first with its own seed and every training draw that collides
 with it is rejected, so evaluation never sees a training prompt.
@@ -14,7 +17,7 @@ with it is rejected, so evaluation never sees a training prompt.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rlvr.records import Problem
@@ -22,8 +25,8 @@ from rlvr.records import Problem
 SOURCE = "arithmetic"
 
 
-def _columns_add(a: int, b: int) -> str:
-    steps, carry = [], 0
+def _columns_add(a: int, b: int, slip: Callable[[], bool]) -> tuple[str, int]:
+    steps, carry, digits = [], 0, []
     da, db = str(a)[::-1], str(b)[::-1]
     for i in range(max(len(da), len(db))):
         x = int(da[i]) if i < len(da) else 0
@@ -31,13 +34,17 @@ def _columns_add(a: int, b: int) -> str:
         expr = f"{x}+{y}" + (f"+{carry}" if carry else "")
         total = x + y + carry
         steps.append(f"{expr}={total}")
+        digits.append(total % 10)
         carry = total // 10
-    return " ".join(steps)
+        if carry and slip():  # the teacher forgets this carry
+            carry = 0
+    result = int((str(carry) if carry else "") + "".join(map(str, reversed(digits))))
+    return " ".join(steps), result
 
 
-def _columns_sub(a: int, b: int) -> str:
+def _columns_sub(a: int, b: int, slip: Callable[[], bool]) -> tuple[str, int]:
     # a >= b is guaranteed by the generator; borrow is written as -1.
-    steps, borrow = [], 0
+    steps, borrow, digits = [], 0, []
     da, db = str(a)[::-1], str(b)[::-1]
     for i in range(len(da)):
         x = int(da[i])
@@ -46,24 +53,39 @@ def _columns_sub(a: int, b: int) -> str:
         total = x - y - borrow
         borrow = 1 if total < 0 else 0
         steps.append(f"{expr}={total + 10 * borrow}" + ("b" if borrow else ""))
-    return " ".join(steps)
+        digits.append(total + 10 * borrow)
+        if borrow and slip():  # the teacher forgets this borrow
+            borrow = 0
+    return " ".join(steps), int("".join(map(str, reversed(digits))))
 
 
-def _partial_products(a: int, b: int) -> str:
+def _partial_products(a: int, b: int, slip: Callable[[], bool]) -> tuple[str, int]:
     # a * b as a sum of a * (digit of b) shifted: 123*45 -> 123*5=615 123*40=4920
     steps = []
     for i, d in enumerate(str(b)[::-1]):
         term = int(d) * 10**i
         steps.append(f"{a}*{term}={a * term}")
-    return " ".join(steps)
+    return " ".join(steps), a * b
 
 
 WORKINGS = {"+": _columns_add, "-": _columns_sub, "*": _partial_products}
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
-def worked_solution(a: int, op: str, b: int) -> str:
-    return f"<think>{WORKINGS[op](a, b)}</think><answer>{APPLY[op](a, b)}</answer>"
+def worked_solution(a: int, op: str, b: int, slip: Callable[[], bool] = lambda: False) -> str:
+    """The worked example; `slip()` decides, at each carry/borrow, whether the teacher forgets it."""
+    work, result = WORKINGS[op](a, b, slip)
+    return f"<think>{work}</think><answer>{result}</answer>"
+
+
+def teacher_solution(problem: Problem, error_rate: float, rng: random.Random) -> str:
+    """A cold-start demonstration from an imperfect teacher that forgets each carry with `error_rate`.
+
+    Real cold-start data is distilled from a weaker model and carries its
+    systematic mistakes; RL with a verifiable reward is what corrects them.
+    """
+    a, op, b = problem.metadata["operands"]
+    return worked_solution(a, op, b, slip=lambda: rng.random() < error_rate)
 
 
 @dataclass(frozen=True)
@@ -100,7 +122,7 @@ class ArithmeticTask:
             answer=str(APPLY[op](a, b)),
             source=SOURCE,
             verifier="math",
-            metadata={"solution": worked_solution(a, op, b)},
+            metadata={"solution": worked_solution(a, op, b), "operands": (a, op, b)},
         )
 
     def held_out(self) -> list[Problem]:

@@ -24,6 +24,7 @@ from rlvr.models import load_model, save_model
 from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.tasks import build_task
+from rlvr.tasks.arithmetic import teacher_solution
 from rlvr.train.batch import completion_logits, pack
 
 
@@ -49,11 +50,11 @@ def _digest(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def sft_pairs(problems: list[Problem], tokenizer) -> list[tuple[list[int], list[int]]]:
+def sft_pairs(problems: list[Problem], tokenizer, solutions: list[str]) -> list[tuple[list[int], list[int]]]:
     pairs = []
-    for p in problems:
+    for p, solution in zip(problems, solutions):
         prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
-        target = tokenizer(p.metadata["solution"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        target = tokenizer(solution, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
         pairs.append((prompt, target))
     return pairs
 
@@ -95,7 +96,9 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     task = build_task(cfg)
     problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), cfg.sft.examples))
     s = cfg.sft
-    losses = train_sft(model, tokenizer, sft_pairs(problems, tokenizer), steps=s.steps, batch_size=s.batch_size,
+    rng = random.Random(f"teacher-{cfg.seed}")
+    solutions = [teacher_solution(p, s.teacher_error, rng) for p in problems]
+    losses = train_sft(model, tokenizer, sft_pairs(problems, tokenizer, solutions), steps=s.steps, batch_size=s.batch_size,
                        lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step)
     tmp = out.with_name(out.name + ".tmp")
     save_model(model, tokenizer, tmp)

@@ -97,7 +97,7 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 for key, value in stats.items():
                     sums[key] += float(value)
                     counts[key] += 1
-                mini_loss += float(loss) * float(weight)
+                mini_loss += float(loss.detach()) * float(weight)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
             sums["loss"] += mini_loss
             counts["loss"] += 1
