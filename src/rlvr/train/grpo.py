@@ -16,19 +16,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlvr.algos import group_advantages
 from rlvr.checkpoint import latest_valid, rng_state, save_checkpoint, set_rng_state
 from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.evaluate import evaluate
 from rlvr.inference.reference import ReferenceModel
 from rlvr.models import load_model, save_model
-from rlvr.rewards import build_reward, reward_metrics
-from rlvr.rollout.hf import SamplingParams, generate
+from rlvr.rewards import RewardMonitor, build_reward
+from rlvr.rollout.hf import SamplingParams
 from rlvr.runlog import RunLog
 from rlvr.tasks import ProblemSampler, build_task
-from rlvr.train.metrics import rollout_metrics
 from rlvr.train.sft import run_sft
+from rlvr.train.step import StepBatch, collect_batch
 from rlvr.train.update import UpdateSettings, policy_update
 
 
@@ -47,12 +46,16 @@ def starting_point(cfg: Config, ui: RunConsole) -> Path:
     return run_sft(cfg)
 
 
-def fill_invalid(rewards: torch.Tensor, valid: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Invalid rewards take their group's valid mean, so they shift no statistic; the loss masks them."""
-    r = rewards.view(-1, group_size).clone()  # (M, G)
-    v = valid.view(-1, group_size)  # (M, G)
-    mean = (r * v).sum(1, keepdim=True) / v.sum(1, keepdim=True).clamp(min=1)  # (M, 1)
-    return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
+def sample_rows(batch: StepBatch, n: int) -> list[dict]:
+    """A few completions per step for samples.jsonl, with their reward breakdown."""
+    rows = []
+    for i, c in enumerate(batch.completions[:n]):
+        p, r = batch.problems[i], batch.results[i]
+        rows.append({"problem_id": c.problem_id, "group_id": c.group_id, "source": p.source, "prompt": p.prompt,
+                     "completion": c.text, "answer": p.answer, "reward": r.total, "components": r.components,
+                     "valid": r.valid, "error": r.error, "advantage": float(batch.advantages[i]),
+                     "finish_reason": c.finish_reason})
+    return rows
 
 
 def update_settings(cfg: Config) -> UpdateSettings:
@@ -82,6 +85,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
 
     model, tokenizer = load_model(resume.model_dir if resume else start_path, cfg.model.dtype)
     reward = build_reward(cfg.reward)
+    monitor = RewardMonitor(cfg.reward.monitor.stuck_steps)
     task = build_task(cfg)
     held_out = task.held_out()[: cfg.eval.n]
     ref = None
@@ -130,34 +134,24 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         while step < cfg.train.steps:
             step += 1
             t0 = time.time()
-            # 1. sample prompts, 2. generate G completions each
-            problems = sampler.take(cfg.rollout.batch_size)
-            completions = generate(model, tokenizer, problems, params, group_offset=(step - 1) * len(problems),
-                                   policy_version=step - 1)
-            t_rollout = time.time() - t0
-            # 3. rule-based rewards (invalid samples are counted and kept out of the loss)
-            t1 = time.time()
-            per_sample = [problems[i // params.group_size] for i in range(len(completions))]
-            results = reward.score(per_sample, [c.text for c in completions])
-            rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (N,)
-            valid = torch.tensor([r.valid for r in results])  # (N,)
-            t_reward = time.time() - t1
-            # 4. group-relative advantages; reference log-probs for the KL term
+            # 1-3. sample prompts, generate G completions each, score them, group-relative advantages
+            batch = collect_batch(model, tokenizer, sampler, reward, params, cfg.algo,
+                                  batch_size=cfg.rollout.batch_size, step=step)
+            # 4. reference log-probs for the KL term, 5. clipped policy update (mu epochs)
             t2 = time.time()
-            advantages = group_advantages(fill_invalid(rewards, valid, params.group_size), params.group_size,
-                                          estimator=cfg.algo.advantage, scale=cfg.algo.scale, eps=cfg.algo.eps)
-            ref_logp = ref.logprobs(completions) if ref is not None else None
-            # 5. clipped policy update (mu epochs over the batch)
-            actor = policy_update(model, optimizer, completions, advantages, valid.float(), ref_logp,
-                                  tokenizer.pad_token_id, settings, generator=update_rng)
+            ref_logp = ref.logprobs(batch.completions) if ref is not None else None
+            actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.valid.float(),
+                                  ref_logp, tokenizer.pad_token_id, settings, generator=update_rng)
             scheduler.step()
-            t_update = time.time() - t2
             # 6. log
-            metrics = {**reward_metrics(per_sample, results), **rollout_metrics(completions, rewards, params.group_size),
-                       **actor, "actor/lr": scheduler.get_last_lr()[0]}
-            step_s = time.time() - t0
-            metrics.update({"time/rollout_s": t_rollout, "time/reward_s": t_reward, "time/update_s": t_update,
-                            "perf/step_s": step_s, "perf/rollout_tok_s": metrics["rollout/tokens"] / max(t_rollout, 1e-9)})
+            metrics = {**batch.metrics, **actor, "actor/lr": scheduler.get_last_lr()[0],
+                       "time/update_s": time.time() - t2, "perf/step_s": time.time() - t0}
+            for message in monitor.update(step, metrics):
+                log.event("alert", step=step, message=message)
+                ui.warn(message)
+            if metrics["reward/invalid_frac"] > 0:
+                log.event("invalid_samples", step=step, count=int(round(metrics["reward/invalid_frac"] * len(batch.results))),
+                          errors=sorted({r.error for r in batch.results if not r.valid and r.error})[:5])
             if actor["actor/skipped_updates"]:
                 log.event("skipped_update", step=step, count=actor["actor/skipped_updates"])
                 ui.warn(f"step {step}: {int(actor['actor/skipped_updates'])} update(s) skipped (non-finite loss or gradient)")
@@ -168,11 +162,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
                 history["eval"].append((step, accuracy))
             history["reward"].append(metrics["reward/mean"])
             log.metrics(step, metrics)
-            log.samples(step, [{"problem_id": c.problem_id, "group_id": c.group_id, "prompt": per_sample[i].prompt,
-                                "completion": c.text, "answer": per_sample[i].answer, "reward": results[i].total,
-                                "components": results[i].components, "valid": results[i].valid,
-                                "advantage": float(advantages[i]), "finish_reason": c.finish_reason}
-                               for i, c in enumerate(completions[: cfg.log.samples_per_step])])
+            log.samples(step, sample_rows(batch, cfg.log.samples_per_step))
             ui.update(step, metrics, accuracy)
             # 7. checkpoint
             if cfg.ckpt.every and step % cfg.ckpt.every == 0:
@@ -183,6 +173,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         raise
     finally:
         ui.stop()
+        reward.close()
         if status == "failed":
             log.summary({"status": status, "steps": step, "wall_time_s": time.time() - t_start,
                          "eval_before": eval_before, "eval_after": None})
