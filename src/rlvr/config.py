@@ -105,6 +105,32 @@ class AlgoConfig:
     """Importance ratio per token (PPO/GRPO) or per sequence (GSPO)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (0 = off; entropy is reported either way)."""
+    kl_in_reward: bool = False
+    """Fold beta * sum of per-token KL into each completion's reward before advantages (RLOO/PPO-RLHF
+    style) instead of adding it to the loss; algo.kl_estimator picks the estimator (k1 is usual here)."""
+    filter_zero_std: bool = False
+    """Dynamic sampling (DAPO): drop groups whose rewards are all equal and sample more prompts
+    until rollout.batch_size groups with signal are collected (at most algo.max_extra_rounds more)."""
+    max_extra_rounds: int = 3
+    """Extra sampling rounds per step for algo.filter_zero_std; a batch still short after them
+    trains on the groups it has and logs the shortfall."""
+    mask_truncated: bool = False
+    """Exclude completions cut at rollout.max_new_tokens (finish reason 'length') from the loss."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong punishment: the penalty ramps up over the last N tokens before
+    rollout.max_new_tokens (0 = off)."""
+    overlong_penalty: float = 1.0
+    """Reward subtracted at (and beyond) rollout.max_new_tokens when algo.overlong_buffer > 0."""
+    noise_std: float = 0.0
+    """Gaussian noise added to rewards before normalisation to break ties (0 = off); groups
+    with no reward variance stay at zero advantage."""
+
+    def __post_init__(self) -> None:
+        require(self.max_extra_rounds >= 0, "max_extra_rounds", f"must be >= 0, got {self.max_extra_rounds}")
+        require(self.overlong_buffer >= 0, "overlong_buffer", f"must be >= 0 tokens, got {self.overlong_buffer}")
+        require(self.overlong_penalty >= 0, "overlong_penalty", f"must be >= 0, got {self.overlong_penalty}")
+        require(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
+        require(self.beta >= 0, "beta", f"must be >= 0, got {self.beta}")
 
 
 @dataclass
@@ -174,6 +200,12 @@ class Config:
     ckpt: CkptConfig = field(default_factory=CkptConfig)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        # settings that span two sections
+        require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
+                f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
+                f"({self.rollout.max_new_tokens})")
 
     @property
     def run_dir(self) -> Path:

@@ -64,7 +64,8 @@ def update_settings(cfg: Config) -> UpdateSettings:
         ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
         max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss_type=a.loss_type,
         clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, ratio_level=a.ratio_level,
-        beta=a.beta, kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
+        beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages already
+        kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
 
 
 def train(cfg: Config, ui: RunConsole | None = None) -> dict:
@@ -134,14 +135,14 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         while step < cfg.train.steps:
             step += 1
             t0 = time.time()
-            # 1-3. sample prompts, generate G completions each, score them, group-relative advantages
+            # 1-4. sample prompts, generate G completions each, score them (dropping groups with no
+            # signal under dynamic sampling), reference log-probs, shaped rewards, group-relative advantages
             batch = collect_batch(model, tokenizer, sampler, reward, params, cfg.algo,
-                                  batch_size=cfg.rollout.batch_size, step=step)
-            # 4. reference log-probs for the KL term, 5. clipped policy update (mu epochs)
+                                  batch_size=cfg.rollout.batch_size, step=step, ref=ref)
+            # 5. clipped policy update (mu epochs)
             t2 = time.time()
-            ref_logp = ref.logprobs(batch.completions) if ref is not None else None
-            actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.valid.float(),
-                                  ref_logp, tokenizer.pad_token_id, settings, generator=update_rng)
+            actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.loss_mask,
+                                  batch.ref_logp, tokenizer.pad_token_id, settings, generator=update_rng)
             scheduler.step()
             # 6. log
             metrics = {**batch.metrics, **actor, "actor/lr": scheduler.get_last_lr()[0],
@@ -150,8 +151,12 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
                 log.event("alert", step=step, message=message)
                 ui.warn(message)
             if metrics["reward/invalid_frac"] > 0:
-                log.event("invalid_samples", step=step, count=int(round(metrics["reward/invalid_frac"] * len(batch.results))),
+                n_sampled = metrics["rollout/groups"] * cfg.rollout.group_size
+                log.event("invalid_samples", step=step, count=int(round(metrics["reward/invalid_frac"] * n_sampled)),
                           errors=sorted({r.error for r in batch.results if not r.valid and r.error})[:5])
+            if metrics["rollout/shortfall_groups"]:
+                log.event("sampling_shortfall", step=step, groups=int(metrics["rollout/shortfall_groups"]),
+                          extra_rounds=int(metrics["rollout/extra_rounds"]))
             if actor["actor/skipped_updates"]:
                 log.event("skipped_update", step=step, count=actor["actor/skipped_updates"])
                 ui.warn(f"step {step}: {int(actor['actor/skipped_updates'])} update(s) skipped (non-finite loss or gradient)")

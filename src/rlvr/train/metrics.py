@@ -1,4 +1,4 @@
-"""Per-step rollout statistics (lengths, truncation, zero-variance groups)."""
+"""Per-step rollout statistics (lengths, truncation, zero-variance groups) and reward shaping."""
 
 from __future__ import annotations
 
@@ -26,4 +26,22 @@ def rollout_metrics(completions: Sequence[Completion], rewards: torch.Tensor, gr
         "rollout/truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
         "rollout/zero_std_frac": float(zero_std.mean()),
         "rollout/tokens": float(sum(lengths)),
+    }
+
+
+def shaping_metrics(completions: Sequence[Completion], overlong: torch.Tensor, kl_penalty: torch.Tensor,
+                    loss_mask: torch.Tensor, valid: torch.Tensor) -> dict[str, float]:
+    """What length handling and KL-in-reward did to the batch the update sees.
+
+    overlong (N,) <= 0 added to the reward; kl_penalty (N,) subtracted from it;
+    loss_mask (N,) 0 for samples out of the loss; valid (N,) bool.
+    """
+    truncated = torch.tensor([c.finish_reason == "length" for c in completions], dtype=torch.bool)  # (N,)
+    return {
+        "reward/overlong_penalty_mean": float(overlong.mean()),
+        "reward/overlong_frac": float((overlong < 0).float().mean()),
+        "reward/kl_penalty_mean": float(kl_penalty.mean()),
+        # valid samples taken out of the loss can only be truncated ones (algo.mask_truncated)
+        "rollout/masked_truncated_frac": float((truncated & valid & (loss_mask == 0)).float().mean()),
+        "rollout/loss_samples": float((loss_mask != 0).sum()),
     }

@@ -1,24 +1,42 @@
-"""Collect one training batch: sample prompts -> generate G each -> reward -> advantages.
+"""Collect one training batch: sample prompts -> generate G each -> reward -> shape -> advantages.
 
 Returns a `StepBatch`: completions, their problems and rewards, and the
-tensors the update needs (rewards, valid mask, advantages), kept as
-separate fields. Invalid samples (the reward could not be computed) are
-counted, logged by the caller, and masked out of the loss.
+tensors the update needs (loss mask, advantages, reference log-probs), with
+the verifier's reward and the advantage kept as separate fields.
+
+What the algorithm settings (`AlgoConfig`) change here, in order:
+
+1. dynamic sampling (`filter_zero_std`, DAPO): a group whose rewards are all
+   equal has zero advantage everywhere and only dilutes the batch; such groups
+   are dropped and more prompts sampled, for at most `max_extra_rounds` extra
+   rounds. A batch still short then trains on what it has (the shortfall is
+   reported, and an empty batch applies no update).
+2. length: `overlong_buffer` adds DAPO's soft overlong penalty to the reward;
+   `mask_truncated` takes completions cut at the budget out of the loss.
+3. KL in the reward (`kl_in_reward`): beta * summed per-token KL of each
+   completion (behaviour vs reference log-probs) is subtracted from its reward
+   before advantages, so the loss gets beta = 0.
+4. advantages: `group_advantages` with the configured estimator, scale, noise.
+
+Invalid samples (the reward could not be computed) are counted, logged by the
+caller, and masked out of the loss; their reward is replaced by their group's
+valid mean so they shift no baseline.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from rlvr.algos import group_advantages
+from rlvr.algos import group_advantages, kl_reward_penalty, overlong_penalty, zero_variance_groups
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import reward_metrics
 from rlvr.rollout.hf import SamplingParams, generate
-from rlvr.train.metrics import rollout_metrics
+from rlvr.train.metrics import rollout_metrics, shaping_metrics
 
 
 @dataclass
@@ -26,10 +44,38 @@ class StepBatch:
     problems: list[Problem]  # (N,) the problem of each completion
     completions: list[Completion]  # (N,) group after group
     results: list[RewardResult]  # (N,)
-    rewards: torch.Tensor  # (N,) total reward
-    valid: torch.Tensor  # (N,) bool: False = reward could not be computed, excluded from the loss
+    rewards: torch.Tensor  # (N,) the verifier's total reward, unshaped
+    valid: torch.Tensor  # (N,) bool: False = reward could not be computed
+    shaped_rewards: torch.Tensor  # (N,) what the advantages come from: invalid filled, + overlong, - KL
+    loss_mask: torch.Tensor  # (N,) float: 0 = out of the loss (invalid, or truncated with mask_truncated)
     advantages: torch.Tensor  # (N,)
+    ref_logp: torch.Tensor | None = None  # (N, T) reference log-probs, None without a reference model
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Samples:
+    """Whole groups of scored completions, laid out group after group."""
+
+    problems: list[Problem] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+    results: list[RewardResult] = field(default_factory=list)
+
+    def extend(self, other: "_Samples", keep: list[int], g: int) -> None:
+        """Append the groups of `other` whose indices are in `keep`."""
+        for m in keep:
+            rows = slice(m * g, (m + 1) * g)
+            self.problems += other.problems[rows]
+            self.completions += other.completions[rows]
+            self.results += other.results[rows]
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        return torch.tensor([r.total for r in self.results], dtype=torch.float32)  # (N,)
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return torch.tensor([r.valid for r in self.results], dtype=torch.bool)  # (N,)
 
 
 def fill_invalid(rewards: torch.Tensor, valid: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -40,25 +86,124 @@ def fill_invalid(rewards: torch.Tensor, valid: torch.Tensor, group_size: int) ->
     return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
 
 
+def length_shaping(completions: list[Completion], algo: AlgoConfig, max_new_tokens: int) -> torch.Tensor:
+    """(N,) reward added for length: DAPO's soft overlong penalty, or zeros when it is off."""
+    lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)  # (N,)
+    if algo.overlong_buffer == 0:
+        return torch.zeros_like(lengths)
+    return overlong_penalty(lengths, max_new_tokens, algo.overlong_buffer, algo.overlong_penalty)  # (N,)
+
+
+def task_rewards(s: _Samples, algo: AlgoConfig, max_new_tokens: int, g: int) -> torch.Tensor:
+    """(N,) reward before any KL term: verifier total + length shaping, invalid samples filled."""
+    return fill_invalid(s.rewards + length_shaping(s.completions, algo, max_new_tokens), s.valid, g)  # (N,)
+
+
+def loss_mask(s: _Samples, algo: AlgoConfig) -> torch.Tensor:
+    """(N,) 1.0 for samples the loss sees: valid, and not truncated when algo.mask_truncated."""
+    truncated = torch.tensor([c.finish_reason == "length" for c in s.completions], dtype=torch.bool)  # (N,)
+    return (s.valid & ~(truncated & algo.mask_truncated)).float()  # (N,)
+
+
+def behaviour_logprobs(completions: list[Completion]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stored sampling-time log-probs (N, T), right-padded with 0, and their token mask (N, T)."""
+    t = max(1, max(len(c.token_ids) for c in completions))
+    logp, mask = torch.zeros(len(completions), t), torch.zeros(len(completions), t)  # (N, T)
+    for i, c in enumerate(completions):
+        logp[i, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
+        mask[i, : len(c.token_ids)] = 1.0
+    return logp, mask
+
+
+def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
+    """Prompts to sample for `need` more groups, from the keep rate so far; at most one batch."""
+    if kept == 0:
+        return batch_size
+    return min(batch_size, max(need, math.ceil(need * seen / kept)))
+
+
 def collect_batch(model, tokenizer, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, step: int) -> StepBatch:
+                  batch_size: int, step: int, ref=None) -> StepBatch:
+    """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
+
+    ref: a `ReferenceModel` (anything with `.logprobs(completions) -> (N, T)`), or None when
+    algo.beta = 0; its log-probs are taken for the kept completions only and returned for the loss.
+    """
+    g = params.group_size
+    times = {"time/rollout_s": 0.0, "time/reward_s": 0.0, "time/ref_s": 0.0}
+    generated, batch = _Samples(), _Samples()
+    rounds, n_prompts, need = 0, batch_size, batch_size
+    while True:
+        fresh = _sample_round(model, tokenizer, sampler, reward, params, n_prompts, step, times)
+        generated.extend(fresh, list(range(n_prompts)), g)
+        flat = zero_variance_groups(task_rewards(fresh, algo, params.max_new_tokens, g), g)  # (M,)
+        signal = [m for m in range(n_prompts) if not (algo.filter_zero_std and flat[m])][:need]
+        batch.extend(fresh, signal, g)
+        need -= len(signal)
+        if need == 0 or not algo.filter_zero_std or rounds == algo.max_extra_rounds:
+            break
+        rounds += 1
+        n_prompts = next_round_size(need, batch_size - need, len(generated.completions) // g, batch_size)
+
+    n_generated, n_kept = len(generated.completions) // g, len(batch.completions) // g
+    metrics = {
+        **reward_metrics(generated.problems, generated.results),
+        **rollout_metrics(generated.completions, task_rewards(generated, algo, params.max_new_tokens, g), g),
+        "rollout/extra_rounds": float(rounds),
+        "rollout/groups": float(n_generated),
+        "rollout/dropped_groups": float(n_generated - n_kept),
+        "rollout/shortfall_groups": float(need),
+    }
+    out = _shape(batch, ref, algo, params, times) if n_kept else _empty(times)
+    out.metrics = {**metrics, **out.metrics, **times}
+    out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
+    return out
+
+
+def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times: dict[str, float]) -> StepBatch:
+    """Reference log-probs, reward shaping, loss mask and advantages of the kept groups."""
     g = params.group_size
     t0 = time.time()
-    problems = sampler.take(batch_size)
-    completions = generate(model, tokenizer, problems, params, group_offset=(step - 1) * batch_size,
-                           policy_version=step - 1)
-    t_rollout = time.time() - t0
+    ref_logp = ref.logprobs(batch.completions) if ref is not None else None  # (N, T)
+    times["time/ref_s"] = time.time() - t0
+    rewards, valid = batch.rewards, batch.valid  # (N,), (N,)
+    overlong = length_shaping(batch.completions, algo, params.max_new_tokens)  # (N,)
+    task = fill_invalid(rewards + overlong, valid, g)  # (N,)
+    kl_penalty = torch.zeros_like(task)  # (N,)
+    if algo.kl_in_reward and ref_logp is not None:
+        old_logp, token_mask = behaviour_logprobs(batch.completions)  # (N, T)
+        kl_penalty = kl_reward_penalty(old_logp, ref_logp[:, : old_logp.shape[1]], token_mask, beta=algo.beta,
+                                       kind=algo.kl_estimator)  # (N,)
+    shaped = fill_invalid(task - kl_penalty, valid, g)  # (N,)
+    advantages = group_advantages(shaped, g, estimator=algo.advantage, scale=algo.scale, eps=algo.eps,
+                                  noise_std=algo.noise_std)  # (N,)
+    mask = loss_mask(batch, algo)  # (N,)
+    metrics = {
+        **shaping_metrics(batch.completions, overlong, kl_penalty, mask, valid),
+        # the proof for dynamic sampling: groups with no reward variance among those the update sees
+        "actor/zero_std_groups_in_update": float(zero_variance_groups(task, g).sum()),
+    }
+    return StepBatch(batch.problems, batch.completions, batch.results, rewards, valid, shaped, mask, advantages,
+                     ref_logp, metrics)
 
+
+def _empty(times: dict[str, float]) -> StepBatch:
+    """No group with signal after every round: a batch the update skips."""
+    none = torch.zeros(0)
+    return StepBatch([], [], [], none, none.bool(), none, none, none, None, {"actor/zero_std_groups_in_update": 0.0})
+
+
+def _sample_round(model, tokenizer, sampler, reward, params: SamplingParams, n_prompts: int, step: int,
+                  times: dict[str, float]) -> _Samples:
+    """Generate G completions for each of `n_prompts` new problems and score them."""
+    g = params.group_size
+    t0 = time.time()
+    offset = sampler.position  # group ids stay unique across rounds and steps
+    problems = sampler.take(n_prompts)
+    completions = generate(model, tokenizer, problems, params, group_offset=offset, policy_version=step - 1)
+    times["time/rollout_s"] += time.time() - t0
     t1 = time.time()
     per_sample = [problems[i // g] for i in range(len(completions))]
     results = reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions])
-    rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (N,)
-    valid = torch.tensor([r.valid for r in results], dtype=torch.bool)  # (N,)
-    t_reward = time.time() - t1
-
-    advantages = group_advantages(fill_invalid(rewards, valid, g), g, estimator=algo.advantage, scale=algo.scale,
-                                  eps=algo.eps)  # (N,)
-    metrics = {**reward_metrics(per_sample, results), **rollout_metrics(completions, rewards, g),
-               "time/rollout_s": t_rollout, "time/reward_s": t_reward}
-    metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(t_rollout, 1e-9)
-    return StepBatch(per_sample, completions, results, rewards, valid, advantages, metrics)
+    times["time/reward_s"] += time.time() - t1
+    return _Samples(per_sample, completions, results)

@@ -59,12 +59,15 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                   ) -> dict[str, float]:
     """Apply the updates; returns averaged actor/* stats. loss_mask (N,) is 0 for excluded samples."""
     n = len(completions)
+    if n == 0:  # dynamic sampling found no group with signal: nothing to learn from, nothing applied
+        return {"actor/skipped_updates": 0.0}
     t = max(1, max(len(c.token_ids) for c in completions))
     old_logp = _padded([c.logprobs for c in completions], t)  # (N, T)
     unit_fn = _LOSS_UNIT[choose(LossType, s.loss_type, "algo.loss_type")]
     lengths = torch.tensor([len(c.prompt_ids) + len(c.token_ids) for c in completions])
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    extremes = {"ratio_min": math.inf, "ratio_max": -math.inf}  # over all micro-batches, not averaged
     skipped = 0
     model.train()
     for _ in range(s.ppo_epochs):
@@ -97,6 +100,9 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 for key, value in stats.items():
                     sums[key] += float(value)
                     counts[key] += 1
+                if mask.any():  # a micro-batch with no token reports ratio 1, which is no observation
+                    extremes["ratio_min"] = min(extremes["ratio_min"], float(stats["ratio_min"]))
+                    extremes["ratio_max"] = max(extremes["ratio_max"], float(stats["ratio_max"]))
                 mini_loss += float(loss.detach()) * float(weight)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
             sums["loss"] += mini_loss
@@ -110,6 +116,7 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
             sums["grad_norm"] += float(grad_norm)
             counts["grad_norm"] += 1
     out = {f"actor/{k}": sums[k] / max(1, counts[k]) for k in sums}
+    out.update({f"actor/{k}": v for k, v in extremes.items() if math.isfinite(v)})
     out["actor/skipped_updates"] = float(skipped)
     return out
 
