@@ -2,17 +2,33 @@
 
 A checkpoint is written into `step_NNNNNN.tmp/`, every file fsynced, a
 manifest with the sha256 of every file written last, and the directory
-renamed into place. `latest_valid` walks checkpoints newest first and
-skips (and reports) any whose manifest is missing or does not verify.
+renamed into place (then the parent directory fsynced), so a crash
+mid-write never leaves a checkpoint that looks valid. `latest_valid` walks
+checkpoints newest first and skips (and reports) any whose manifest is
+missing or does not verify.
+
+    checkpoints/step_000050/
+      model/               safetensors weights, config, tokenizer (loadable by `load_model`)
+      trainer_state.pt     optimizer, scheduler, RNG (python, numpy, torch), sampler position,
+                           reward monitor, alert windows, rollback bookkeeping, history
+      manifest.json        step, config hash, score, sha256 of every file above
+
+`Checkpointer` adds retention (the newest N plus the best by a metric) and
+optional background writing: the state is copied to memory on the
+training thread and written on another, one checkpoint in flight at a time.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import io
 import json
 import os
 import random
 import shutil
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +37,8 @@ import numpy as np
 import torch
 
 MANIFEST = "manifest.json"
+# Keys that may change between a run and its resumption without changing what is trained.
+_VOLATILE = {("ckpt", "resume"), ("run", "progress"), ("debug",), ("log",), ("alerts",)}
 
 
 def _sha256(path: Path) -> str:
@@ -31,16 +49,22 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_tree(path: Path) -> None:
-    for p in sorted(path.rglob("*")):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
+def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        elif p.is_dir():
+            _fsync_dir(p)
+    _fsync_dir(path)
 
 
 def rng_state() -> dict[str, Any]:
@@ -51,6 +75,39 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+
+
+def config_fingerprint(config: dict[str, Any]) -> str:
+    """Hash of the settings that shape training (not resume/progress/logging/alert/debug keys)."""
+    trimmed = copy.deepcopy(config)
+    for path in _VOLATILE:
+        node = trimmed
+        for part in path[:-1]:
+            node = node.get(part, {})
+        node.pop(path[-1], None)
+    return hashlib.sha256(json.dumps(trimmed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """'key: old -> new' for every setting that differs (volatile keys included; caller filters)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b, name = old.get(key), new.get(key), f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_changes(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name}: {a!r} -> {b!r}")
+    return out
+
+
+def state_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    """sha256 over names, dtypes, shapes and bytes: equal digests mean bit-identical weights."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 @dataclass
@@ -65,30 +122,126 @@ class Checkpoint:
     def trainer_state(self) -> dict[str, Any]:
         return torch.load(self.path / "trainer_state.pt", weights_only=False)
 
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.path / MANIFEST).read_text())
 
-def save_checkpoint(root: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
-                    config_hash: str, keep: int) -> Checkpoint:
-    root = Path(root)
-    final = root / f"step_{step:06d}"
-    tmp = root / f"step_{step:06d}.tmp"
+
+def load_weights(model: torch.nn.Module, model_dir: Path) -> None:
+    """Load safetensors weights from `model_dir` into `model` in place (optimizer references stay valid)."""
+    from safetensors.torch import load_file
+
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    state: dict[str, torch.Tensor] = {}
+    for name in files:
+        state.update(load_file(model_dir / name))
+    result = model.load_state_dict(state, strict=False)
+    # A tied weight (lm_head sharing the embedding) is saved once; anything else missing is an error.
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded_ptrs = {params[k].data_ptr() for k in state if k in params}
+    missing = [k for k in result.missing_keys if k not in params or params[k].data_ptr() not in loaded_ptrs]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{model_dir}: weights do not fit the model (missing {missing[:5]}, "
+                           f"unexpected {result.unexpected_keys[:5]}); was it saved from another model?")
+
+
+def _write(root: Path, step: int, write_model: Callable[[Path], None], state_bytes: bytes,
+           manifest_extra: dict[str, Any]) -> Checkpoint:
+    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save(trainer_state, tmp / "trainer_state.pt")
+    write_model(tmp / "model")
+    (tmp / "trainer_state.pt").write_bytes(state_bytes)
     files = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-    (tmp / MANIFEST).write_text(json.dumps({"step": step, "config_hash": config_hash, "files": files}, indent=1))
+    (tmp / MANIFEST).write_text(json.dumps({"step": step, **manifest_extra, "files": files}, indent=1))
     _fsync_tree(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _retain(root, keep)
+    _fsync_dir(root)
     return Checkpoint(final, step)
+
+
+def _state_bytes(trainer_state: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    torch.save(trainer_state, buf)  # serialising is also the copy the background writer needs
+    return buf.getvalue()
+
+
+def save_checkpoint(root: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
+                    config_hash: str, keep: int = 0, score: float | None = None,
+                    keep_best: str | None = None, best_mode: str = "max") -> Checkpoint:
+    """Write one checkpoint synchronously, then apply retention."""
+    root = Path(root)
+
+    def write_model(path: Path) -> None:
+        model.save_pretrained(path, safe_serialization=True)
+        tokenizer.save_pretrained(path)
+
+    ckpt = _write(root, step, write_model, _state_bytes(trainer_state),
+                  {"config_hash": config_hash, "score": {keep_best: score} if keep_best else {}})
+    retain(root, keep, keep_best, best_mode)
+    return ckpt
+
+
+class Checkpointer:
+    """Saves checkpoints of one run: atomic, verified, retained, optionally in the background."""
+
+    def __init__(self, root: Path, *, config_hash: str, keep: int, keep_best: str | None = None,
+                 best_mode: str = "max", async_write: bool = False):
+        self.root = Path(root)
+        self.config_hash, self.keep, self.keep_best, self.best_mode = config_hash, keep, keep_best, best_mode
+        self.async_write = async_write
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.last: Checkpoint | None = None
+
+    def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
+             metrics: dict[str, float] | None = None) -> None:
+        """`metrics`: the values measured at this step; the keep_best score is taken from them."""
+        score = (metrics or {}).get(self.keep_best) if self.keep_best else None
+        extra = {"config_hash": self.config_hash, "score": {self.keep_best: score} if self.keep_best else {}}
+        state_bytes = _state_bytes(trainer_state)
+        if not self.async_write:
+            self.last = _write(self.root, step, lambda p: _save_model(model, tokenizer, p, None), state_bytes, extra)
+            retain(self.root, self.keep, self.keep_best, self.best_mode)
+            return
+        self.wait()  # one write in flight: a slow disk slows the loop down rather than piling up copies
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+        def work() -> None:
+            try:
+                self.last = _write(self.root, step, lambda p: _save_model(model, tokenizer, p, weights),
+                                   state_bytes, extra)
+                retain(self.root, self.keep, self.keep_best, self.best_mode)
+            except BaseException as exc:  # re-raised on the training thread by wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, name=f"checkpoint-{step}", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Block until the write in flight is on disk; raise its error, if any."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"checkpoint write failed: {error}") from error
+
+
+def _save_model(model, tokenizer, path: Path, weights: dict[str, torch.Tensor] | None) -> None:
+    if weights is None:
+        model.save_pretrained(path, safe_serialization=True)
+    else:
+        model.save_pretrained(path, safe_serialization=True, state_dict=weights)
+    tokenizer.save_pretrained(path)
 
 
 def verify(path: Path) -> str | None:
     """None when the checkpoint at `path` is complete and intact, else what is wrong."""
-    manifest = path / MANIFEST
+    manifest = Path(path) / MANIFEST
     if not manifest.exists():
         return "no manifest (incomplete write)"
     try:
@@ -96,11 +249,11 @@ def verify(path: Path) -> str | None:
     except (ValueError, KeyError) as exc:
         return f"unreadable manifest: {exc}"
     for name, digest in files.items():
-        p = path / name
+        p = Path(path) / name
         if not p.exists():
             return f"missing file {name}"
         if _sha256(p) != digest:
-            return f"checksum mismatch in {name}"
+            return f"checksum mismatch in {name} (truncated or corrupted)"
     return None
 
 
@@ -111,18 +264,69 @@ def list_checkpoints(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and not p.name.endswith(".tmp"))
 
 
-def latest_valid(root: Path, on_skip=None) -> Checkpoint | None:
+def latest_valid(root: Path, on_skip: Callable[[Path, str], None] | None = None,
+                 before: int | None = None) -> Checkpoint | None:
+    """The newest checkpoint (with step < `before`, if given) whose manifest verifies."""
     for path in reversed(list_checkpoints(root)):
+        step = int(path.name.split("_")[1])
+        if before is not None and step >= before:
+            continue
         problem = verify(path)
         if problem is None:
-            return Checkpoint(path, int(path.name.split("_")[1]))
+            return Checkpoint(path, step)
         if on_skip:
             on_skip(path, problem)
     return None
 
 
-def _retain(root: Path, keep: int) -> None:
+def open_checkpoint(path: Path) -> Checkpoint:
+    """A checkpoint named by the user (ckpt.resume=<dir>), verified."""
+    path = Path(path)
+    problem = verify(path) if path.is_dir() else "no such directory"
+    if problem:
+        from rlvr.configlib import ConfigError
+        raise ConfigError(f"ckpt.resume: {path}: {problem}; give a checkpoint directory or 'auto'")
+    return Checkpoint(path, json.loads((path / MANIFEST).read_text())["step"])
+
+
+def _score(path: Path, metric: str) -> float | None:
+    try:
+        value = json.loads((path / MANIFEST).read_text()).get("score", {}).get(metric)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, (int, float)) else None
+
+
+def retain(root: Path, keep: int, keep_best: str | None = None, best_mode: str = "max") -> None:
+    """Delete all but the newest `keep` checkpoints and the best one by `keep_best`."""
     if keep <= 0:
         return
-    for old in list_checkpoints(root)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    paths = list_checkpoints(root)
+    kept = set(paths[-keep:])
+    if keep_best:
+        scored = [(s, p) for p in paths if (s := _score(p, keep_best)) is not None]
+        if scored:
+            pick = max if best_mode == "max" else min
+            kept.add(pick(scored, key=lambda sp: (sp[0], sp[1].name))[1])
+    for old in paths:
+        if old not in kept:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def resume_point(setting: str | None, root: Path) -> tuple[Checkpoint | None, list[str]]:
+    """The checkpoint `ckpt.resume` names (None: start fresh) and the unusable ones skipped on the way."""
+    skipped: list[str] = []
+    if not setting:
+        return None, skipped
+    if setting == "auto":
+        return latest_valid(root, on_skip=lambda p, why: skipped.append(f"{p}: {why}")), skipped
+    return open_checkpoint(Path(setting)), skipped
+
+
+def config_drift(ckpt: Checkpoint, config: dict[str, Any]) -> list[str]:
+    """Training settings that differ from the ones the checkpoint was written with ('key: old -> new')."""
+    if ckpt.manifest().get("config_hash") == config_fingerprint(config):
+        return []
+    old = ckpt.trainer_state().get("config", {})
+    volatile = tuple(".".join(p) for p in _VOLATILE)
+    return [c for c in config_changes(old, config) if not c.startswith(volatile)]

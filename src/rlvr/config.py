@@ -171,7 +171,20 @@ class CkptConfig:
     every: int = 50
     keep: int = 2
     resume: str | None = None
-    """'auto' resumes from the newest valid checkpoint in the run directory, or a checkpoint path."""
+    """'auto' resumes from the newest checkpoint whose manifest verifies (corrupt ones are
+    reported and skipped), or give a checkpoint directory."""
+    keep_best: str | None = None
+    """Also keep the checkpoint with the best value of this metric (e.g. 'eval/accuracy'),
+    among checkpoints saved on a step that measured it."""
+    best_mode: Literal["max", "min"] = "max"
+    """Whether a larger or a smaller ckpt.keep_best value is better."""
+    async_write: bool = False
+    """Write checkpoints on a background thread (the state is copied to memory first), so
+    the training loop does not wait on the disk."""
+
+    def __post_init__(self) -> None:
+        require(self.every >= 0, "every", f"must be >= 0, got {self.every}")
+        require(self.keep >= 0, "keep", f"must be >= 0, got {self.keep}")
 
 
 @dataclass
@@ -217,3 +230,89 @@ class Config:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     return configlib.load(Config, path, overrides)
+    """Save every N steps and at the end (0 = never)."""
+    """Keep the newest N checkpoints (0 = keep all), plus the best one when ckpt.keep_best is set."""
+    """TensorBoard event files under <run dir>/tensorboard."""
+    wandb_project: str | None = None
+    """Log to this Weights & Biases project (needs `pip install wandb` and a login)."""
+    mlflow_tracking_uri: str | None = None
+    """Log to this MLflow tracking URI, e.g. 'file:./mlruns' (needs `pip install mlflow`)."""
+    mlflow_experiment: str = "rlvr"
+    prometheus_port: int | None = None
+    """Serve /metrics (Prometheus) and /healthz on this port for the length of the run (0 = any free port)."""
+    prometheus_host: str = "127.0.0.1"
+    healthz_stale_s: float = 900.0
+    """/healthz answers 503 when no step has finished for this many seconds."""
+    report: bool = True
+    """Write report.html (and plots) into the run directory when training ends."""
+
+
+ROLLBACK_RULES = ("nonfinite", "kl", "reward_collapse", "format_errors")
+
+
+@dataclass
+class AlertsConfig:
+    """Rules over the metric stream; each raises an alert (console, events.jsonl, webhook) when it
+    starts to hold, and again only after it has cleared. A threshold of 0 turns its rule off."""
+    kl_max: float = 1.0
+    """Rule 'kl': actor/kl (per-token KL to the reference) above this."""
+    reward_collapse_frac: float = 0.3
+    """Rule 'reward_collapse': reward/mean below this fraction of its average over the last
+    alerts.window steps, for alerts.patience steps in a row."""
+    reward_collapse_floor: float = 0.1
+    """...only once that recent average is at least this (no collapse from nothing)."""
+    format_error_jump: float = 0.3
+    """Rule 'format_errors': the format-error rate (1 - reward/format/mean) above its recent
+    average by more than this, for alerts.patience steps in a row."""
+    zero_std_max: float = 0.95
+    """Rule 'zero_std': the fraction of groups with no reward variance above this, for
+    alerts.window steps in a row (no learning signal)."""
+    invalid_max: float = 0.05
+    """Rule 'invalid': the fraction of samples whose reward could not be computed (error or
+    timeout: reward/invalid_frac, */timeout_rate) above this."""
+    eval_drops: int = 3
+    """Rule 'eval_decline': eval/accuracy fell this many evaluations in a row after rising."""
+    throughput_drop_frac: float = 0.5
+    """Rule 'throughput': perf/rollout_tok_s below this fraction of its median over the last
+    alerts.window steps, for alerts.patience steps in a row."""
+    window: int = 20
+    """Steps in the 'recent' average or median."""
+    patience: int = 3
+    """Consecutive steps a noisy rule must hold before it fires."""
+    webhook_url: str | None = None
+    """POST each alert as JSON to this URL (one attempt each, never retried)."""
+    webhook_timeout_s: float = 5.0
+    webhook_backoff_s: float = 60.0
+    """After a failed POST, alerts in the next N seconds are counted, not sent (no retry storm)."""
+
+    def __post_init__(self) -> None:
+        require(self.window >= 2, "window", f"must be >= 2 steps, got {self.window}")
+        require(self.patience >= 1, "patience", f"must be >= 1, got {self.patience}")
+        require(self.webhook_timeout_s > 0, "webhook_timeout_s", f"must be > 0, got {self.webhook_timeout_s}")
+
+
+@dataclass
+class RollbackConfig:
+    enabled: bool = True
+    """Restore the last good checkpoint when a rollback rule fires, instead of training on."""
+    rules: list[str] = field(default_factory=lambda: list(ROLLBACK_RULES))
+    """Alert rules that trigger a rollback: any of 'nonfinite', 'kl', 'reward_collapse', 'format_errors'."""
+    lr_factor: float = 0.5
+    """Multiply the learning rate by this after each rollback."""
+    max_retries: int = 3
+    """Rollbacks allowed in one run; one more divergence then fails the run."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.rules) - set(ROLLBACK_RULES))
+        require(not unknown, "rules", f"unknown rule(s) {unknown}; choose from {', '.join(ROLLBACK_RULES)}")
+        require(0 < self.lr_factor <= 1, "lr_factor", f"must be in (0, 1], got {self.lr_factor}")
+        require(self.max_retries >= 0, "max_retries", f"must be >= 0, got {self.max_retries}")
+
+
+@dataclass
+class DebugConfig:
+    inject_nan_at_step: int = 0
+    """Fault injection: make the loss NaN at this step (once), to see rollback work (0 = off)."""
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    rollback: RollbackConfig = field(default_factory=RollbackConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)

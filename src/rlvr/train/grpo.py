@@ -7,8 +7,6 @@ algorithm. Runs embedded (one process, modules called in sequence).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import random
 import time
 from pathlib import Path
@@ -16,12 +14,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlvr.checkpoint import latest_valid, rng_state, save_checkpoint, set_rng_state
+from rlvr.checkpoint import (Checkpointer, config_drift, config_fingerprint, load_weights, resume_point, rng_state,
+                             set_rng_state)
 from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.evaluate import evaluate
 from rlvr.inference.reference import ReferenceModel
 from rlvr.models import load_model, save_model
+from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot, rescale_lr
+from rlvr.ops.report import write_report_safely
+from rlvr.ops.sinks import build_sinks
 from rlvr.rewards import RewardMonitor, build_reward
 from rlvr.rollout.hf import SamplingParams
 from rlvr.runlog import RunLog
@@ -32,7 +34,7 @@ from rlvr.train.update import UpdateSettings, policy_update
 
 
 def config_hash(cfg: Config) -> str:
-    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    return config_fingerprint(cfg.to_dict())
 
 
 def starting_point(cfg: Config, ui: RunConsole) -> Path:
@@ -78,21 +80,25 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
 
-    resume = latest_valid(run_dir / "checkpoints", on_skip=lambda p, why: ui.warn(
-        f"checkpoint {p} is not usable ({why}); trying an older one")) if cfg.ckpt.resume == "auto" else None
-    log = RunLog(run_dir, cfg.to_dict(), tensorboard=cfg.log.tensorboard, append=resume is not None)
+    resume, unusable = resume_point(cfg.ckpt.resume, run_dir / "checkpoints")
+    resume_step = resume.step if resume else None
+    log = RunLog(run_dir, cfg.to_dict(), sinks=build_sinks(cfg, run_dir, resume_step=resume_step, ui=ui),
+                 resume_step=resume_step)
+    for problem in unusable:
+        ui.warn(f"checkpoint {problem}; skipped in favour of an older one")
+        log.event("checkpoint_skipped", problem=problem)
+    guard = RunGuard(cfg, log, ui)  # alert rules, rollback, fault injection
     start_path = starting_point(cfg, ui)
     ui.banner(cfg, run_dir, str(start_path))
 
-    model, tokenizer = load_model(resume.model_dir if resume else start_path, cfg.model.dtype)
+    model, tokenizer = load_model(start_path, cfg.model.dtype)  # a resume loads its weights below
     reward = build_reward(cfg.reward)
     monitor = RewardMonitor(cfg.reward.monitor.stuck_steps)
     task = build_task(cfg)
     held_out = task.held_out()[: cfg.eval.n]
     ref = None
     if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
-        ref_model = load_model(start_path, cfg.model.dtype)[0] if resume else copy.deepcopy(model)
-        ref = ReferenceModel(ref_model, tokenizer.pad_token_id, cfg.rollout.temperature)
+        ref = ReferenceModel(copy.deepcopy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                   betas=(0.9, 0.99))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -104,29 +110,49 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
     settings = update_settings(cfg)
     eval_kwargs = dict(max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
 
-    step = 0
-    if resume:
-        state = resume.trainer_state()
+    checkpointer = Checkpointer(run_dir / "checkpoints", config_hash=config_hash(cfg), keep=cfg.ckpt.keep,
+                                keep_best=cfg.ckpt.keep_best, best_mode=cfg.ckpt.best_mode,
+                                async_write=cfg.ckpt.async_write)
+
+    def trainer_state() -> dict:
+        return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "update_rng": update_rng.get_state(), "sampler_position": sampler.position,
+                "rng": rng_state(), "eval_before": eval_before, "history": history,
+                "monitor": monitor.state_dict(), "guard": guard.state_dict(), "config": cfg.to_dict()}
+
+    def restore(ckpt, rollback: bool = False) -> int:
+        """Weights and trainer state of a checkpoint; a rollback keeps its own count, lr scale and data seed."""
+        nonlocal sampler, eval_before, history
+        state = ckpt.trainer_state()
+        load_weights(model, ckpt.model_dir)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         update_rng.set_state(state["update_rng"])
-        sampler = ProblemSampler(task, seed=cfg.seed, position=state["sampler_position"])
         set_rng_state(state["rng"])
-        eval_before, step, history = state["eval_before"], resume.step, state["history"]
-        log.event("resume", step=step, checkpoint=str(resume.path))
+        monitor.load_state_dict(state["monitor"])
+        guard.load_state_dict(state["guard"], rules_only=rollback)
+        rescale_lr(optimizer, scheduler, guard.lr_scale / state["guard"]["lr_scale"])
+        sampler = ProblemSampler(task, seed=guard.data_seed(cfg.seed), position=state["sampler_position"])
+        eval_before, history = state["eval_before"], state["history"]
+        return ckpt.step
+
+    step, eval_before, history = 0, None, {"reward": [], "eval": []}
+    if resume:
+        step = restore(resume)
+        changes = config_drift(resume, cfg.to_dict())
+        log.event("resume", step=step, checkpoint=str(resume.path), config_changes=changes)
         ui.print(f"resumed from {resume.path} at step {step}")
+        for change in changes:
+            ui.warn(f"resuming with a changed setting: {change}")
     else:
         eval_before = evaluate(model, tokenizer, held_out, reward, **eval_kwargs)
         history = {"reward": [], "eval": []}
         log.metrics(0, {"eval/accuracy": eval_before["accuracy"], "eval/format": eval_before["format"]})
         ui.print(f"held-out accuracy before RL: {eval_before['accuracy']:.1%} (n={eval_before['n']}, greedy)")
+        guard.start = Snapshot(0, start_path, copy.deepcopy(trainer_state()))  # rollback target before any checkpoint
 
-    def save(at_step: int):
-        trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                         "update_rng": update_rng.get_state(), "sampler_position": sampler.position,
-                         "rng": rng_state(), "eval_before": eval_before, "history": history}
-        save_checkpoint(run_dir / "checkpoints", at_step, model, tokenizer, trainer_state,
-                        config_hash=config_hash(cfg), keep=cfg.ckpt.keep)
+    def save(at_step: int, metrics: dict | None = None):
+        checkpointer.save(at_step, model, tokenizer, trainer_state(), metrics=metrics)
 
     ui.start(cfg.train.steps, completed=step)
     accuracy = None
@@ -142,14 +168,13 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
             # 5. clipped policy update (mu epochs)
             t2 = time.time()
             actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.loss_mask,
-                                  batch.ref_logp, tokenizer.pad_token_id, settings, generator=update_rng)
+                                  batch.ref_logp, tokenizer.pad_token_id, settings, generator=update_rng,
+                                  fault=guard.fault(step))
             scheduler.step()
             # 6. log
             metrics = {**batch.metrics, **actor, "actor/lr": scheduler.get_last_lr()[0],
                        "time/update_s": time.time() - t2, "perf/step_s": time.time() - t0}
-            for message in monitor.update(step, metrics):
-                log.event("alert", step=step, message=message)
-                ui.warn(message)
+            trigger = guard.check(step, metrics, monitor.update(step, metrics))  # alerts -> console, events, webhook
             if metrics["reward/invalid_frac"] > 0:
                 n_sampled = metrics["rollout/groups"] * cfg.rollout.group_size
                 log.event("invalid_samples", step=step, count=int(round(metrics["reward/invalid_frac"] * n_sampled)),
@@ -160,6 +185,9 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
             if actor["actor/skipped_updates"]:
                 log.event("skipped_update", step=step, count=actor["actor/skipped_updates"])
                 ui.warn(f"step {step}: {int(actor['actor/skipped_updates'])} update(s) skipped (non-finite loss or gradient)")
+            if trigger is not None:  # diverged: back to the last good state, lower lr, new data order
+                step = guard.roll_back(step, trigger, lambda good: restore(good, rollback=True), model)
+                continue
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                 ev = evaluate(model, tokenizer, held_out[: cfg.eval.n_during], reward, **eval_kwargs)
                 accuracy = ev["accuracy"]
@@ -171,24 +199,33 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
             ui.update(step, metrics, accuracy)
             # 7. checkpoint
             if cfg.ckpt.every and step % cfg.ckpt.every == 0:
-                save(step)
+                save(step, metrics)
     except Exception as exc:
         status = "failed"
         log.event("failed", step=step, error=f"{type(exc).__name__}: {exc}")
-        raise
+        if not isinstance(exc, RunDiverged):
+            raise
+        ui.warn(str(exc))
     finally:
         ui.stop()
         reward.close()
+        guard.close()
         if status == "failed":
+            checkpointer.wait()
             log.summary({"status": status, "steps": step, "wall_time_s": time.time() - t_start,
-                         "eval_before": eval_before, "eval_after": None})
+                         "eval_before": eval_before, "eval_after": None, "rollbacks": guard.rollbacks})
             log.close()
+            if cfg.log.report:
+                write_report_safely(run_dir, ui)
+    if status == "failed":
+        return {"status": status, "steps": step, "rollbacks": guard.rollbacks}
 
     if cfg.ckpt.every and step % cfg.ckpt.every != 0:
         save(step)
     eval_after = evaluate(model, tokenizer, held_out, reward, **eval_kwargs)
     log.metrics(step, {"eval/accuracy": eval_after["accuracy"], "eval/format": eval_after["format"]})
     save_model(model, tokenizer, run_dir / "model")
+    checkpointer.wait()
     rewards_hist = history["reward"]
     summary = {
         "status": status, "steps": step, "wall_time_s": round(time.time() - t_start, 2), "seed": cfg.seed,
@@ -197,8 +234,11 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         "reward_first": float(np.mean(rewards_hist[:10])) if rewards_hist else None,
         "reward_last": float(np.mean(rewards_hist[-10:])) if rewards_hist else None,
         "start_from": str(start_path),
+        "rollbacks": guard.rollbacks,
     }
     log.summary(summary)
     log.close()
+    if cfg.log.report:
+        write_report_safely(run_dir, ui)
     ui.summary(summary, run_dir)
     return summary

@@ -1,0 +1,1 @@
+"""Operations: alerts, rollback, metric sinks, the run report and the go-live check."""

@@ -1,0 +1,206 @@
+"""Metric sinks besides metrics.jsonl: TensorBoard, Weights & Biases, MLflow, Prometheus.
+
+Each sink takes `metrics(step, values)`, `event(record)`, `rewind(step)` and
+`close()` (see `rlvr.runlog.MetricSink`). W&B and MLflow are imported only
+when configured; a configured one that is not installed is reported and
+skipped, never a crash mid-run. Prometheus serves `/metrics` and `/healthz`
+from a daemon thread on `log.prometheus_host:log.prometheus_port`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+def _finite(values: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+class TensorBoardSink:
+    def __init__(self, log_dir: Path, resume_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._dir = str(log_dir)
+        # purge_step hides the events a killed run wrote after the checkpoint it resumes from
+        self._writer = SummaryWriter(self._dir, purge_step=None if resume_step is None else resume_step + 1)
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        for key, value in _finite(values).items():
+            self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def event(self, record: dict[str, Any]) -> None:
+        if record["kind"] in ("alert", "rollback"):
+            self._writer.add_text(f"events/{record['kind']}", json.dumps(record, default=str), record.get("step") or 0)
+
+    def rewind(self, step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer.close()
+        self._writer = SummaryWriter(self._dir, purge_step=step + 1)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    def __init__(self, project: str, run_dir: Path, config: dict[str, Any], resume: bool):
+        import wandb
+
+        self._wandb = wandb
+        self._run = wandb.init(project=project, name=Path(run_dir).name, dir=str(run_dir), config=config,
+                               resume="allow" if resume else None)
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        self._run.log(_finite(values), step=step)
+
+    def event(self, record: dict[str, Any]) -> None:
+        if record["kind"] in ("alert", "rollback") and hasattr(self._wandb, "alert"):
+            self._wandb.alert(title=f"rlvr {record['kind']}", text=str(record.get("message", record)))
+
+    def rewind(self, step: int) -> None:  # W&B keeps history; the next rows carry their own step
+        pass
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MLflowSink:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str, config: dict[str, Any]):
+        import mlflow
+
+        self._mlflow = mlflow
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_experiment(experiment)
+        self._run = mlflow.start_run(run_name=run_name)
+        flat = _flatten(config)
+        mlflow.log_params({k: str(v)[:250] for k, v in list(flat.items())[:100]})
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        # MLflow metric names allow / but not every character; keep them readable
+        self._mlflow.log_metrics({re.sub(r"[^\w./ -]", "_", k): v for k, v in _finite(values).items()}, step=step)
+
+    def event(self, record: dict[str, Any]) -> None:
+        if record["kind"] in ("alert", "rollback"):
+            self._mlflow.set_tag(f"last_{record['kind']}", str(record.get("message", record.get("reason", "")))[:250])
+
+    def rewind(self, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self._mlflow.end_run()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+class PrometheusSink:
+    """/metrics: every finite metric as a gauge `rlvr_<key>`, plus step, alert and rollback counters.
+    /healthz: 200 while steps keep finishing, 503 when none has for `stale_s` or the run failed."""
+
+    def __init__(self, host: str, port: int, stale_s: float):
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self._registry = CollectorRegistry()
+        self._gauge_cls = Gauge
+        self._gauges: dict[str, Any] = {}
+        self._step = Gauge("rlvr_step", "last finished training step", registry=self._registry)
+        self._events = Counter("rlvr_events", "events by kind", ["kind"], registry=self._registry)
+        self._stale_s = stale_s
+        self._started = self._last = time.time()
+        self._last_step = 0
+        self._status = "running"
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, name="prometheus", daemon=True).start()
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        with self._lock:
+            for key, value in _finite(values).items():
+                name = "rlvr_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+                if name not in self._gauges:
+                    self._gauges[name] = self._gauge_cls(name, key, registry=self._registry)
+                self._gauges[name].set(value)
+            self._step.set(step)
+            self._last, self._last_step = time.time(), step
+
+    def event(self, record: dict[str, Any]) -> None:
+        self._events.labels(kind=record["kind"]).inc()
+        if record["kind"] == "failed":
+            self._status = "failed"
+
+    def rewind(self, step: int) -> None:
+        pass
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        age = time.time() - self._last
+        ok = self._status != "failed" and age <= self._stale_s
+        return (200 if ok else 503), {"status": "ok" if ok else ("failed" if self._status == "failed" else "stale"),
+                                      "step": self._last_step, "seconds_since_step": round(age, 1)}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path == "/metrics":
+                    code, body, ctype = 200, generate_latest(sink._registry), CONTENT_TYPE_LATEST
+                elif self.path == "/healthz":
+                    code, payload = sink.health()
+                    body, ctype = json.dumps(payload).encode(), "application/json"
+                else:
+                    code, body, ctype = 404, b"not found: try /metrics or /healthz\n", "text/plain"
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:  # keep scrapes out of the training console
+                pass
+
+        return Handler
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
+    """The sinks `cfg.log` asks for. A configured W&B/MLflow that is missing is reported and skipped."""
+    log, sinks = cfg.log, []
+    if log.tensorboard:
+        sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard", resume_step))
+    if log.wandb_project:
+        try:
+            sinks.append(WandbSink(log.wandb_project, run_dir, cfg.to_dict(), resume=resume_step is not None))
+        except ImportError:
+            ui.warn("log.wandb_project is set but wandb is not installed (pip install wandb); not logging to W&B")
+    if log.mlflow_tracking_uri:
+        try:
+            sinks.append(MLflowSink(log.mlflow_tracking_uri, log.mlflow_experiment, Path(run_dir).name, cfg.to_dict()))
+        except ImportError:
+            ui.warn("log.mlflow_tracking_uri is set but mlflow is not installed (pip install mlflow); not logging to MLflow")
+    if log.prometheus_port is not None:
+        sink = PrometheusSink(log.prometheus_host, log.prometheus_port, log.healthz_stale_s)
+        ui.print(f"Prometheus metrics on http://{log.prometheus_host}:{sink.port}/metrics (health: /healthz)")
+        sinks.append(sink)
+    return sinks

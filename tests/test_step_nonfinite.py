@@ -1,0 +1,99 @@
+"""A step whose loss or gradient norm is not finite is skipped: weights and optimizer state bit-identical.
+
+The NaN is injected through policy_update's `fault` hook (what debug.inject_nan_at_step uses).
+"""
+
+import copy
+
+import pytest
+import torch
+
+from rlvr.models.tiny import build_tiny_model, build_tokenizer
+from rlvr.records import Problem
+from rlvr.rollout.hf import SamplingParams, generate
+from rlvr.train.update import UpdateSettings, policy_update
+
+G = 4
+
+
+def settings(**kw):
+    base = dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2, max_grad_norm=1.0, temperature=1.0,
+                loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
+                kl_kind="k3", max_len=8, entropy_coef=0.0)
+    return UpdateSettings(**{**base, **kw})
+
+
+@pytest.fixture
+def setup():
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=0)
+    problems = [Problem(id=f"p{i}", prompt=f"{i}+{i}=") for i in range(2)]
+    completions = generate(model, tok, problems, SamplingParams(group_size=G, max_new_tokens=8))
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)  # (N,)
+    mask = torch.ones(len(completions))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def update(fault=None, **kw):
+        return policy_update(model, opt, completions, advantages, mask, None, tok.pad_token_id, settings(**kw),
+                             generator=torch.Generator().manual_seed(0), fault=fault)
+
+    update()  # one clean update first, so the optimizer has state to protect
+    return model, opt, update
+
+
+def snapshot(model, opt):
+    return copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+
+
+def assert_identical(before, model, opt):
+    weights, state = before
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    now = opt.state_dict()
+    assert now["state"].keys() == state["state"].keys()
+    for k, s in state["state"].items():
+        for name, value in s.items():
+            assert torch.equal(value, now["state"][k][name]), (k, name)
+
+
+def nan_loss(loss):
+    return loss * float("nan")
+
+
+def inf_gradient(loss):
+    # value loss + 0 (finite), but d/dloss sqrt(loss - sg(loss)) = 1 / (2 * sqrt(0)) = inf
+    return loss + torch.sqrt(loss - loss.detach())
+
+
+@pytest.mark.parametrize("fault", [nan_loss, inf_gradient], ids=["nan-loss", "inf-gradient"])
+def test_non_finite_steps_are_skipped_and_leave_everything_bit_identical(setup, fault):
+    model, opt, update = setup
+    before = snapshot(model, opt)
+    out = update(fault)
+    assert out["actor/skipped_updates"] == 4.0  # 2 epochs x 2 mini-batches, none applied
+    assert_identical(before, model, opt)
+    assert all(p.grad is None for p in model.parameters())  # no poisoned gradient left behind
+
+
+def test_only_the_faulty_mini_batch_is_skipped(setup):
+    model, opt, update = setup
+    calls = []
+
+    def second_mini_batch(loss):  # micro-batches 2 and 3 (of 2 each) make the second mini-batch
+        calls.append(1)
+        return nan_loss(loss) if len(calls) in (3, 4) else loss
+
+    before = snapshot(model, opt)
+    out = update(second_mini_batch)
+    assert out["actor/skipped_updates"] == 1.0
+    assert len(calls) == 8
+    assert any(not torch.equal(before[0][k], v) for k, v in model.state_dict().items())  # the others applied
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_clean_update_changes_the_weights(setup):
+    # the counterpart of the bit-identical check: without a fault the same call does move the weights
+    model, opt, update = setup
+    before = snapshot(model, opt)
+    assert update()["actor/skipped_updates"] == 0.0
+    assert any(not torch.equal(before[0][k], v) for k, v in model.state_dict().items())
