@@ -21,6 +21,7 @@ COMMANDS = {
     "data": "check a training data file before spending compute on it",
     "sandbox": "run a program in the code sandbox and print the verdict",
     "report": "write report.html for a run directory",
+    "check": "go-live check: run the acceptance list against the configured setup",
 }
 
 
