@@ -28,7 +28,9 @@ class SamplingParams:
 def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem) -> list[int]:
     if isinstance(problem.prompt, str):
         return tokenizer(problem.prompt, add_special_tokens=False).input_ids
-    return tokenizer.apply_chat_template(problem.prompt, add_generation_prompt=True, tokenize=True)
+    # return_dict=False: token ids as a list (newer transformers return a BatchEncoding by default)
+    return list(tokenizer.apply_chat_template(problem.prompt, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

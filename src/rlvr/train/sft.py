@@ -31,7 +31,8 @@ from rlvr.train.batch import completion_logits, pack
 def base_model_path(cfg: Config) -> Path:
     """The starting weights: the tiny model (built locally once) or a user's model."""
     if cfg.model.name != "tiny":
-        return Path(cfg.model.name)
+        from rlvr.models import resolve_model  # a directory, hub id, GGUF (dequantized once) or packaged model
+        return Path(resolve_model(cfg.model))
     m = cfg.model
     key = _digest({"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed})
     path = Path(cfg.sft.cache_dir) / f"tiny-{key}"

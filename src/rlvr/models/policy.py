@@ -1,0 +1,62 @@
+"""The policy a run trains, its reference, and the model it hands back.
+
+Full fine-tuning trains every weight and keeps a frozen copy as the
+reference (only when algo.beta > 0). With `model.lora.enabled` only a LoRA
+adapter trains; the reference is the same weights with the adapter
+disabled, and checkpoints hold just the adapter. Either way the exported
+`runs/<name>/model/` is a plain Hugging Face model (adapter merged).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from rlvr.models import lora
+
+
+def load_policy(mcfg, start_path: str | Path, resume_dir: str | Path | None = None):
+    """(model, tokenizer) ready to train: from `start_path`, or from a checkpoint's model dir."""
+    from rlvr.models import ensure_trainable, load_model
+
+    lcfg = mcfg.lora
+    source = start_path if (lcfg.enabled or resume_dir is None) else resume_dir
+    model, tokenizer = load_model(source, mcfg.dtype, gradient_checkpointing=mcfg.gradient_checkpointing)
+    ensure_trainable(model)
+    if lcfg.enabled:
+        model = lora.apply_lora(model, r=lcfg.r, alpha=lcfg.alpha, dropout=lcfg.dropout,
+                                target_modules=lcfg.target_modules)
+        if resume_dir is not None:  # a LoRA checkpoint holds only the adapter
+            lora.load_adapter_weights(model, resume_dir)
+    return model, tokenizer
+
+
+def reference_policy(model, mcfg, start_path: str | Path, *, resumed: bool):
+    """The frozen starting policy for the KL term, as something `ReferenceModel` can call.
+
+    LoRA: the base under the adapter, with the adapter off (no second copy). Full fine-tuning:
+    a copy of the weights, taken now, or loaded from `start_path` when the run resumed.
+    """
+    from rlvr.models import load_model
+
+    if lora.is_peft(model):
+        return lora.AdapterDisabled(model)
+    if resumed:
+        return load_model(start_path, mcfg.dtype)[0]
+    return copy.deepcopy(model)
+
+
+def export_model(model, tokenizer, path: str | Path):
+    """Write the final model as plain Hugging Face files (safetensors, config, generation config,
+    tokenizer and chat template), loadable with `AutoModelForCausalLM.from_pretrained` alone.
+
+    A LoRA adapter is merged into the weights in place, so call this last; returns the plain model.
+    """
+    from rlvr.models import save_model
+
+    plain = lora.merged(model)
+    if getattr(plain, "is_activation_checkpointing", getattr(plain, "is_gradient_checkpointing", False)):
+        (getattr(plain, "activation_checkpointing_disable", None) or plain.gradient_checkpointing_disable)()
+    plain.config.use_cache = True
+    save_model(plain, tokenizer, path)
+    return plain
