@@ -50,7 +50,7 @@ def test_lora_trains_only_the_adapter_and_the_reference_is_the_base(tmp_path):
     assert changed and changed <= trainable  # the adapter moved; no base weight did
     assert any("lora_B" in n for n in changed)
     # the reference: the same object with the adapter off, equal to the untouched base model
-    ref = reference_policy(model, cfg.model, tmp_path, resumed=False)
+    ref = reference_policy(model)
     assert isinstance(ref, AdapterDisabled) and ref.model is model
     ref_logp = ReferenceModel(ref, tok.pad_token_id, 1.0).logprobs(completions)
     base_logp = completion_logprobs(original, completions, tok.pad_token_id, 1.0)
@@ -87,7 +87,7 @@ def test_full_finetune_reference_is_a_frozen_copy_and_export_loads(tmp_path):
     save_tiny(tmp_path / "base")
     cfg = load_config(None, [])
     model, tok = load_policy(cfg.model, tmp_path / "base")
-    ref = reference_policy(model, cfg.model, tmp_path / "base", resumed=False)
+    ref = reference_policy(model)
     assert ref is not model and not is_peft(model)
     before = {n: p.detach().clone() for n, p in ref.named_parameters()}
     _train(model, tok)

@@ -130,7 +130,11 @@ def load_weights(model: torch.nn.Module, model_dir: Path) -> None:
     """Load safetensors weights from `model_dir` into `model` in place (optimizer references stay valid)."""
     from safetensors.torch import load_file
 
+    from rlvr.models.lora import is_peft, load_adapter_state
+
     model_dir = Path(model_dir)
+    if is_peft(model):  # a LoRA run: checkpoints hold only the adapter (the base never changes)
+        return load_adapter_state(model, model_dir)
     index = model_dir / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
     state: dict[str, torch.Tensor] = {}

@@ -2,7 +2,7 @@
 
     path = resolve_model(cfg.model)                  # 'smollm2', a .gguf, a directory or a hub id -> loadable
     model, tok = load_policy(cfg.model, path)        # dtype, gradient checkpointing, LoRA
-    ref = reference_policy(model, cfg.model, path)   # the adapter switched off, or a frozen copy
+    ref = reference_policy(model)                    # the adapter switched off, or a frozen copy
     export_model(model, tok, "runs/x/model")         # merged, safetensors + tokenizer + chat template
 """
 

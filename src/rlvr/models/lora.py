@@ -31,23 +31,34 @@ def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules: l
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
                              bias="none", task_type="CAUSAL_LM")
     try:
-        return peft.get_peft_model(model, config)
+        wrapped = peft.get_peft_model(model, config)
     except ValueError as exc:  # PEFT names no module when none matched
         names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
         raise ValueError(f"model.lora.target_modules={list(target_modules)}: {exc}. "
                          f"Linear modules of this model: {names}") from None
+    # the run's starting point, for a rollback before the first checkpoint (a few MB at most)
+    wrapped.rlvr_initial_adapter = {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(wrapped).items()}
+    return wrapped
 
 
-def load_adapter_weights(model, adapter_dir: str | Path) -> None:
-    """Put the adapter weights saved in `adapter_dir` (a checkpoint) into a LoRA-wrapped model."""
+def load_adapter_state(model, model_dir: str | Path) -> None:
+    """Load adapter weights in place: from a checkpoint (adapter_model.safetensors), or, for a
+    directory holding a full model (the run's start), the adapter as it was created: the base
+    weights never change in a LoRA run, so that is exactly the starting policy."""
     peft = _peft()
     from safetensors.torch import load_file
 
-    state = load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
+    path = Path(model_dir) / "adapter_model.safetensors"
+    if path.is_file():
+        state = load_file(str(path))
+    elif (Path(model_dir) / "config.json").is_file():
+        state = model.rlvr_initial_adapter
+    else:
+        raise FileNotFoundError(f"{model_dir}: neither adapter weights (adapter_model.safetensors) nor a model")
     result = peft.set_peft_model_state_dict(model, state)
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
-        raise ValueError(f"{adapter_dir}: adapter weights do not fit this model/LoRA config: {unexpected[:5]}")
+        raise ValueError(f"{model_dir}: adapter weights do not fit this model/LoRA config: {unexpected[:5]}")
 
 
 class AdapterDisabled:

@@ -15,34 +15,26 @@ from pathlib import Path
 from rlvr.models import lora
 
 
-def load_policy(mcfg, start_path: str | Path, resume_dir: str | Path | None = None):
-    """(model, tokenizer) ready to train: from `start_path`, or from a checkpoint's model dir."""
+def load_policy(mcfg, start_path: str | Path):
+    """(model, tokenizer) ready to train from `start_path`: dtype, gradient checkpointing, LoRA.
+    A resume then loads checkpoint weights into it (rlvr.checkpoint.load_weights)."""
     from rlvr.models import ensure_trainable, load_model
 
-    lcfg = mcfg.lora
-    source = start_path if (lcfg.enabled or resume_dir is None) else resume_dir
-    model, tokenizer = load_model(source, mcfg.dtype, gradient_checkpointing=mcfg.gradient_checkpointing)
+    model, tokenizer = load_model(start_path, mcfg.dtype, gradient_checkpointing=mcfg.gradient_checkpointing)
     ensure_trainable(model)
+    lcfg = mcfg.lora
     if lcfg.enabled:
         model = lora.apply_lora(model, r=lcfg.r, alpha=lcfg.alpha, dropout=lcfg.dropout,
                                 target_modules=lcfg.target_modules)
-        if resume_dir is not None:  # a LoRA checkpoint holds only the adapter
-            lora.load_adapter_weights(model, resume_dir)
     return model, tokenizer
 
 
-def reference_policy(model, mcfg, start_path: str | Path, *, resumed: bool):
-    """The frozen starting policy for the KL term, as something `ReferenceModel` can call.
-
-    LoRA: the base under the adapter, with the adapter off (no second copy). Full fine-tuning:
-    a copy of the weights, taken now, or loaded from `start_path` when the run resumed.
-    """
-    from rlvr.models import load_model
-
+def reference_policy(model):
+    """The frozen starting policy for the KL term, as something `ReferenceModel` can call: with
+    LoRA the same weights with the adapter off (no second copy), else a copy taken now (before
+    a resume loads checkpoint weights into `model`)."""
     if lora.is_peft(model):
         return lora.AdapterDisabled(model)
-    if resumed:
-        return load_model(start_path, mcfg.dtype)[0]
     return copy.deepcopy(model)
 
 

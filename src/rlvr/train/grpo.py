@@ -20,15 +20,16 @@ from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.evaluate import evaluate
 from rlvr.inference.reference import ReferenceModel
-from rlvr.models import load_model, save_model
+from rlvr.models import export_model, load_policy, reference_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot, rescale_lr
 from rlvr.ops.report import write_report_safely
 from rlvr.ops.sinks import build_sinks
 from rlvr.rewards import RewardMonitor, build_reward
 from rlvr.rollout.hf import SamplingParams
 from rlvr.runlog import RunLog
-from rlvr.tasks import ProblemSampler, build_task
+from rlvr.tasks import ProblemSampler, build_task, has_worked_solutions
 from rlvr.train.sft import run_sft
+from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.step import StepBatch, collect_batch
 from rlvr.train.update import UpdateSettings, policy_update
 
@@ -41,7 +42,7 @@ def starting_point(cfg: Config, ui: RunConsole) -> Path:
     """The policy RL starts from: model.init_from, or the (cached) cold-start SFT checkpoint."""
     if cfg.model.init_from:
         return Path(cfg.model.init_from)
-    if cfg.sft.steps == 0:
+    if cfg.sft.steps == 0 or not has_worked_solutions(cfg):  # data files carry no worked solutions to imitate
         from rlvr.train.sft import base_model_path
         return base_model_path(cfg)
     ui.print(f"cold-start SFT: {cfg.sft.steps} steps (cached after the first run)")
@@ -91,14 +92,14 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
     start_path = starting_point(cfg, ui)
     ui.banner(cfg, run_dir, str(start_path))
 
-    model, tokenizer = load_model(start_path, cfg.model.dtype)  # a resume loads its weights below
+    model, tokenizer = load_policy(cfg.model, start_path)  # dtype, checkpointing, LoRA; a resume loads its weights below
     reward = build_reward(cfg.reward)
     monitor = RewardMonitor(cfg.reward.monitor.stuck_steps)
-    task = build_task(cfg)
+    task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     held_out = task.held_out()[: cfg.eval.n]
     ref = None
     if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
-        ref = ReferenceModel(copy.deepcopy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
+        ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                   betas=(0.9, 0.99))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -161,6 +162,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         while step < cfg.train.steps:
             step += 1
             t0 = time.time()
+            reset_peak_memory()
             # 1-4. sample prompts, generate G completions each, score them (dropping groups with no
             # signal under dynamic sampling), reference log-probs, shaped rewards, group-relative advantages
             batch = collect_batch(model, tokenizer, sampler, reward, params, cfg.algo,
@@ -173,7 +175,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
             scheduler.step()
             # 6. log
             metrics = {**batch.metrics, **actor, "actor/lr": scheduler.get_last_lr()[0],
-                       "time/update_s": time.time() - t2, "perf/step_s": time.time() - t0}
+                       "time/update_s": time.time() - t2, "perf/step_s": time.time() - t0, **peak_memory()}
             trigger = guard.check(step, metrics, monitor.update(step, metrics))  # alerts -> console, events, webhook
             if metrics["reward/invalid_frac"] > 0:
                 n_sampled = metrics["rollout/groups"] * cfg.rollout.group_size
@@ -224,7 +226,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         save(step)
     eval_after = evaluate(model, tokenizer, held_out, reward, **eval_kwargs)
     log.metrics(step, {"eval/accuracy": eval_after["accuracy"], "eval/format": eval_after["format"]})
-    save_model(model, tokenizer, run_dir / "model")
+    export_model(model, tokenizer, run_dir / "model")  # Hugging Face format; a LoRA adapter is merged
     checkpointer.wait()
     rewards_hist = history["reward"]
     summary = {
