@@ -112,9 +112,11 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass `cls` from a (possibly partial) dict, validating every key."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    aliases = getattr(cls, "KEY_ALIASES", {})  # config key -> field, for keys that are Python keywords
     kwargs = {}
     for name, value in data.items():
         key = f"{prefix}.{name}" if prefix else str(name)
+        name = aliases.get(name, name)
         if name not in fields:
             allowed = ", ".join(sorted(fields))
             where = f"'{prefix}'" if prefix else "the top level"
@@ -145,7 +147,8 @@ def _leaf_key(key: str, value: Any) -> str:
 def to_dict(obj: Any) -> Any:
     """Plain-data view of a config (enums as values), for YAML and hashing."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        keys = {field: key for key, field in getattr(obj, "KEY_ALIASES", {}).items()}
+        return {keys.get(f.name, f.name): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, (list, tuple)):

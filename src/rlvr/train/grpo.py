@@ -71,7 +71,9 @@ def update_settings(cfg: Config) -> UpdateSettings:
         kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
 
 
-def train(cfg: Config, ui: RunConsole | None = None) -> dict:
+def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
+    """batch_source: called with the RunLog, returns the step's batch collector (same signature as
+    `collect_batch`); the Ray backend's runs on its actors. None: collect in this process."""
     ui = ui or RunConsole(cfg.run.progress)
     t_start = time.time()
     run_dir = cfg.run_dir
@@ -89,6 +91,7 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
         ui.warn(f"checkpoint {problem}; skipped in favour of an older one")
         log.event("checkpoint_skipped", problem=problem)
     guard = RunGuard(cfg, log, ui)  # alert rules, rollback, fault injection
+    collect = batch_source(log) if batch_source else collect_batch
     start_path = starting_point(cfg, ui)
     ui.banner(cfg, run_dir, str(start_path))
 
@@ -165,8 +168,8 @@ def train(cfg: Config, ui: RunConsole | None = None) -> dict:
             reset_peak_memory()
             # 1-4. sample prompts, generate G completions each, score them (dropping groups with no
             # signal under dynamic sampling), reference log-probs, shaped rewards, group-relative advantages
-            batch = collect_batch(model, tokenizer, sampler, reward, params, cfg.algo,
-                                  batch_size=cfg.rollout.batch_size, step=step, ref=ref)
+            batch = collect(model, tokenizer, sampler, reward, params, cfg.algo,
+                            batch_size=cfg.rollout.batch_size, step=step, ref=ref)
             # 5. clipped policy update (mu epochs)
             t2 = time.time()
             actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.loss_mask,

@@ -123,18 +123,21 @@ def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
 
 
 def collect_batch(model, tokenizer, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, step: int, ref=None) -> StepBatch:
+                  batch_size: int, step: int, ref=None, sample_round=None) -> StepBatch:
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
     ref: a `ReferenceModel` (anything with `.logprobs(completions) -> (N, T)`), or None when
     algo.beta = 0; its log-probs are taken for the kept completions only and returned for the loss.
+    sample_round: how one round is generated and scored (same arguments and result as
+    `_sample_round`); the Ray backend passes one that runs on its rollout and reward actors.
     """
+    sample_round = sample_round or _sample_round
     g = params.group_size
     times = {"time/rollout_s": 0.0, "time/reward_s": 0.0, "time/ref_s": 0.0}
     generated, batch = _Samples(), _Samples()
     rounds, n_prompts, need = 0, batch_size, batch_size
     while True:
-        fresh = _sample_round(model, tokenizer, sampler, reward, params, n_prompts, step, times)
+        fresh = sample_round(model, tokenizer, sampler, reward, params, n_prompts, step, times)
         generated.extend(fresh, list(range(n_prompts)), g)
         flat = zero_variance_groups(task_rewards(fresh, algo, params.max_new_tokens, g), g)  # (M,)
         signal = [m for m in range(n_prompts) if not (algo.filter_zero_std and flat[m])][:need]
