@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: train test install bench clean
+.PHONY: train test install browser bench clean
 
 $(BIN)/rlvr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,14 @@ install: $(BIN)/rlvr
 train: install
 	$(BIN)/rlvr train $(ARGS)
 
-test: install
+# Headless Chromium for the report test (tests/test_report.py); apt runs only when it is missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq chromium >/dev/null) ; } || \
+	  echo "note: chromium could not be installed; the report browser test will be skipped"
+
+test: install browser
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -1,0 +1,62 @@
+"""Divergence handling end to end: an injected NaN rolls the run back to its last good checkpoint,
+with a lower learning rate, and the run still finishes; out of retries, the run fails cleanly."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from ops_tiny import OPS_TINY, events, metric_rows, sft_cache
+
+from rlvr.checkpoint import state_digest
+from rlvr.config import load_config
+from rlvr.models import load_model
+from rlvr.train.grpo import train
+
+
+def _train_here(overrides):
+    threads = torch.get_num_threads()
+    try:
+        return train(load_config(None, overrides))
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def overrides(tmp_path, tmp_path_factory):
+    return OPS_TINY + [f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache(tmp_path_factory)}"]
+
+
+def test_injected_nan_rolls_back_to_the_last_good_checkpoint_and_finishes(overrides, tmp_path):
+    run = tmp_path / "run"
+    summary = _train_here(overrides + ["train.steps=6", "ckpt.every=2", "ckpt.keep=0", "debug.inject_nan_at_step=5"])
+    assert summary["status"] == "completed" and summary["steps"] == 6 and summary["rollbacks"] == 1
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    (alert,) = [e for e in events(run, "alert") if e["rule"] == "nonfinite"]
+    assert alert["step"] == 5 and alert["severity"] == "critical"
+    (rollback,) = events(run, "rollback")
+    assert (rollback["step"], rollback["to_step"], rollback["rule"]) == (5, 4, "nonfinite")
+    assert rollback["checkpoint"].endswith("step_000004") and rollback["lr_scale"] == 0.5
+    # the weights right after the rollback are the step-4 checkpoint's, bit for bit
+    good, _ = load_model(run / "checkpoints" / "step_000004" / "model")
+    assert rollback["weights_sha256"] == state_digest(good.state_dict())
+    # metrics describe the surviving history once per step; the retried step 5 is finite
+    rows = {r["step"]: r for r in metric_rows(run) if "reward/mean" in r}
+    assert sorted(rows) == [1, 2, 3, 4, 5, 6]
+    assert math.isfinite(rows[5]["actor/loss"]) and rows[5]["actor/skipped_updates"] == 0
+    assert rows[5]["actor/lr"] == pytest.approx(0.5 * rows[4]["actor/lr"])
+    # the report of the run shows the rollback (written automatically at the end)
+    assert "rollback" in (run / "report.html").read_text()
+
+
+def test_divergence_without_retries_left_fails_the_run_cleanly(overrides, tmp_path):
+    run = tmp_path / "run"
+    summary = _train_here(overrides + ["train.steps=3", "ckpt.every=0", "rollback.max_retries=0",
+                                       "debug.inject_nan_at_step=2", "log.report=false"])
+    assert summary["status"] == "failed" and summary["steps"] == 2
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+    (failed,) = events(run, "failed")
+    assert "RunDiverged" in failed["error"] and "rollback.max_retries=0" in failed["error"]
+    assert events(run, "rollback") == []
