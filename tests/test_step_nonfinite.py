@@ -4,6 +4,7 @@ The NaN is injected through policy_update's `fault` hook (what debug.inject_nan_
 """
 
 import copy
+import math
 
 import pytest
 import torch
@@ -97,3 +98,21 @@ def test_a_clean_update_changes_the_weights(setup):
     before = snapshot(model, opt)
     assert update()["actor/skipped_updates"] == 0.0
     assert any(not torch.equal(before[0][k], v) for k, v in model.state_dict().items())
+
+
+def test_bf16_model_update_is_finite_with_fp32_stats():
+    # log-softmax, entropy and KL run in fp32 inside a bf16 model's update
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=0).to(torch.bfloat16)
+    problems = [Problem(id=f"p{i}", prompt=f"{i}+{i}=") for i in range(2)]
+    completions = generate(model, tok, problems, SamplingParams(group_size=G, max_new_tokens=8))
+    ref_logp = torch.zeros(len(completions), max(len(c.token_ids) for c in completions)) - 3.0
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = copy.deepcopy(model.state_dict())
+    out = policy_update(model, opt, completions, torch.tensor([1.0, -1.0, 0.5, -0.5] * 2), torch.ones(8), ref_logp,
+                        tok.pad_token_id, settings(beta=0.1), generator=torch.Generator().manual_seed(0))
+    assert out["actor/skipped_updates"] == 0
+    assert all(math.isfinite(v) for v in out.values())
+    assert out["actor/kl"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
