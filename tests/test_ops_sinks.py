@@ -1,0 +1,156 @@
+"""Metric sinks (Prometheus endpoint, W&B and MLflow adapters, JSONL rewind) and checkpoint mechanics
+(atomic write, verification, retention with a best-by-metric, background writes, in-place restore)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.checkpoint import (Checkpointer, latest_valid, list_checkpoints, load_weights, state_digest, verify)
+from rlvr.config import load_config
+from rlvr.console import RunConsole
+from rlvr.models import load_model
+from rlvr.models.tiny import save_tiny
+from rlvr.ops.sinks import PrometheusSink, build_sinks
+from rlvr.runlog import RunLog, read_jsonl
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_prometheus_serves_metrics_and_health():
+    sink = PrometheusSink("127.0.0.1", 0, stale_s=60.0)
+    try:
+        base = f"http://127.0.0.1:{sink.port}"
+        sink.metrics(3, {"reward/mean": 0.25, "actor/loss": float("nan"), "eval/accuracy": 0.5})
+        sink.event({"kind": "alert", "step": 3})
+        status, text = _get(base + "/metrics")
+        assert status == 200
+        assert "rlvr_reward_mean 0.25" in text and "rlvr_step 3.0" in text and "rlvr_actor_loss" not in text
+        assert 'rlvr_events_total{kind="alert"} 1.0' in text
+        status, body = _get(base + "/healthz")
+        assert status == 200 and json.loads(body)["status"] == "ok" and json.loads(body)["step"] == 3
+        sink.event({"kind": "failed", "step": 4})
+        status, body = _get(base + "/healthz")
+        assert status == 503 and json.loads(body)["status"] == "failed"
+    finally:
+        sink.close()
+
+
+def test_wandb_and_mlflow_adapters_when_installed_and_a_warning_when_not(tmp_path, monkeypatch, capsys):
+    calls = []
+    run = types.SimpleNamespace(log=lambda values, step: calls.append(("wandb.log", step, values)),
+                                finish=lambda: calls.append(("wandb.finish",)))
+    wandb = types.SimpleNamespace(init=lambda **kw: calls.append(("wandb.init", kw["project"])) or run,
+                                  alert=lambda **kw: calls.append(("wandb.alert", kw["title"])))
+    mlflow = types.SimpleNamespace(
+        set_tracking_uri=lambda uri: calls.append(("mlflow.uri", uri)), set_experiment=lambda name: None,
+        start_run=lambda run_name: calls.append(("mlflow.start", run_name)), log_params=lambda p: None,
+        log_metrics=lambda values, step: calls.append(("mlflow.log", step, values)),
+        set_tag=lambda k, v: calls.append(("mlflow.tag", k)), end_run=lambda: calls.append(("mlflow.end",)))
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    monkeypatch.setitem(sys.modules, "mlflow", mlflow)
+    cfg = load_config(None, [f"run.dir={tmp_path}", "log.tensorboard=false", "log.wandb_project=rl",
+                             "log.mlflow_tracking_uri=file:./mlruns", "run.name=r1"])
+    log = RunLog(tmp_path, cfg.to_dict(), sinks=build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False)))
+    log.metrics(1, {"reward/mean": 0.5, "actor/kl": float("inf")})
+    log.event("rollback", step=1, reason="test")
+    log.close()
+    assert ("wandb.init", "rl") in calls and ("wandb.log", 1, {"reward/mean": 0.5}) in calls
+    assert ("mlflow.start", tmp_path.name) in calls and ("mlflow.log", 1, {"reward/mean": 0.5}) in calls
+    assert ("wandb.alert", "rlvr rollback") in calls and ("mlflow.tag", "last_rollback") in calls
+    assert ("wandb.finish",) in calls and ("mlflow.end",) in calls
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
+    assert build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False))  # mlflow still there
+    assert "wandb is not installed" in capsys.readouterr().out
+
+
+def test_runlog_rewind_drops_later_rows_and_a_half_written_line(tmp_path):
+    log = RunLog(tmp_path, {})
+    for step in range(5):
+        log.metrics(step, {"reward/mean": step / 10})
+        log.samples(step, [{"completion": f"c{step}"}])
+    log.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "reward/me')  # what a SIGKILL mid-write leaves
+    resumed = RunLog(tmp_path, {}, resume_step=2)
+    resumed.metrics(3, {"reward/mean": 0.9})
+    resumed.close()
+    assert [(r["step"], r["reward/mean"]) for r in read_jsonl(tmp_path / "metrics.jsonl")] == [
+        (0, 0.0), (1, 0.1), (2, 0.2), (3, 0.9)]
+    assert [r["step"] for r in read_jsonl(tmp_path / "samples.jsonl")] == [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    save_tiny(path, 16, 1, 2, seed=0)
+    return load_model(path)
+
+
+def _trained(model):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, model.config.vocab_size, (2, 6))
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    return opt
+
+
+def test_checkpoint_round_trip_async_equals_sync_and_restores_in_place(tiny, tmp_path):
+    model, tok = tiny
+    opt = _trained(model)
+    state = {"optimizer": opt.state_dict(), "step_note": "x"}
+    Checkpointer(tmp_path / "sync", config_hash="h", keep=0).save(1, model, tok, state)
+    writer = Checkpointer(tmp_path / "async", config_hash="h", keep=0, async_write=True)
+    writer.save(1, model, tok, state)
+    digest = state_digest(model.state_dict())
+    with torch.no_grad():  # training goes on while the background write runs: the copy must not see it
+        for p in model.parameters():
+            p.add_(1.0)
+    writer.wait()
+    for root in ("sync", "async"):
+        ckpt = latest_valid(tmp_path / root)
+        assert ckpt is not None and verify(ckpt.path) is None
+        load_weights(model, ckpt.model_dir)  # in place: the optimizer keeps its parameter references
+        assert state_digest(model.state_dict()) == digest
+        assert torch.equal(ckpt.trainer_state()["optimizer"]["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+        assert ckpt.manifest()["config_hash"] == "h"
+
+
+def test_a_crash_mid_write_never_leaves_a_valid_looking_checkpoint(tiny, tmp_path):
+    model, tok = tiny
+    ckpts = Checkpointer(tmp_path, config_hash="h", keep=0)
+    ckpts.save(2, model, tok, {})
+    # a write killed before its rename: only a .tmp directory, never listed
+    (tmp_path / "step_000004.tmp" / "model").mkdir(parents=True)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000002"]
+    # a renamed directory whose files were damaged later: found, reported, skipped
+    ckpts.save(3, model, tok, {})
+    (tmp_path / "step_000003" / "trainer_state.pt").write_bytes(b"garbage")
+    skipped = []
+    assert latest_valid(tmp_path, on_skip=lambda p, why: skipped.append((p.name, why))).step == 2
+    assert skipped == [("step_000003", "checksum mismatch in trainer_state.pt (truncated or corrupted)")]
+
+
+def test_retention_keeps_the_newest_n_plus_the_best(tiny, tmp_path):
+    model, tok = tiny
+    ckpts = Checkpointer(tmp_path, config_hash="h", keep=2, keep_best="eval/accuracy", best_mode="max")
+    for step, acc in [(10, 0.2), (20, 0.6), (30, None), (40, 0.4), (50, None)]:
+        ckpts.save(step, model, tok, {}, metrics={} if acc is None else {"eval/accuracy": acc})
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000020", "step_000040", "step_000050"]
+    low = Checkpointer(tmp_path / "min", config_hash="h", keep=1, keep_best="actor/loss", best_mode="min")
+    for step, loss in [(1, 0.5), (2, 0.1), (3, 0.3)]:
+        low.save(step, model, tok, {}, metrics={"actor/loss": loss})
+    assert [p.name for p in list_checkpoints(tmp_path / "min")] == ["step_000002", "step_000003"]
