@@ -157,7 +157,7 @@ def collect_batch(model, tokenizer, sampler, reward, params: SamplingParams, alg
         "rollout/dropped_groups": float(n_generated - n_kept),
         "rollout/shortfall_groups": float(need),
     }
-    out = _shape(batch, ref, algo, params, times) if n_kept else _empty(times)
+    out = _shape(batch, ref, algo, params, times) if n_kept else _empty()
     out.metrics = {**metrics, **out.metrics, **times}
     out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
     return out
@@ -190,7 +190,7 @@ def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times
                      ref_logp, metrics)
 
 
-def _empty(times: dict[str, float]) -> StepBatch:
+def _empty() -> StepBatch:
     """No group with signal after every round: a batch the update skips."""
     none = torch.zeros(0)
     return StepBatch([], [], [], none, none.bool(), none, none, none, None, {"actor/zero_std_groups_in_update": 0.0})
