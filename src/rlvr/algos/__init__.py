@@ -17,6 +17,10 @@ Recipes (what the names add up to):
               + dropping zero_variance_groups (dynamic sampling)
     GSPO      ratio_level=sequence loss_type=grpo, clip ranges ~3e-4 / 4e-4
     RLOO      estimator=rloo scale=none (as verl)
+
+The presets in configs/ (grpo, dapo, dr_grpo, gspo, rloo) name these; the loop-level
+parts (dynamic sampling, overlong shaping, truncation masking, KL folded into the
+reward) are applied in rlvr.train.step.collect_batch.
 """
 
 from rlvr.algos.advantages import (
