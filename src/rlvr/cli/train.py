@@ -11,7 +11,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     cfg = config_from_args(args)  # validated before anything heavy is imported
-    from rlvr.train.grpo import train
+    if cfg.deploy.backend == "ray":  # the same modules as Ray actors (Ray imported only here)
+        from rlvr.deploy.ray.driver import run as train
+    else:
+        from rlvr.train.grpo import train
 
     summary = train(cfg)
     return 0 if summary["status"] == "completed" else 1

@@ -1,0 +1,130 @@
+"""The modules as Ray actors. Each takes and returns records (Problem, Completion, RewardResult).
+
+Workers are stateless from the caller's side: every call names the start checkpoint and the
+weight version it needs, and a worker that Ray restarted after its process died sets itself up
+again on its next call. That is what lets the driver re-issue a lost call as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import ray
+import torch
+
+from rlvr.config import Config
+from rlvr.deploy.ray.sync import WeightHandle, load_into
+from rlvr.records import Completion, Problem, RewardResult
+from rlvr.rollout.hf import SamplingParams, generate
+
+
+def _threads(n: int) -> None:
+    torch.set_num_threads(max(1, n))
+
+
+def _reply(t0: float, **out) -> dict:
+    return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}
+
+
+class RolloutWorker:
+    """A policy copy that samples G completions per problem with the published weights."""
+
+    def __init__(self, cfg: Config, threads: int) -> None:
+        _threads(threads)
+        self.cfg = cfg
+        self.model = self.tokenizer = None
+        self.start_path: str | None = None
+        self.version: int | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def sample(self, start_path: str, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
+               group_offset: int, rng: dict) -> dict:
+        """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
+        or {'seed': int} for a shard of its own; the state after sampling comes back."""
+        t0 = time.time()
+        if self.start_path != start_path:
+            from rlvr.models import load_policy
+            self.model, self.tokenizer = load_policy(self.cfg.model, start_path)
+            self.start_path, self.version = start_path, None
+        if self.version != weights.version:
+            load_into(self.model, weights)
+            self.version = weights.version
+        if rng.get("state") is not None:
+            torch.set_rng_state(rng["state"])
+        else:
+            torch.manual_seed(rng["seed"])
+        completions = generate(self.model, self.tokenizer, problems, params, group_offset=group_offset,
+                               policy_version=weights.version)
+        return _reply(t0, completions=completions, rng_state=torch.get_rng_state())
+
+
+class RewardWorker:
+    """Rule rewards (math verification, the code sandbox) on CPU cores, whole groups at a time."""
+
+    def __init__(self, cfg: Config, threads: int) -> None:
+        from rlvr.rewards import build_reward
+        _threads(threads)
+        self.reward = build_reward(cfg.reward)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[int]) -> dict:
+        t0 = time.time()
+        try:
+            results = self.reward.score(problems, texts, group_ids=group_ids)
+        except Exception as exc:  # a reward failure degrades to invalid samples, never a stalled step
+            results = [RewardResult.invalid(f"reward worker failed: {type(exc).__name__}: {exc}") for _ in texts]
+        return _reply(t0, results=results)
+
+
+class ReferenceWorker:
+    """Frozen reference log-probs of completions (the inference module)."""
+
+    def __init__(self, cfg: Config, threads: int) -> None:
+        _threads(threads)
+        self.cfg = cfg
+        self.ref = None
+        self.start_path: str | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def logprobs(self, start_path: str, completions: Sequence[Completion]) -> dict:
+        t0 = time.time()
+        if self.start_path != start_path:
+            from rlvr.inference.reference import ReferenceModel
+            from rlvr.models import load_policy, reference_policy
+            model, tokenizer = load_policy(self.cfg.model, start_path)
+            self.ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, self.cfg.rollout.temperature)
+            self.start_path = start_path
+        return _reply(t0, logp=self.ref.logprobs(completions))
+
+
+class TrainerActor:
+    """The embedded GRPO loop (rlvr.train.grpo.train) with its batches collected on the other actors."""
+
+    def __init__(self, threads: int) -> None:
+        _threads(threads)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def train(self, cfg: Config, workers: dict, pending_events: list[dict], attempt: int) -> dict:
+        from rlvr.deploy.ray.source import RayBatchSource
+        from rlvr.train.grpo import train
+        source = RayBatchSource(cfg, workers, pending_events, attempt)
+        try:
+            return train(cfg, batch_source=source.bind)
+        finally:
+            source.close()
+
+
+def actor_class(cls, max_restarts: int):
+    """`cls` as a Ray actor that Ray restarts when its process dies; the caller re-issues the lost call
+    (max_task_retries=0), so every re-issue is seen and logged."""
+    return ray.remote(max_restarts=max_restarts, max_task_retries=0)(cls)

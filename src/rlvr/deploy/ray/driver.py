@@ -1,0 +1,105 @@
+"""`rlvr train deploy.backend=ray`: place the module pools, start the actors, run the trainer.
+
+    ray.init (local, or deploy.address) -> placement groups (deploy.pools)
+      rollout  x N  RolloutWorker    policy copies, sample shards of each batch
+      reward   x R  RewardWorker     rule rewards / sandbox on CPU cores
+      inference x 1 ReferenceWorker  reference log-probs (only when algo.beta > 0)
+      trainer  x 1  TrainerActor     the embedded GRPO loop, batches collected on the actors above
+
+The trainer runs `rlvr.train.grpo.train` itself (same update, log, checkpoints, eval), so the
+run directory is the embedded one. When its process dies, a new trainer resumes from the last
+checkpoint (ckpt.resume=auto), up to deploy.trainer_restarts times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from rlvr.config import Config, ConfigError
+
+_MISSING = "deploy.backend=ray needs Ray: pip install 'rlvr[ray]' (or pip install 'ray>=2.30')"
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(_MISSING) from None
+    return ray
+
+
+def resolved(cfg: Config) -> Config:
+    """Settings the Ray backend implies: async mode caps the importance ratio by dual clipping."""
+    if cfg.deploy.async_ and cfg.algo.dual_clip is None:
+        return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, dual_clip=cfg.deploy.ratio_cap))
+    return cfg
+
+
+def modules(cfg: Config) -> list[str]:
+    return ["rollout", "reward", "trainer"] + (["inference"] if cfg.algo.beta > 0 else [])
+
+
+def run(cfg: Config) -> dict:
+    ray = _import_ray()
+    from ray.exceptions import RayActorError
+
+    from rlvr.deploy.ray import actors
+    from rlvr.deploy.ray.pools import Placement, required
+
+    cfg = resolved(cfg)
+    d = cfg.deploy
+    used = modules(cfg)
+    own_cluster = not ray.is_initialized()
+    if own_cluster:
+        local = {}
+        if d.address is None:  # logical CPUs may exceed the cores: a pool's CPUs are a reservation, not a core
+            import os
+            local["num_cpus"] = d.num_cpus or max(os.cpu_count() or 1,
+                                                  int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999))
+        ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
+    placement = Placement(d, used)
+    classes = {"rollout": actors.RolloutWorker, "reward": actors.RewardWorker, "inference": actors.ReferenceWorker}
+    workers: dict[str, list] = {m: [] for m in classes}
+
+    def threads(m: str) -> int:
+        return cfg.train.threads or max(1, int(d.pools[m].cpus))
+
+    try:
+        for m, cls in classes.items():
+            if m in used:
+                remote = actors.actor_class(cls, d.worker_restarts)
+                workers[m] = [remote.options(**placement.options(m, j)).remote(cfg, threads(m))
+                              for j in range(d.pools[m].replicas)]
+        pending: list[dict] = []
+        run_cfg = cfg
+        for attempt in range(d.trainer_restarts + 1):
+            trainer = actors.actor_class(actors.TrainerActor, 0).options(
+                **placement.options("trainer", 0)).remote(threads("trainer"))
+            try:
+                return ray.get(trainer.train.remote(run_cfg, workers, pending, attempt))
+            except RayActorError as exc:  # the trainer's process died (a Python error arrives as RayTaskError)
+                pending = [{"kind": "trainer_restarted", "attempt": attempt + 1, "error": type(exc).__name__,
+                            "resume": "auto"}]
+                run_cfg = dataclasses.replace(run_cfg, ckpt=dataclasses.replace(run_cfg.ckpt, resume="auto"))
+        _failed_summary(cfg, d.trainer_restarts)
+        return {"status": "failed", "steps": None}
+    finally:
+        for handles in workers.values():
+            for h in handles:
+                ray.kill(h, no_restart=True)
+        placement.close()
+        if own_cluster:
+            ray.shutdown()
+
+
+def _failed_summary(cfg: Config, restarts: int) -> None:
+    """The trainer died more often than deploy.trainer_restarts allows; say so where a user looks."""
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "events.jsonl", "a") as f:
+        f.write(json.dumps({"time": time.time(), "kind": "failed", "step": None,
+                            "error": f"trainer died {restarts + 1} times"}) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "failed", "steps": None,
+                                                      "error": "trainer process died"}, indent=2) + "\n")

@@ -1,0 +1,276 @@
+"""The trainer's batch collector on Ray: `collect_batch` with its rounds run on the actors.
+
+Per round, the problems are cut into one shard per rollout replica and each shard's groups
+are scored on the reward pool (whole groups per call, so group normalisation is unchanged).
+A call lost with its worker's process is re-issued as it was (Ray restarts the actor, the
+worker sets itself up again) and logged; a reward call that fails or times out scores its
+samples invalid. Sync mode with one rollout replica continues the trainer's own torch RNG
+stream on the worker, so it samples exactly what the embedded run samples.
+
+Async mode (deploy.async): while the trainer updates on batch t, a background thread collects
+batches t+1..t+k (k = deploy.max_staleness) with the weights of version t-1. The queue of
+batches ahead is bounded by k, and every call to an actor waits for the previous one on that
+actor, so a slow module holds back the others instead of piling up results in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import ray
+import torch
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from rlvr.config import Config
+from rlvr.console import RunConsole
+from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
+from rlvr.records import RewardResult
+from rlvr.train.step import StepBatch, _Samples, collect_batch
+
+MODULES = ("rollout", "reward", "inference")
+
+
+def shards(n: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous [start, end) ranges covering n items in at most `parts` non-empty pieces."""
+    parts = max(1, min(parts, n))
+    cuts = [round(i * n / parts) for i in range(parts + 1)]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def select_rows(batch: StepBatch, rows: list[int]) -> StepBatch:
+    """The batch restricted to `rows` (whole groups, so the advantages stay those of their group)."""
+    idx = torch.tensor(rows, dtype=torch.long)
+    return StepBatch([batch.problems[i] for i in rows], [batch.completions[i] for i in rows],
+                     [batch.results[i] for i in rows], batch.rewards[idx], batch.valid[idx],
+                     batch.shaped_rewards[idx], batch.loss_mask[idx], batch.advantages[idx],
+                     None if batch.ref_logp is None else batch.ref_logp[idx], dict(batch.metrics))
+
+
+def within_staleness(batch: StepBatch, version: int, max_staleness: int, group_size: int) -> tuple[StepBatch, int]:
+    """Drop every group with a completion more than `max_staleness` versions behind `version`;
+    returns the kept batch and the number of groups dropped."""
+    n_groups = len(batch.completions) // group_size
+    keep = [m for m in range(n_groups)
+            if all(version - c.policy_version <= max_staleness
+                   for c in batch.completions[m * group_size:(m + 1) * group_size])]
+    if len(keep) == n_groups:
+        return batch, 0
+    rows = [m * group_size + j for m in keep for j in range(group_size)]
+    return select_rows(batch, rows), n_groups - len(keep)
+
+
+class _RemoteReference:
+    """`ReferenceModel`'s interface (.logprobs) answered by the inference pool."""
+
+    def __init__(self, source: "RayBatchSource") -> None:
+        self.source = source
+
+    def logprobs(self, completions) -> torch.Tensor:
+        src, workers = self.source, self.source.workers["inference"]
+        parts = shards(len(completions), len(workers))
+        calls = [lambda j=j, a=a, b=b: workers[j].logprobs.remote(src.start_path, completions[a:b])
+                 for j, (a, b) in enumerate(parts)]
+        refs = [call() for call in calls]
+        outs = [src.get("inference", j, refs[j], calls[j])["logp"] for j in range(len(parts))]
+        out = torch.zeros(len(completions), max(o.shape[1] for o in outs))  # (N, T)
+        for (a, b), o in zip(parts, outs):
+            out[a:b, : o.shape[1]] = o
+        return out
+
+
+class RayBatchSource:
+    def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int) -> None:
+        self.cfg, self.workers, self.attempt = cfg, workers, attempt
+        self.pending = list(pending_events)
+        self.publisher = WeightPublisher()
+        self.start_path: str | None = None
+        self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
+        self.events: list[dict] = []
+        self.busy: dict[str, float] = defaultdict(float)
+        self.pids = {m: ray.get([w.pid.remote() for w in workers[m]]) for m in MODULES}
+        self.ahead: dict[int, Future] = {}
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if cfg.deploy.async_ else None
+        self.last_return: float | None = None
+        self.killed = False
+        self.log = None
+
+    def bind(self, log):
+        """Called by `train` with its RunLog: events that happened before it (a trainer restart) go in first."""
+        self.log = log
+        for event in self.pending:
+            log.event(**event)
+        return self.collect
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+
+    # -- the collector `train` calls once per step
+
+    def collect(self, model, tokenizer, sampler, reward, params, algo, *, batch_size: int, step: int,
+                ref=None) -> StepBatch:
+        t_enter = time.time()
+        d = self.cfg.deploy
+        if d.kill_trainer_at_step == step and self.attempt == 0:
+            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: the driver restarts us from a checkpoint
+        if self.start_path is None:  # the trainer has run (or found cached) cold-start SFT already
+            from rlvr.train.grpo import starting_point
+            self.start_path = str(starting_point(self.cfg, RunConsole(False)))
+        version = step - 1  # updates applied so far
+        if self.publisher.version != version:
+            if self.publisher.version is not None and version < self.publisher.version:
+                self._drop_ahead()  # a rollback: batches sampled ahead came from the abandoned policy
+            self.publisher.publish(model, version)
+        handle = self.publisher.handle
+        args = (sampler, params, algo, batch_size)
+        dropped = 0
+        if self.executor is None:
+            batch = self._collect(*args, step, handle)
+        else:
+            future = self.ahead.pop(step, None)
+            batch = future.result() if future is not None else self._collect(*args, step, handle)
+            for ahead in range(step + 1, min(step + d.max_staleness, self.cfg.train.steps) + 1):
+                if ahead not in self.ahead:
+                    self.ahead[ahead] = self.executor.submit(self._collect, *args, ahead, handle)
+            batch, dropped = within_staleness(batch, version, d.max_staleness, params.group_size)
+            if dropped and not batch.completions:  # nothing fresh enough: sample this step again, now
+                batch = self._collect(*args, step, handle)
+        batch.metrics.update(self._perf(batch, version, dropped, t_enter))
+        self._flush_events(step)
+        return batch
+
+    def _collect(self, sampler, params, algo, batch_size: int, step: int, handle: WeightHandle) -> StepBatch:
+        ref = _RemoteReference(self) if self.workers["inference"] else None
+        return collect_batch(None, None, sampler, None, params, algo, batch_size=batch_size, step=step, ref=ref,
+                             sample_round=lambda *a: self._round(handle, *a))
+
+    def _drop_ahead(self) -> None:
+        for future in self.ahead.values():
+            future.cancel()
+        for future in self.ahead.values():
+            if not future.cancelled():
+                future.exception()  # wait for it; its batch is discarded
+        self.ahead.clear()
+
+    # -- one round: rollout shards, then reward shards (the signature `collect_batch` expects)
+
+    def _round(self, handle: WeightHandle, model, tokenizer, sampler, reward, params, n_prompts: int, step: int,
+               times: dict[str, float]) -> _Samples:
+        g = params.group_size
+        t0 = time.time()
+        offset = sampler.position  # group ids stay unique across rounds and steps
+        problems = sampler.take(n_prompts)
+        completions = self._rollout(problems, params, offset, handle, step)
+        times["time/rollout_s"] += time.time() - t0
+        t1 = time.time()
+        per_sample = [problems[i // g] for i in range(len(completions))]
+        results = self._score(per_sample, completions, g)
+        times["time/reward_s"] += time.time() - t1
+        return _Samples(per_sample, completions, results)
+
+    def _rollout(self, problems, params, offset: int, handle: WeightHandle, step: int):
+        workers = self.workers["rollout"]
+        parts = shards(len(problems), len(workers))
+        exact = self.executor is None and len(parts) == 1  # the trainer's RNG stream, as embedded
+        rngs = ([{"state": torch.get_rng_state()}] if exact else
+                [{"seed": (self.cfg.seed * 1_000_003 + (offset + a) * 7919 + j) % 2**62} for j, (a, _) in enumerate(parts)])
+        calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(self.start_path, handle, problems[a:b], params,
+                                                                offset + a, rngs[j])
+                 for j, (a, b) in enumerate(parts)]
+        refs = [call() for call in calls]
+        if self.cfg.deploy.kill_rollout_at_step == step and self.attempt == 0 and not self.killed:
+            self.killed = True
+            time.sleep(0.2)  # let it start sampling: the call in flight is the one lost
+            self._event("fault_injected", module="rollout", replica=0, pid=self.pids["rollout"][0])
+            os.kill(self.pids["rollout"][0], signal.SIGKILL)
+        outs = [self.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
+        if exact:
+            torch.set_rng_state(outs[0]["rng_state"])
+        return [c for out in outs for c in out["completions"]]
+
+    def _score(self, per_sample, completions, g: int) -> list[RewardResult]:
+        workers = self.workers["reward"]
+        parts = [(a * g, b * g) for a, b in shards(len(completions) // g, len(workers))]
+        texts, gids = [c.text for c in completions], [c.group_id for c in completions]
+        calls = [lambda j=j, a=a, b=b: workers[j].score.remote(per_sample[a:b], texts[a:b], gids[a:b])
+                 for j, (a, b) in enumerate(parts)]
+        refs = [call() for call in calls]
+        outs = []
+        for j, (a, b) in enumerate(parts):
+            def invalid(why: str, n=b - a) -> dict:
+                return {"results": [RewardResult.invalid(why) for _ in range(n)]}
+            outs.append(self.get("reward", j, refs[j], calls[j], timeout=self.cfg.deploy.reward_timeout_s,
+                                 fallback=invalid))
+        return [r for out in outs for r in out["results"]]
+
+    # -- calls that survive a worker's death
+
+    def get(self, module: str, j: int, ref, reissue, timeout: float | None = None, fallback=None) -> dict:
+        """The reply of call `ref` to replica j; re-issued while Ray restarts a dead worker.
+        fallback(reason): the reply to use when the call cannot be answered (None: raise)."""
+        tries = self.cfg.deploy.worker_restarts + 1
+        for attempt in range(tries):
+            try:
+                out = ray.get(ref, timeout=timeout)
+            except RayActorError as exc:
+                self._event("worker_failed", module=module, replica=j, error=f"{type(exc).__name__}",
+                            reissued=attempt + 1 < tries)
+                if attempt + 1 < tries:
+                    ref = reissue()
+                continue
+            except GetTimeoutError:
+                if fallback is None:
+                    raise
+                # the worker is stuck on this call; a restart frees it for the next one
+                ray.kill(self.workers[module][j], no_restart=False)
+                self._event("worker_timeout", module=module, replica=j, timeout_s=timeout)
+                return fallback(f"{module} call timed out after {timeout}s")
+            self._note_pid(module, j, out["pid"])
+            with self.lock:
+                self.busy[module] += out["busy_s"]
+            return out
+        if fallback is not None:
+            return fallback(f"{module} worker died {tries} times")
+        raise RuntimeError(f"{module} replica {j} died {tries} times in one call (deploy.worker_restarts="
+                           f"{self.cfg.deploy.worker_restarts}); see events.jsonl")
+
+    def _note_pid(self, module: str, j: int, pid: int) -> None:
+        old = self.pids[module][j]
+        if old != pid:
+            self.pids[module][j] = pid
+            self._event("worker_restarted", module=module, replica=j, old_pid=old, new_pid=pid)
+
+    def _event(self, kind: str, **data) -> None:
+        with self.lock:
+            self.events.append({"kind": kind, **data})
+
+    def _flush_events(self, step: int) -> None:
+        with self.lock:
+            events, self.events = self.events, []
+        for event in events:
+            self.log.event(step=step, **event)
+
+    # -- per-step figures: staleness, and each module's busy and idle time
+
+    def _perf(self, batch: StepBatch, version: int, dropped: int, t_enter: float) -> dict[str, float]:
+        now = time.time()
+        lag = [version - c.policy_version for c in batch.completions] or [0]
+        interval = now - (self.last_return or t_enter)  # one step of the pipeline
+        self.last_return = now
+        wait = now - t_enter
+        out = {"perf/staleness_mean": sum(lag) / len(lag), "perf/staleness_max": float(max(lag)),
+               "rollout/stale_groups_dropped": float(dropped), "perf/policy_version": float(version),
+               "perf/trainer_busy_s": max(0.0, interval - wait), "perf/trainer_idle_s": wait}
+        with self.lock:
+            busy, self.busy = self.busy, defaultdict(float)
+        for m in MODULES:
+            if self.workers[m]:
+                per_replica = busy[m] / len(self.workers[m])
+                out[f"perf/{m}_busy_s"] = per_replica
+                out[f"perf/{m}_idle_s"] = max(0.0, interval - per_replica)
+        return out

@@ -1,0 +1,47 @@
+"""Weight sync: the trainer publishes versioned weights, rollout workers load them before sampling.
+
+The transport is named in the handle so a worker can dispatch on it: 'object_store' (CPU state
+dict in Ray's object store, works everywhere) is the one implemented; a GPU path (NCCL broadcast
+or CUDA IPC handles) adds a transport here without changing the callers: `publish` on the
+trainer, `WeightHandle` through the call, `load_into` on the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+
+@dataclass(frozen=True)
+class WeightHandle:
+    version: int
+    """Updates applied to the policy these weights belong to (Completion.policy_version)."""
+    refs: list[Any] = field(default_factory=list)
+    """Object refs of the payload, inside a list so Ray does not fetch it when the worker already
+    holds this version (top-level ObjectRef arguments are always resolved)."""
+    transport: str = "object_store"
+
+
+class WeightPublisher:
+    """Trainer side. Keeps the latest version's payload alive until the next publication."""
+
+    def __init__(self) -> None:
+        self.handle: WeightHandle | None = None
+
+    @property
+    def version(self) -> int | None:
+        return None if self.handle is None else self.handle.version
+
+    def publish(self, model, version: int) -> WeightHandle:
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        self.handle = WeightHandle(version, [ray.put(state)])
+        return self.handle
+
+
+def load_into(model, handle: WeightHandle) -> None:
+    """Worker side: replace `model`'s weights with the published ones."""
+    if handle.transport != "object_store":
+        raise NotImplementedError(f"weight transport {handle.transport!r} is not implemented")
+    model.load_state_dict(ray.get(handle.refs[0]))
