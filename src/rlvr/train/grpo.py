@@ -229,8 +229,8 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
         save(step)
     eval_after = evaluate(model, tokenizer, held_out, reward, **eval_kwargs)
     log.metrics(step, {"eval/accuracy": eval_after["accuracy"], "eval/format": eval_after["format"]})
+    checkpointer.wait()  # a background write must finish before the export merges a LoRA adapter in place
     export_model(model, tokenizer, run_dir / "model")  # Hugging Face format; a LoRA adapter is merged
-    checkpointer.wait()
     rewards_hist = history["reward"]
     summary = {
         "status": status, "steps": step, "wall_time_s": round(time.time() - t_start, 2), "seed": cfg.seed,
