@@ -185,7 +185,7 @@ class RayBatchSource:
         refs = [call() for call in calls]
         if self.cfg.deploy.kill_rollout_at_step == step and self.attempt == 0 and not self.killed:
             self.killed = True
-            time.sleep(0.2)  # let it start sampling: the call in flight is the one lost
+            # right after submitting: the call just sent is in flight on that process and is lost with it
             self._event("fault_injected", module="rollout", replica=0, pid=self.pids["rollout"][0])
             os.kill(self.pids["rollout"][0], signal.SIGKILL)
         outs = [self.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
@@ -221,6 +221,7 @@ class RayBatchSource:
                 self._event("worker_failed", module=module, replica=j, error=f"{type(exc).__name__}",
                             reissued=attempt + 1 < tries)
                 if attempt + 1 < tries:
+                    self._wait_alive(module, j)
                     ref = reissue()
                 continue
             except GetTimeoutError:
@@ -238,6 +239,18 @@ class RayBatchSource:
             return fallback(f"{module} worker died {tries} times")
         raise RuntimeError(f"{module} replica {j} died {tries} times in one call (deploy.worker_restarts="
                            f"{self.cfg.deploy.worker_restarts}); see events.jsonl")
+
+    def _wait_alive(self, module: str, j: int, timeout_s: float = 120.0) -> None:
+        """Until Ray has restarted replica j (calls to an actor being restarted fail at once)."""
+        deadline = time.time() + timeout_s
+        while True:
+            try:
+                ray.get(self.workers[module][j].pid.remote(), timeout=max(1.0, deadline - time.time()))
+                return
+            except (RayActorError, GetTimeoutError):
+                if time.time() > deadline:
+                    return  # the re-issued call reports the failure
+                time.sleep(0.5)
 
     def _note_pid(self, module: str, j: int, pid: int) -> None:
         old = self.pids[module][j]

@@ -1,0 +1,134 @@
+"""The Ray deployment on a local cluster the tests start and stop: sync equals embedded, async
+overlaps within the staleness bound, a killed rollout worker or trainer does not stop the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from rlvr.config import load_config  # noqa: E402
+from rlvr.deploy.ray.driver import run  # noqa: E402
+from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
+from rlvr.records import Completion, Problem, RewardResult  # noqa: E402
+from rlvr.train.grpo import train  # noqa: E402
+from rlvr.train.sft import run_sft  # noqa: E402
+from rlvr.train.step import StepBatch  # noqa: E402
+
+# 1-digit sums after a short cold start: varied rewards, so updates really move the weights
+TINY = [
+    "task.max_digits=1", "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2",
+    "sft.steps=80", "sft.batch_size=16", "sft.examples=1000", "sft.lr=1e-2",
+    "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24", "train.steps=3",
+    "eval.n=8", "eval.every=0", "ckpt.every=1", "train.threads=1", "run.progress=false",
+    "log.tensorboard=false", "log.report=false",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=6, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def sft_dir(tmp_path_factory):
+    """Cold start once, before any run, so every run starts from the same cached checkpoint."""
+    d = tmp_path_factory.mktemp("ray-sft")
+    run_sft(load_config(None, TINY + [f"sft.cache_dir={d}"]))
+    return d
+
+
+def config(tmp_path: Path, sft_dir: Path, name: str, *extra: str):
+    return load_config(None, TINY + [f"run.dir={tmp_path / name}", f"sft.cache_dir={sft_dir}", *extra])
+
+
+def rows(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / f"{name}.jsonl").read_text().splitlines()]
+
+
+def completion(version: int) -> Completion:
+    return Completion("p", 0, 0, "x", [1], [2], [-0.5], "stop", policy_version=version)
+
+
+def test_shards_cover_everything_in_order():
+    assert shards(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert shards(2, 4) == [(0, 1), (1, 2)]  # never an empty shard
+
+
+def test_staleness_bound_drops_whole_groups_older_than_k():
+    versions = [5, 5, 4, 5, 3, 5]  # three groups of 2; current policy version 5
+    n = len(versions)
+    batch = StepBatch([Problem("p", "q")] * n, [completion(v) for v in versions], [RewardResult(1.0)] * n,
+                      torch.arange(n).float(), torch.ones(n, dtype=torch.bool), torch.arange(n).float(),
+                      torch.ones(n), torch.arange(n).float() * 10, torch.zeros(n, 3))
+    kept, dropped = within_staleness(batch, version=5, max_staleness=1, group_size=2)
+    assert dropped == 1  # the group with version 3 is 2 versions old
+    assert [c.policy_version for c in kept.completions] == [5, 5, 4, 5]
+    assert kept.advantages.tolist() == [0.0, 10.0, 20.0, 30.0] and kept.ref_logp.shape == (4, 3)
+    assert within_staleness(batch, version=5, max_staleness=2, group_size=2)[1] == 0
+    assert len(select_rows(batch, [4, 5]).completions) == 2
+
+
+def test_sync_ray_reproduces_embedded_metrics(cluster, sft_dir, tmp_path):
+    extra = ("algo.beta=0.04",)  # with the reference model on the inference worker
+    embedded = train(config(tmp_path, sft_dir, "embedded", *extra))
+    distributed = run(config(tmp_path, sft_dir, "ray", "deploy.backend=ray", *extra))
+    assert embedded["status"] == distributed["status"] == "completed"
+    a, b = rows(tmp_path / "embedded", "metrics"), rows(tmp_path / "ray", "metrics")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    compared = 0
+    for ra, rb in zip(a, b):
+        for key, value in ra.items():
+            if key.startswith(("time/", "perf/")) or key not in rb:
+                continue
+            assert rb[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (ra["step"], key)
+            compared += 1
+    assert compared > 50
+    assert any(r.get("actor/kl", 0) > 0 for r in b) and any(r.get("reward/std", 0) > 0 for r in b)
+    assert all(r["perf/staleness_max"] == 0 for r in b if "perf/staleness_max" in r)
+
+
+def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
+    cfg = config(tmp_path, sft_dir, "async", "deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1",
+                 "train.steps=4")
+    assert run(cfg)["status"] == "completed"
+    steps = [r for r in rows(tmp_path / "async", "metrics") if "perf/staleness_max" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    # step 1 samples with the starting weights; later batches were sampled during the previous update
+    assert [r["perf/staleness_max"] for r in steps] == [0, 1, 1, 1]
+    assert all(r["perf/rollout_busy_s"] > 0 and "perf/trainer_idle_s" in r for r in steps)
+    samples = rows(tmp_path / "async", "samples")
+    assert samples and all("completion" in s for s in samples)
+    resolved = (tmp_path / "async" / "config.yaml").read_text()
+    assert "dual_clip: 3.0" in resolved and "async: true" in resolved  # the ratio cap is on in async mode
+
+
+def test_killed_rollout_worker_is_restarted_and_its_work_reissued(cluster, sft_dir, tmp_path):
+    cfg = config(tmp_path, sft_dir, "kill", "deploy.backend=ray", "deploy.kill_rollout_at_step=2")
+    summary = run(cfg)
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    events = rows(tmp_path / "kill", "events")
+    kinds = [(e["kind"], e.get("module"), e["step"]) for e in events]
+    assert ("fault_injected", "rollout", 2) in kinds
+    failed = [e for e in events if e["kind"] == "worker_failed"]
+    assert failed and failed[0]["reissued"] and failed[0]["step"] == 2
+    restarted = [e for e in events if e["kind"] == "worker_restarted"]
+    assert restarted and restarted[0]["old_pid"] != restarted[0]["new_pid"]
+
+
+def test_dead_trainer_resumes_from_its_last_checkpoint(cluster, sft_dir, tmp_path):
+    cfg = config(tmp_path, sft_dir, "trainer", "deploy.backend=ray", "deploy.kill_trainer_at_step=3")
+    summary = run(cfg)
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    events = rows(tmp_path / "trainer", "events")
+    kinds = [e["kind"] for e in events]
+    assert "trainer_restarted" in kinds
+    resume = [e for e in events if e["kind"] == "resume"]
+    assert resume and resume[0]["step"] == 2  # the checkpoint of step 2, the last before the kill
+    assert [r["step"] for r in rows(tmp_path / "trainer", "metrics") if "reward/mean" in r] == [1, 2, 3]
