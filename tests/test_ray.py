@@ -61,6 +61,16 @@ def test_shards_cover_everything_in_order():
     assert shards(2, 4) == [(0, 1), (1, 2)]  # never an empty shard
 
 
+def test_colocated_pool_shares_its_hosts_bundles():
+    from rlvr.deploy.ray.pools import pool_bundles, required
+    deploy = load_config(None, ["deploy.pools.inference.colocate_with=trainer", "deploy.pools.trainer.gpus=1",
+                                "deploy.pools.inference.gpus=0.5", "deploy.pools.rollout.replicas=2"]).deploy
+    bundles = pool_bundles(deploy.pools)
+    assert "inference" not in bundles and bundles["trainer"] == [{"CPU": 2.0, "GPU": 1.5}]
+    assert bundles["rollout"] == [{"CPU": 1.0}, {"CPU": 1.0}]
+    assert required(deploy.pools) == {"CPU": 5.0, "GPU": 1.5}
+
+
 def test_staleness_bound_drops_whole_groups_older_than_k():
     versions = [5, 5, 4, 5, 3, 5]  # three groups of 2; current policy version 5
     n = len(versions)
