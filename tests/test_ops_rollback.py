@@ -31,7 +31,8 @@ def overrides(tmp_path, tmp_path_factory):
 
 def test_injected_nan_rolls_back_to_the_last_good_checkpoint_and_finishes(overrides, tmp_path):
     run = tmp_path / "run"
-    summary = _train_here(overrides + ["train.steps=6", "ckpt.every=2", "ckpt.keep=0", "debug.inject_nan_at_step=5"])
+    summary = _train_here(overrides + ["train.steps=6", "ckpt.every=2", "ckpt.keep=0", "debug.inject_nan_at_step=5",
+                                       "ckpt.async_write=true"])
     assert summary["status"] == "completed" and summary["steps"] == 6 and summary["rollbacks"] == 1
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     (alert,) = [e for e in events(run, "alert") if e["rule"] == "nonfinite"]

@@ -39,7 +39,8 @@ def series(rows: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[fl
     return steps, [by_step[s] for s in steps]
 
 
-def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None) -> list[PlotSpec]:
+def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, beta: float | None = None
+                  ) -> list[PlotSpec]:
     keys = {k for r in rows for k in r}
     components = sorted(k for k in keys if re.fullmatch(r"reward/[^/]+/mean", k) and not k.startswith("reward/source/"))
     sources = sorted(k for k in keys if re.fullmatch(r"reward/source/[^/]+/mean", k))
@@ -47,7 +48,8 @@ def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None) ->
         PlotSpec("reward", "Reward: total and per component", ["reward/mean", *components], "reward"),
         PlotSpec("accuracy", "Accuracy: held-out (greedy) and training (sampled)",
                  ["eval/accuracy", "reward/correct/mean"], "fraction correct"),
-        PlotSpec("kl", "KL to the reference (per token)", ["actor/kl"], "KL"),
+        PlotSpec("kl", "KL to the reference (per token)" + (" - algo.beta=0: not computed" if beta == 0 else ""),
+                 ["actor/kl"], "KL"),
         PlotSpec("entropy", "Policy entropy (per token)", ["actor/entropy"], "nats"),
         PlotSpec("length", "Completion length", ["rollout/len_mean", "rollout/len_p90"], "tokens",
                  {"max_new_tokens": float(max_new_tokens)} if max_new_tokens else {}),

@@ -158,7 +158,7 @@ def build_report(run_dir: Path) -> tuple[str, dict[str, bytes]]:
 
     plots: dict[str, bytes] = {}
     figures = []
-    for spec in default_specs(rows, max_new):
+    for spec in default_specs(rows, max_new, (config.get("algo") or {}).get("beta")):
         png = render_png(spec, rows, marks)
         if png is None:
             continue

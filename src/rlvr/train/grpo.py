@@ -191,6 +191,7 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
                 log.event("skipped_update", step=step, count=actor["actor/skipped_updates"])
                 ui.warn(f"step {step}: {int(actor['actor/skipped_updates'])} update(s) skipped (non-finite loss or gradient)")
             if trigger is not None:  # diverged: back to the last good state, lower lr, new data order
+                checkpointer.wait()  # a checkpoint still being written counts as a good state
                 step = guard.roll_back(step, trigger, lambda good: restore(good, rollback=True), model)
                 continue
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
