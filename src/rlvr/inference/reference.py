@@ -8,7 +8,7 @@ import torch
 
 from rlvr.algos import token_logprobs
 from rlvr.records import Completion
-from rlvr.train.batch import completion_logits, pack
+from rlvr.train.batch import completion_logits, forward_logits, pack
 
 
 def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, temperature: float,
@@ -20,7 +20,7 @@ def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, t
     for start in range(0, len(completions), micro_batch):
         chunk = completions[start:start + micro_batch]
         batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (b, L, V)
+        logits = forward_logits(model, batch)  # (b, K, V)
         logp, entropy = token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)  # (b, T')
         width = logp.shape[1]
         out[start:start + len(chunk), :width] = logp * batch.mask

@@ -23,6 +23,8 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 48
     greedy: bool = False
+    decode: str = "generate"
+    """'generate' (transformers) or 'loop' (rlvr.rollout.decode: shared prefill, finished rows dropped)."""
 
 
 def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem) -> list[int]:
@@ -56,10 +58,37 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problem
     out: list[Completion] = []
     was_training = model.training
     model.eval()
+    if params.decode == "loop" and _loop_supported(model):
+        out = _decode_loop(model, tokenizer, problems, prompts, params, g, group_offset, policy_version, chunk_size)
+        model.train(was_training)
+        return out
     for start in range(0, len(rows), chunk_size):
         chunk = rows[start:start + chunk_size]
         out.extend(_generate_chunk(model, tokenizer, problems, prompts, chunk, params, group_offset, policy_version))
     model.train(was_training)
+    return out
+
+
+def _loop_supported(model) -> bool:
+    from rlvr.rollout.decode import supports_loop
+    return supports_loop(model)
+
+
+def _decode_loop(model, tokenizer, problems, prompts, params, g, group_offset, policy_version, chunk_size):
+    from rlvr.rollout.decode import decode
+
+    out: list[Completion] = []
+    per_chunk = max(1, chunk_size // g)  # whole groups per chunk
+    for start in range(0, len(problems), per_chunk):
+        idx = list(range(start, min(start + per_chunk, len(problems))))
+        samples = decode(model, [prompts[i] for i in idx], g, max_new_tokens=params.max_new_tokens,
+                         temperature=params.temperature, top_p=params.top_p, greedy=params.greedy,
+                         eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+        for k, (ids, logps, finish) in enumerate(samples):
+            i = idx[k // g]
+            out.append(Completion(problem_id=problems[i].id, group_id=group_offset + i, index=k % g,
+                                  text=tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompts[i],
+                                  token_ids=ids, logprobs=logps, finish_reason=finish, policy_version=policy_version))
     return out
 
 
@@ -79,9 +108,10 @@ def _generate_chunk(model, tokenizer, problems, prompts, rows, params, group_off
         **kwargs,
     )
     new = gen.sequences[:, input_ids.shape[1]:]  # (B, T)
-    logits = torch.stack(gen.logits, dim=1).float()  # (B, T, V)
     temp = 1.0 if params.greedy else params.temperature
-    logp = torch.log_softmax(logits / temp, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    # one step at a time: a (B, V) fp32 slice instead of (B, T, V) copies of every logit
+    logp = torch.stack([torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
+                        for t, step in enumerate(gen.logits)], dim=1)  # (B, T)
     completions = []
     for row, (i, j) in enumerate(rows):
         ids = new[row].tolist()

@@ -37,9 +37,22 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     return TokenBatch(input_ids, attention_mask, targets, mask, starts)
 
 
+def forward_logits(model, batch: TokenBatch) -> torch.Tensor:
+    """Logits of the positions from the first completion-predicting one on, (B, K, V): the other
+    prompt positions never go through the LM head, and no KV cache is built."""
+    keep = batch.input_ids.shape[1] - int(batch.starts.min())
+    try:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+                     logits_to_keep=keep).logits
+    except TypeError:  # an architecture without logits_to_keep: all positions
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+
+
 def completion_logits(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
-    """Logits that predict each completion token: (B, L, V) -> (B, T, V)."""
+    """Logits that predict each completion token: (B, L, V) -> (B, T, V). `logits` may hold only
+    the last K positions (forward_logits); they are then indexed from position L - K."""
     t = batch.targets.shape[1]
-    idx = batch.starts[:, None] + torch.arange(t)[None, :]  # (B, T)
+    offset = batch.input_ids.shape[1] - logits.shape[1]
+    idx = batch.starts[:, None] - offset + torch.arange(t)[None, :]  # (B, T)
     idx = idx.clamp(max=logits.shape[1] - 1)
     return logits.gather(1, idx[..., None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)

@@ -30,6 +30,7 @@ from rlvr.runlog import RunLog
 from rlvr.tasks import ProblemSampler, build_task, has_worked_solutions
 from rlvr.train.sft import run_sft
 from rlvr.train.memory import peak_memory, reset_peak_memory
+from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.step import StepBatch, collect_batch
 from rlvr.train.update import UpdateSettings, policy_update
 
@@ -110,7 +111,8 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
     update_rng = torch.Generator().manual_seed(cfg.seed)
     sampler = ProblemSampler(task, seed=cfg.seed)
     params = SamplingParams(group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
-                            top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens)
+                            top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
+                            decode=cfg.rollout.decode)
     settings = update_settings(cfg)
     eval_kwargs = dict(max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
 

@@ -4,7 +4,10 @@ Old (behaviour) log-probs were stored at sampling time, so every epoch
 after the first is off-policy and the clipped ratio does its job. A
 mini-batch is one optimizer step; micro-batches accumulate gradients so
 peak memory follows the micro-batch, and they are cut from sequences
-sorted by length so little compute goes to padding.
+sorted by length so little compute goes to padding. A sequence that
+cannot move the weights (loss mask 0; or advantage exactly 0 with no KL
+or entropy term) is left out of the forward/backward: the gradient is
+identical, the compute goes to sequences that carry signal.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 
 from rlvr.algos import LossType, choose, policy_loss, token_logprobs
 from rlvr.records import Completion
-from rlvr.train.batch import completion_logits, pack
+from rlvr.train.batch import completion_logits, forward_logits, pack
 
 # What a loss type averages over, so micro-batch losses add up to the mini-batch loss.
 _LOSS_UNIT: dict[LossType, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -69,6 +72,7 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
     counts: dict[str, int] = defaultdict(int)
     extremes = {"ratio_min": math.inf, "ratio_max": -math.inf}  # over all micro-batches, not averaged
     skipped = 0
+    carries = _carries_gradient(advantages, loss_mask, s, fault)  # (N,) bool
     model.train()
     for _ in range(s.ppo_epochs):
         order = torch.randperm(n, generator=generator)
@@ -80,11 +84,16 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
             total_units = unit_fn(seq_mask_all).clamp(min=1)
             optimizer.zero_grad(set_to_none=True)
             mini_loss = 0.0
-            for micro in mini.split(micro_size):
+            active = mini[carries[mini]]  # still sorted by length; the normaliser above counts all
+            sums["zero_grad_seqs"] += float(len(mini) - len(active))
+            counts["zero_grad_seqs"] += 1
+            if len(active) == 0:  # no signal at all: the shortest micro-batch still runs, for the
+                active = mini[:micro_size]  # statistics; its gradient is exactly zero, as the full one is
+            for micro in active.split(micro_size):
                 chunk = [completions[i] for i in micro.tolist()]
                 batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
                 width = batch.targets.shape[1]
-                logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (b, L, V)
+                logits = forward_logits(model, batch)  # (b, K, V)
                 logp, entropy = token_logprobs(completion_logits(logits, batch) / s.temperature, batch.targets)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None]  # (b, W)
                 loss, stats = policy_loss(
@@ -119,6 +128,23 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
     out.update({f"actor/{k}": v for k, v in extremes.items() if math.isfinite(v)})
     out["actor/skipped_updates"] = float(skipped)
     return out
+
+
+def _carries_gradient(advantages: torch.Tensor, loss_mask: torch.Tensor, s: UpdateSettings, fault) -> torch.Tensor:
+    """(N,) True for sequences whose loss has a gradient. Masked-out ones never do; with no KL and
+    no entropy term the loss of a sequence is -A * (clipped ratio) terms, so A == 0 gives exactly 0."""
+    if fault is not None:  # fault injection exercises every micro-batch
+        return torch.ones_like(loss_mask, dtype=torch.bool)
+    carries = loss_mask > 0  # (N,)
+    if s.beta == 0 and s.entropy_coef == 0:
+        carries &= advantages != 0
+    return carries
+
+
+def _zero_grads(model) -> None:
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def _token_mask(completions: Sequence[Completion], idx: torch.Tensor, t: int) -> torch.Tensor:
