@@ -30,7 +30,6 @@ from rlvr.runlog import RunLog
 from rlvr.tasks import ProblemSampler, build_task, has_worked_solutions
 from rlvr.train.sft import run_sft
 from rlvr.train.memory import peak_memory, reset_peak_memory
-from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.step import StepBatch, collect_batch
 from rlvr.train.update import UpdateSettings, policy_update
 
