@@ -23,7 +23,7 @@ TINY = [
     "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "task.max_digits=1",
     "sft.steps=150", "sft.batch_size=32", "sft.examples=2000",
     "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24",
-    "train.steps=3", "eval.n=16", "eval.every=0", "ckpt.every=0", "run.progress=false",
+    "train.steps=2", "eval.n=8", "eval.every=0", "ckpt.every=0", "run.progress=false",
     "log.tensorboard=false", "train.threads=1",
 ]
 FINITE_EVERY_STEP = [
@@ -62,10 +62,10 @@ def test_preset_runs_on_a_tiny_model(name, tmp_path, sft_cache, monkeypatch):
     cfg = load_config(ROOT / "configs" / f"{name}.yaml",
                       TINY + [f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"])
     summary = train(cfg)
-    assert summary["status"] == "completed" and summary["steps"] == 3
+    assert summary["status"] == "completed" and summary["steps"] == 2
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward/mean" in r]
-    assert len(steps) == 3
+    assert len(steps) == 2
     for r in steps:
         for key in FINITE_EVERY_STEP + (FINITE_WHEN_UPDATED if r["rollout/shortfall_groups"] < 4 else []):
             assert key in r and math.isfinite(r[key]), (key, r.get(key))
