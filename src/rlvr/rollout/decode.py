@@ -12,6 +12,7 @@ step's logits, one (rows, V) slice at a time, never (rows, T, V).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -40,6 +41,16 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool
     return torch.multinomial(probs, 1).squeeze(-1)  # (R,)
 
 
+def _cache_arg(model) -> str:
+    """The forward argument that takes the KV cache: 'cache' in newer transformers, else 'past_key_values'."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _cache_of(out):
+    return out["cache"] if "cache" in out else out.past_key_values
+
+
 @torch.no_grad()
 def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_tokens: int, temperature: float,
            top_p: float, greedy: bool, eos_id: int, pad_id: int) -> list[tuple[list[int], list[float], str]]:
@@ -48,7 +59,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     ids, mask = left_pad(prompts, pad_id)  # (B, P)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P): left padding does not shift positions
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache, cache_arg = _cache_of(out), _cache_arg(model)
     cache.batch_repeat_interleave(group_size)  # one prefill per prompt, G rows of cache
     logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # (R, V)
     mask = mask.repeat_interleave(group_size, 0)  # (R, P)
@@ -76,8 +87,8 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
             rows, tok, mask, next_pos = rows[keep], tok[keep], mask[keep], next_pos[keep]
         mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)  # (R, P + step + 1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                    past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                    use_cache=True, **{cache_arg: cache})
+        cache = _cache_of(out)
         logits = out.logits[:, -1].float()  # (R, V)
         next_pos = next_pos + 1
     return [(tokens[r], logps[r], finish[r]) for r in range(n)]
