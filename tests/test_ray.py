@@ -85,6 +85,7 @@ def test_staleness_bound_drops_whole_groups_older_than_k():
     assert len(select_rows(batch, [4, 5]).completions) == 2
 
 
+@pytest.mark.slow
 def test_sync_ray_reproduces_embedded_metrics(cluster, sft_dir, tmp_path):
     extra = ("algo.beta=0.04",)  # with the reference model on the inference worker
     embedded = train(config(tmp_path, sft_dir, "embedded", *extra))
@@ -104,6 +105,7 @@ def test_sync_ray_reproduces_embedded_metrics(cluster, sft_dir, tmp_path):
     assert all(r["perf/staleness_max"] == 0 for r in b if "perf/staleness_max" in r)
 
 
+@pytest.mark.slow
 def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
     cfg = config(tmp_path, sft_dir, "async", "deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1",
                  "train.steps=4")
@@ -119,26 +121,21 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
     assert "dual_clip: 3.0" in resolved and "async: true" in resolved  # the ratio cap is on in async mode
 
 
-def test_killed_rollout_worker_is_restarted_and_its_work_reissued(cluster, sft_dir, tmp_path):
-    cfg = config(tmp_path, sft_dir, "kill", "deploy.backend=ray", "deploy.kill_rollout_at_step=2")
+@pytest.mark.slow
+def test_killed_rollout_worker_and_trainer_do_not_stop_the_run(cluster, sft_dir, tmp_path):
+    # one run, two faults: a rollout worker SIGKILLed mid-step 2, the trainer SIGKILLed at step 3
+    cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "deploy.kill_rollout_at_step=2",
+                 "deploy.kill_trainer_at_step=3")
     summary = run(cfg)
     assert summary["status"] == "completed" and summary["steps"] == 3
-    events = rows(tmp_path / "kill", "events")
+    events = rows(tmp_path / "faults", "events")
     kinds = [(e["kind"], e.get("module"), e["step"]) for e in events]
     assert ("fault_injected", "rollout", 2) in kinds
     failed = [e for e in events if e["kind"] == "worker_failed"]
-    assert failed and failed[0]["reissued"] and failed[0]["step"] == 2
+    assert failed and failed[0]["reissued"] and failed[0]["step"] == 2  # the lost call, re-issued in its step
     restarted = [e for e in events if e["kind"] == "worker_restarted"]
     assert restarted and restarted[0]["old_pid"] != restarted[0]["new_pid"]
-
-
-def test_dead_trainer_resumes_from_its_last_checkpoint(cluster, sft_dir, tmp_path):
-    cfg = config(tmp_path, sft_dir, "trainer", "deploy.backend=ray", "deploy.kill_trainer_at_step=3")
-    summary = run(cfg)
-    assert summary["status"] == "completed" and summary["steps"] == 3
-    events = rows(tmp_path / "trainer", "events")
-    kinds = [e["kind"] for e in events]
-    assert "trainer_restarted" in kinds
+    assert "trainer_restarted" in [e["kind"] for e in events]
     resume = [e for e in events if e["kind"] == "resume"]
     assert resume and resume[0]["step"] == 2  # the checkpoint of step 2, the last before the kill
-    assert [r["step"] for r in rows(tmp_path / "trainer", "metrics") if "reward/mean" in r] == [1, 2, 3]
+    assert [r["step"] for r in rows(tmp_path / "faults", "metrics") if "reward/mean" in r] == [1, 2, 3]
