@@ -1,0 +1,54 @@
+import json
+import math
+
+import torch
+from safetensors.torch import load_file
+
+from rlvr.cli import main
+from rlvr.config import load_config
+from rlvr.train.grpo import train
+from rlvr.train.sft import run_sft
+
+REQUIRED_METRICS = [
+    "reward/mean", "reward/std", "reward/correct/mean", "reward/format/mean", "reward/invalid_frac",
+    "rollout/len_mean", "rollout/len_p90", "rollout/truncated_frac", "rollout/zero_std_frac",
+    "actor/loss", "actor/kl", "actor/entropy", "actor/clip_frac", "actor/grad_norm", "actor/lr",
+    "perf/step_s", "perf/rollout_tok_s", "time/rollout_s", "time/reward_s", "time/update_s",
+]
+
+
+def test_grpo_steps_change_parameters_and_write_the_run_dir(tiny_overrides):
+    cfg = load_config(None, tiny_overrides + ["algo.beta=0.04"])  # with a reference model and KL
+    start = run_sft(cfg)
+    summary = train(cfg)
+    run = cfg.run_dir
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    for name in ["config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json"]:
+        assert (run / name).exists(), name
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    for r in steps:
+        for key in REQUIRED_METRICS:
+            assert key in r and math.isfinite(r[key]), key
+    saved = json.loads((run / "summary.json").read_text())
+    for key in ["status", "steps", "wall_time_s", "eval_before", "eval_after"]:
+        assert key in saved
+    assert set(saved["eval_after"]) == {"accuracy", "n"} and saved["eval_after"]["n"] == 24
+    # the final weights differ from the starting point
+    before = load_file(start / "model.safetensors")
+    after = load_file(run / "model" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000003"]
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert {"completion", "reward", "components", "advantage"} <= set(samples[0])
+
+
+def test_cli_smoke_and_sft_cache_reuse(tiny_overrides, capsys):
+    tiny_overrides = tiny_overrides + ["sft.steps=60"]  # a config no other test has cached
+    assert main(["sft", *tiny_overrides]) == 0
+    first = capsys.readouterr().out
+    assert main(["sft", *tiny_overrides]) == 0  # second call reuses the cache
+    second = capsys.readouterr().out
+    assert "sft step" in first and "sft step" not in second
+    assert main(["train", *tiny_overrides, "train.steps=1", "ckpt.every=0"]) == 0
