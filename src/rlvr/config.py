@@ -126,7 +126,7 @@ class SFTConfig:
     warmup: int = 20
     examples: int = 20000
     """Worked examples generated for cold-start SFT (disjoint from the held-out set)."""
-    teacher_error: float = 0.0
+    teacher_error: float = 0.6
     """Chance that a cold-start demonstration forgets each carry/borrow (an imperfect teacher)."""
     cache_dir: str = ".cache/sft"
     """SFT checkpoints are cached here keyed by their config, so a second run reuses them."""
@@ -135,7 +135,7 @@ class SFTConfig:
 @dataclass
 class RolloutConfig:
     backend: Literal["hf", "vllm"] = "hf"
-    batch_size: int = 16
+    batch_size: int = 32
     """Prompts per step."""
     group_size: int = 8
     """G: completions sampled per prompt."""
@@ -203,8 +203,8 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 150
-    lr: float = 1e-3
+    steps: int = 100
+    lr: float = 1e-4
     ppo_epochs: int = 2
     """mu: policy updates per rollout batch, using the stored old log-probs."""
     mini_batches: int = 1
@@ -228,7 +228,7 @@ class TrainConfig:
 class EvalConfig:
     n: int = 500
     """Held-out problems scored greedily before and after training."""
-    every: int = 50
+    every: int = 25
     """Evaluate every N steps (0 = only before and after)."""
     n_during: int = 200
     batch_size: int = 500
