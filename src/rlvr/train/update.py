@@ -141,12 +141,6 @@ def _carries_gradient(advantages: torch.Tensor, loss_mask: torch.Tensor, s: Upda
     return carries
 
 
-def _zero_grads(model) -> None:
-    for p in model.parameters():
-        if p.requires_grad and p.grad is None:
-            p.grad = torch.zeros_like(p)
-
-
 def _token_mask(completions: Sequence[Completion], idx: torch.Tensor, t: int) -> torch.Tensor:
     mask = torch.zeros(len(idx), t)  # (M, T)
     for row, i in enumerate(idx.tolist()):
