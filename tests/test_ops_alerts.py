@@ -54,6 +54,14 @@ def test_reward_collapse_needs_patience_and_a_real_average():
     assert feed(AlertRules(AlertsConfig(), ROLLBACK), low) == []
 
 
+def test_reward_collapse_right_after_the_start_is_caught():
+    # the shape of a real default run at lr=1e-3: 0.73, then about 0.1 from step 2 on. The window
+    # stays frozen while the condition holds, so the collapsed steps do not lower their own baseline.
+    rewards = [0.731, 0.115, 0.089, 0.084, 0.087, 0.091, 0.098]
+    stream = [healthy(i, **{"reward/mean": r}) for i, r in enumerate(rewards, 1)]
+    assert feed(AlertRules(AlertsConfig(patience=3), ROLLBACK), stream) == [(5, "reward_collapse")]
+
+
 def test_format_error_spike_zero_variance_invalid_and_throughput():
     cfg = AlertsConfig(patience=2, window=6)
     spike = [healthy(i) for i in range(1, 9)] + [healthy(i, **{"reward/format/mean": 0.4}) for i in (9, 10)]

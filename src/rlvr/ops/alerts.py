@@ -7,7 +7,8 @@
 A rule fires when its condition starts to hold (noisy ones after
 `alerts.patience` steps in a row) and again only after it has cleared, so a
 long problem is one alert, not one per step. Windows ("recent average")
-hold the values of earlier steps only. `state_dict()` is saved in
+hold the values of earlier healthy steps only: while a rule's condition holds, its window is
+frozen, so a collapse is measured against the level before it, not against itself. `state_dict()` is saved in
 checkpoints, so a resumed run alerts exactly as the uninterrupted one would.
 """
 
@@ -21,6 +22,8 @@ from typing import Any, Literal
 
 from rlvr.config import AlertsConfig
 
+MIN_HISTORY = 2  # steps of history before a reward or format level counts as "recent"
+MIN_HISTORY_THROUGHPUT = 5  # the first steps are warm-up (compilation, caches, worker start)
 RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "stuck_source", "zero_std", "invalid",
          "eval_decline", "throughput")
 
@@ -75,7 +78,7 @@ class AlertRules:
 
     def _reward_collapse(self, m: dict[str, Any]):
         r = _num(m, "reward/mean")
-        if r is None or len(self._reward) < 5 or not self.cfg.reward_collapse_frac:
+        if r is None or len(self._reward) < MIN_HISTORY or not self.cfg.reward_collapse_frac:
             return False, r, ""
         avg = sum(self._reward) / len(self._reward)
         holds = avg >= self.cfg.reward_collapse_floor and r < self.cfg.reward_collapse_frac * avg
@@ -84,7 +87,7 @@ class AlertRules:
 
     def _format_errors(self, m: dict[str, Any]):
         f = _num(m, "reward/format/mean")
-        if f is None or len(self._format_err) < 5 or not self.cfg.format_error_jump:
+        if f is None or len(self._format_err) < MIN_HISTORY or not self.cfg.format_error_jump:
             return False, None, ""
         err, avg = 1.0 - f, sum(self._format_err) / len(self._format_err)
         return err > avg + self.cfg.format_error_jump, err, \
@@ -115,7 +118,7 @@ class AlertRules:
 
     def _throughput(self, m: dict[str, Any]):
         t = _num(m, "perf/rollout_tok_s")
-        if t is None or len(self._tok_s) < 5 or not self.cfg.throughput_drop_frac:
+        if t is None or len(self._tok_s) < MIN_HISTORY_THROUGHPUT or not self.cfg.throughput_drop_frac:
             return False, t, ""
         med = statistics.median(self._tok_s)
         return t < self.cfg.throughput_drop_frac * med, t, \
@@ -152,12 +155,14 @@ class AlertRules:
         return Alert(rule, step, f"step {step}: {message}", severity, value)
 
     def _remember(self, m: dict[str, Any]) -> None:
-        for key, window in (("reward/mean", self._reward), ("perf/rollout_tok_s", self._tok_s)):
+        # a window stays frozen while its rule's condition holds (see the module docstring)
+        for key, window, rule in (("reward/mean", self._reward, "reward_collapse"),
+                                  ("perf/rollout_tok_s", self._tok_s, "throughput")):
             v = _num(m, key)
-            if v is not None and math.isfinite(v):
+            if v is not None and math.isfinite(v) and not self._streak.get(rule):
                 window.append(v)
         f = _num(m, "reward/format/mean")
-        if f is not None and math.isfinite(f):
+        if f is not None and math.isfinite(f) and not self._streak.get("format_errors"):
             self._format_err.append(1.0 - f)
         acc = _num(m, "eval/accuracy")
         if acc is not None:
