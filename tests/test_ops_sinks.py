@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlvr.checkpoint import (Checkpointer, latest_valid, list_checkpoints, load_weights, state_digest, verify)
-from rlvr.config import load_config
+from rlvr.config import ConfigError, load_config
 from rlvr.console import RunConsole
 from rlvr.models import load_model
 from rlvr.models.tiny import save_tiny
@@ -45,6 +45,10 @@ def test_prometheus_serves_metrics_and_health():
         sink.event({"kind": "failed", "step": 4})
         status, body = _get(base + "/healthz")
         assert status == 503 and json.loads(body)["status"] == "failed"
+        # a taken port is a config error that names the key, before any training starts
+        cfg = load_config(None, [f"log.prometheus_port={sink.port}", "log.tensorboard=false"])
+        with pytest.raises(ConfigError, match="log.prometheus_port: cannot listen on 127.0.0.1"):
+            build_sinks(cfg, Path("unused"), resume_step=None, ui=RunConsole(False))
     finally:
         sink.close()
 

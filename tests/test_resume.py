@@ -4,7 +4,6 @@ checkpoints are reported and skipped in favour of older ones."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess

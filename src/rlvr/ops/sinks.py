@@ -200,7 +200,12 @@ def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
         except ImportError:
             ui.warn("log.mlflow_tracking_uri is set but mlflow is not installed (pip install mlflow); not logging to MLflow")
     if log.prometheus_port is not None:
-        sink = PrometheusSink(log.prometheus_host, log.prometheus_port, log.healthz_stale_s)
+        try:
+            sink = PrometheusSink(log.prometheus_host, log.prometheus_port, log.healthz_stale_s)
+        except OSError as exc:
+            from rlvr.configlib import ConfigError
+            raise ConfigError(f"log.prometheus_port: cannot listen on {log.prometheus_host}:{log.prometheus_port} "
+                              f"({exc.strerror or exc}); choose a free port, or 0 for any") from None
         ui.print(f"Prometheus metrics on http://{log.prometheus_host}:{sink.port}/metrics (health: /healthz)")
         sinks.append(sink)
     return sinks
