@@ -20,7 +20,7 @@ Reference = grpo.ReferenceModel
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["grpo", "dapo", "dr_grpo", "gspo", "rloo"]
 TINY = [
-    "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "task.max_digits=1",
+    "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "task.min_digits=1", "task.max_digits=1",
     "sft.steps=150", "sft.batch_size=32", "sft.examples=2000",
     "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24",
     "train.steps=2", "eval.n=8", "eval.every=0", "ckpt.every=0", "run.progress=false",

@@ -21,7 +21,7 @@ from rlvr.train.step import StepBatch  # noqa: E402
 
 # 1-digit sums after a short cold start: varied rewards, so updates really move the weights
 TINY = [
-    "task.max_digits=1", "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2",
+    "task.min_digits=1", "task.max_digits=1", "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2",
     "sft.steps=80", "sft.batch_size=16", "sft.examples=1000", "sft.lr=1e-2",
     "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24", "train.steps=3",
     "eval.n=8", "eval.every=0", "ckpt.every=1", "train.threads=1", "run.progress=false",

@@ -75,7 +75,7 @@ class ModelConfig:
 class TaskConfig:
     name: str = "arithmetic"
     """Built-in task ('arithmetic') or a path to a data file."""
-    min_digits: int = 1
+    min_digits: int = 2
     max_digits: int = 3
     ops: list[str] = field(default_factory=lambda: ["+"])
     """Operators used by the arithmetic task: any of '+', '-', '*'."""
@@ -120,7 +120,7 @@ class DataConfig:
 
 @dataclass
 class SFTConfig:
-    steps: int = 300
+    steps: int = 500
     batch_size: int = 64
     lr: float = 3e-3
     warmup: int = 20
@@ -203,7 +203,7 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 100
+    steps: int = 120
     lr: float = 1e-4
     ppo_epochs: int = 2
     """mu: policy updates per rollout batch, using the stored old log-probs."""
