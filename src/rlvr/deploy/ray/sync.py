@@ -43,5 +43,6 @@ class WeightPublisher:
 def load_into(model, handle: WeightHandle) -> None:
     """Worker side: replace `model`'s weights with the published ones."""
     if handle.transport != "object_store":
-        raise NotImplementedError(f"weight transport {handle.transport!r} is not implemented")
+        raise ValueError(f"weight transport {handle.transport!r} is unknown; this build ships 'object_store' "
+                         "(CPU); NCCL/CUDA-IPC transports plug in here")
     model.load_state_dict(ray.get(handle.refs[0]))
