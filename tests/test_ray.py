@@ -107,11 +107,13 @@ def test_sync_ray_reproduces_embedded_metrics(cluster, sft_dir, tmp_path):
 
 @pytest.mark.slow
 def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
+    # two rollout and two reward replicas: every batch is cut into shards, one per replica
     cfg = config(tmp_path, sft_dir, "async", "deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1",
-                 "train.steps=4")
+                 "train.steps=4", "deploy.pools.rollout.replicas=2", "deploy.pools.reward.replicas=2")
     assert run(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "async", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert all(r["rollout/groups"] == 4 and r["reward/invalid_frac"] == 0 for r in steps)
     # step 1 samples with the starting weights; later batches were sampled during the previous update
     assert [r["perf/staleness_max"] for r in steps] == [0, 1, 1, 1]
     assert all(r["perf/rollout_busy_s"] > 0 and "perf/trainer_idle_s" in r for r in steps)

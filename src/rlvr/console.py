@@ -15,6 +15,8 @@ class RunConsole:
         self.enabled = enabled
         self._progress: Progress | None = None
         self._task = None
+        self._plain_every = 0  # output is not a terminal: a plain line every this many steps instead of a bar
+        self._total = 0
 
     def print(self, *args: Any) -> None:
         if self.enabled:
@@ -36,6 +38,9 @@ class RunConsole:
     def start(self, total: int, completed: int = 0) -> None:
         if not self.enabled:
             return
+        if not self.console.is_terminal:  # a log file or CI: a bar squeezed to 80 columns says nothing
+            self._plain_every, self._total = max(1, total // 20), total
+            return
         self._progress = Progress(
             TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
             TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=self.console, transient=False)
@@ -43,15 +48,19 @@ class RunConsole:
         self._task = self._progress.add_task("train", total=total, completed=completed, status="")
 
     def update(self, step: int, metrics: dict[str, float], accuracy: float | None) -> None:
-        if self._progress is None:
+        if self._progress is None and not self._plain_every:
             return
         status = (f"reward {metrics.get('reward/mean', 0):.3f}  correct {metrics.get('reward/correct/mean', 0):.2f}"
                   f"  kl {metrics.get('actor/kl', 0):.4f}")
         if accuracy is not None:
             status += f"  held-out acc {accuracy:.1%}"
-        self._progress.update(self._task, completed=step, status=status)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, status=status)
+        elif step % self._plain_every == 0 or accuracy is not None or step == self._total:
+            self.console.print(f"GRPO step {step}/{self._total}  {status}")
 
     def stop(self) -> None:
+        self._plain_every = 0
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

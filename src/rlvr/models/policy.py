@@ -47,7 +47,10 @@ def export_model(model, tokenizer, path: str | Path):
     from rlvr.models import save_model
 
     plain = lora.merged(model)
-    if getattr(plain, "is_activation_checkpointing", getattr(plain, "is_gradient_checkpointing", False)):
+    # transformers >= 5 renamed gradient to activation checkpointing; the old property warns when read
+    checkpointing = (plain.is_activation_checkpointing if hasattr(type(plain), "is_activation_checkpointing")
+                     else plain.is_gradient_checkpointing)
+    if checkpointing:
         (getattr(plain, "activation_checkpointing_disable", None) or plain.gradient_checkpointing_disable)()
     plain.config.use_cache = True
     save_model(plain, tokenizer, path)
