@@ -11,6 +11,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
+from rlvr.checkpoint import list_checkpoints, open_checkpoint  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.deploy.ray.driver import run  # noqa: E402
 from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
@@ -114,6 +115,10 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
     steps = [r for r in rows(tmp_path / "async", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     assert all(r["rollout/groups"] == 4 and r["reward/invalid_frac"] == 0 for r in steps)
+    # a checkpoint resumes after the last batch trained on, not after the batch already sampled ahead
+    for path in list_checkpoints(tmp_path / "async" / "checkpoints"):
+        ckpt = open_checkpoint(path)
+        assert ckpt.trainer_state()["sampler_position"] == 4 * ckpt.step, path
     # step 1 samples with the starting weights; later batches were sampled during the previous update
     assert [r["perf/staleness_max"] for r in steps] == [0, 1, 1, 1]
     assert all(r["perf/rollout_busy_s"] > 0 and "perf/trainer_idle_s" in r for r in steps)

@@ -109,6 +109,8 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
         optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.train.warmup)))
     update_rng = torch.Generator().manual_seed(cfg.seed)
     sampler = ProblemSampler(task, seed=cfg.seed)
+    # where a resume continues: the end of the last batch trained on, not of batches sampled ahead (async Ray)
+    consumed = 0
     params = SamplingParams(group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
                             top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
                             decode=cfg.rollout.decode)
@@ -121,13 +123,13 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
 
     def trainer_state() -> dict:
         return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "update_rng": update_rng.get_state(), "sampler_position": sampler.position,
+                "update_rng": update_rng.get_state(), "sampler_position": consumed,
                 "rng": rng_state(), "eval_before": eval_before, "history": history,
                 "monitor": monitor.state_dict(), "guard": guard.state_dict(), "config": cfg.to_dict()}
 
     def restore(ckpt, rollback: bool = False) -> int:
         """Weights and trainer state of a checkpoint; a rollback keeps its own count, lr scale and data seed."""
-        nonlocal sampler, eval_before, history
+        nonlocal sampler, consumed, eval_before, history
         state = ckpt.trainer_state()
         load_weights(model, ckpt.model_dir)
         optimizer.load_state_dict(state["optimizer"])
@@ -137,7 +139,8 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
         monitor.load_state_dict(state["monitor"])
         guard.load_state_dict(state["guard"], rules_only=rollback)
         rescale_lr(optimizer, scheduler, guard.lr_scale / state["guard"]["lr_scale"])
-        sampler = ProblemSampler(task, seed=guard.data_seed(cfg.seed), position=state["sampler_position"])
+        consumed = state["sampler_position"]
+        sampler = ProblemSampler(task, seed=guard.data_seed(cfg.seed), position=consumed)
         eval_before, history = state["eval_before"], state["history"]
         return ckpt.step
 
@@ -171,6 +174,7 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
             # signal under dynamic sampling), reference log-probs, shaped rewards, group-relative advantages
             batch = collect(model, tokenizer, sampler, reward, params, cfg.algo,
                             batch_size=cfg.rollout.batch_size, step=step, ref=ref)
+            consumed = batch.sampler_position
             # 5. clipped policy update (mu epochs)
             t2 = time.time()
             actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.loss_mask,

@@ -51,6 +51,7 @@ class StepBatch:
     advantages: torch.Tensor  # (N,)
     ref_logp: torch.Tensor | None = None  # (N, T) reference log-probs, None without a reference model
     metrics: dict[str, float] = field(default_factory=dict)
+    sampler_position: int | None = None  # the sampler's position once this batch's prompts were drawn
 
 
 @dataclass
@@ -160,6 +161,7 @@ def collect_batch(model, tokenizer, sampler, reward, params: SamplingParams, alg
     out = _shape(batch, ref, algo, params, times) if n_kept else _empty()
     out.metrics = {**metrics, **out.metrics, **times}
     out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
+    out.sampler_position = sampler.position
     return out
 
 

@@ -48,7 +48,8 @@ def select_rows(batch: StepBatch, rows: list[int]) -> StepBatch:
     return StepBatch([batch.problems[i] for i in rows], [batch.completions[i] for i in rows],
                      [batch.results[i] for i in rows], batch.rewards[idx], batch.valid[idx],
                      batch.shaped_rewards[idx], batch.loss_mask[idx], batch.advantages[idx],
-                     None if batch.ref_logp is None else batch.ref_logp[idx], dict(batch.metrics))
+                     None if batch.ref_logp is None else batch.ref_logp[idx], dict(batch.metrics),
+                     batch.sampler_position)
 
 
 def within_staleness(batch: StepBatch, version: int, max_staleness: int, group_size: int) -> tuple[StepBatch, int]:
