@@ -7,6 +7,7 @@ weights is ever held. PEFT is imported only when LoRA is switched on.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -31,7 +32,9 @@ def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules: l
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
                              bias="none", task_type="CAUSAL_LM")
     try:
-        wrapped = peft.get_peft_model(model, config)
+        with warnings.catch_warnings():  # PEFT reads transformers' deprecated gradient-checkpointing property
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            wrapped = peft.get_peft_model(model, config)
     except ValueError as exc:  # PEFT names no module when none matched
         names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
         raise ValueError(f"model.lora.target_modules={list(target_modules)}: {exc}. "
