@@ -37,6 +37,8 @@ def test_injected_nan_rolls_back_to_the_last_good_checkpoint_and_finishes(overri
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     (alert,) = [e for e in events(run, "alert") if e["rule"] == "nonfinite"]
     assert alert["step"] == 5 and alert["severity"] == "critical"
+    (skipped,) = events(run, "skipped_update")  # the NaN update was not applied, and said so
+    assert skipped["step"] == 5 and skipped["count"] >= 1
     (rollback,) = events(run, "rollback")
     assert (rollback["step"], rollback["to_step"], rollback["rule"]) == (5, 4, "nonfinite")
     assert rollback["checkpoint"].endswith("step_000004") and rollback["lr_scale"] == 0.5

@@ -61,6 +61,21 @@ def sample_rows(batch: StepBatch, n: int) -> list[dict]:
     return rows
 
 
+def log_step_events(log: RunLog, ui: RunConsole, step: int, batch: StepBatch, metrics: dict[str, float],
+                    group_size: int) -> None:
+    """What a step did not do as asked, as events: invalid samples, a short batch, a skipped update."""
+    if metrics["reward/invalid_frac"] > 0:
+        n_sampled = metrics["rollout/groups"] * group_size
+        log.event("invalid_samples", step=step, count=int(round(metrics["reward/invalid_frac"] * n_sampled)),
+                  errors=sorted({r.error for r in batch.results if not r.valid and r.error})[:5])
+    if metrics["rollout/shortfall_groups"]:
+        log.event("sampling_shortfall", step=step, groups=int(metrics["rollout/shortfall_groups"]),
+                  extra_rounds=int(metrics["rollout/extra_rounds"]))
+    if skipped := int(metrics["actor/skipped_updates"]):
+        log.event("skipped_update", step=step, count=skipped)
+        ui.warn(f"step {step}: {skipped} update(s) skipped (non-finite loss or gradient)")
+
+
 def update_settings(cfg: Config) -> UpdateSettings:
     a, t, r = cfg.algo, cfg.train, cfg.rollout
     return UpdateSettings(
@@ -185,16 +200,7 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
             metrics = {**batch.metrics, **actor, "actor/lr": scheduler.get_last_lr()[0],
                        "time/update_s": time.time() - t2, "perf/step_s": time.time() - t0, **peak_memory()}
             trigger = guard.check(step, metrics, monitor.update(step, metrics))  # alerts -> console, events, webhook
-            if metrics["reward/invalid_frac"] > 0:
-                n_sampled = metrics["rollout/groups"] * cfg.rollout.group_size
-                log.event("invalid_samples", step=step, count=int(round(metrics["reward/invalid_frac"] * n_sampled)),
-                          errors=sorted({r.error for r in batch.results if not r.valid and r.error})[:5])
-            if metrics["rollout/shortfall_groups"]:
-                log.event("sampling_shortfall", step=step, groups=int(metrics["rollout/shortfall_groups"]),
-                          extra_rounds=int(metrics["rollout/extra_rounds"]))
-            if actor["actor/skipped_updates"]:
-                log.event("skipped_update", step=step, count=actor["actor/skipped_updates"])
-                ui.warn(f"step {step}: {int(actor['actor/skipped_updates'])} update(s) skipped (non-finite loss or gradient)")
+            log_step_events(log, ui, step, batch, metrics, cfg.rollout.group_size)
             if trigger is not None:  # diverged: back to the last good state, lower lr, new data order
                 checkpointer.wait()  # a checkpoint still being written counts as a good state
                 step = guard.roll_back(step, trigger, lambda good: restore(good, rollback=True), model)
