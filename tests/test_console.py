@@ -7,9 +7,11 @@ def test_progress_prints_plain_lines_when_output_is_not_a_terminal(capsys):
     ui = RunConsole(True)
     assert not ui.console.is_terminal  # pytest captures stdout
     ui.start(total=40)
-    for step in range(1, 41):
-        ui.update(step, {"reward/mean": step / 40, "reward/correct/mean": 0.5, "actor/kl": 0.0},
-                  accuracy=0.25 if step == 5 else None)
+    for step in range(1, 41):  # the driver passes the last evaluation's accuracy on every later step
+        metrics = {"reward/mean": step / 40, "reward/correct/mean": 0.5, "actor/kl": 0.0}
+        if step == 5:
+            metrics["eval/accuracy"] = 0.25
+        ui.update(step, metrics, accuracy=0.25 if step >= 5 else None)
     ui.stop()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("GRPO step")]
     # every 40 // 20 = 2 steps, plus the evaluation at step 5

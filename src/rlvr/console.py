@@ -56,7 +56,7 @@ class RunConsole:
             status += f"  held-out acc {accuracy:.1%}"
         if self._progress is not None:
             self._progress.update(self._task, completed=step, status=status)
-        elif step % self._plain_every == 0 or accuracy is not None or step == self._total:
+        elif step % self._plain_every == 0 or "eval/accuracy" in metrics or step == self._total:
             self.console.print(f"GRPO step {step}/{self._total}  {status}")
 
     def stop(self) -> None:
