@@ -214,6 +214,11 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     warmup: int = 0
+    """Steps of linear learning-rate warmup."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning rate after warmup: constant, or decayed to lr * min_lr_ratio at the last step."""
+    min_lr_ratio: float = 0.0
+    """Where a linear or cosine schedule ends, as a fraction of train.lr."""
     threads: int = 0
     """torch CPU threads; 0 = all cores."""
 
@@ -222,6 +227,7 @@ class TrainConfig:
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         require(self.mini_batches >= 1, "mini_batches", f"must be >= 1, got {self.mini_batches}")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from rlvr.rollout.hf import SamplingParams
 from rlvr.runlog import RunLog
 from rlvr.tasks import ProblemSampler, build_task, has_worked_solutions
 from rlvr.train.sft import run_sft
+from rlvr.train.lr import lr_factor
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.step import StepBatch, collect_batch
 from rlvr.train.update import UpdateSettings, policy_update
@@ -120,8 +121,9 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
         ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                   betas=(0.9, 0.99))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.train.warmup)))
+    t = cfg.train
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(
+        s, total=t.steps, warmup=t.warmup, schedule=t.lr_schedule, min_ratio=t.min_lr_ratio))
     update_rng = torch.Generator().manual_seed(cfg.seed)
     sampler = ProblemSampler(task, seed=cfg.seed)
     # where a resume continues: the end of the last batch trained on, not of batches sampled ahead (async Ray)
@@ -195,9 +197,10 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
             actor = policy_update(model, optimizer, batch.completions, batch.advantages, batch.loss_mask,
                                   batch.ref_logp, tokenizer.pad_token_id, settings, generator=update_rng,
                                   fault=guard.fault(step))
+            lr = scheduler.get_last_lr()[0]  # the rate this update used
             scheduler.step()
             # 6. log
-            metrics = {**batch.metrics, **actor, "actor/lr": scheduler.get_last_lr()[0],
+            metrics = {**batch.metrics, **actor, "actor/lr": lr,
                        "time/update_s": time.time() - t2, "perf/step_s": time.time() - t0, **peak_memory()}
             trigger = guard.check(step, metrics, monitor.update(step, metrics))  # alerts -> console, events, webhook
             log_step_events(log, ui, step, batch, metrics, cfg.rollout.group_size)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from rlvr.records import Problem
 from rlvr.tasks import build_task
 from rlvr.tasks.arithmetic import teacher_solution
 from rlvr.train.batch import completion_logits, pack
+from rlvr.train.lr import lr_factor
 
 
 def base_model_path(cfg: Config) -> Path:
@@ -66,7 +66,7 @@ def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * lr_factor(s, total=steps, schedule="cosine"))
     model.train()
     losses = []
     for step in range(steps):
