@@ -129,6 +129,23 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir, tmp_path):
+    cfg = config(tmp_path, sft_dir, "rollback", "deploy.backend=ray", "deploy.async=true", "train.steps=4",
+                 "debug.inject_nan_at_step=3")
+    summary = run(cfg)
+    assert summary["status"] == "completed" and summary["rollbacks"] == 1
+    (rollback,) = [e for e in rows(tmp_path / "rollback", "events") if e["kind"] == "rollback"]
+    assert (rollback["step"], rollback["to_step"]) == (3, 2)
+    (dropped,) = [e for e in rows(tmp_path / "rollback", "events") if e["kind"] == "ahead_dropped"]
+    assert dropped["step"] == 3 and dropped["steps"] == [4]  # sampled during the failed step 3, logged
+    steps = {r["step"]: r for r in rows(tmp_path / "rollback", "metrics") if "perf/staleness_max" in r}
+    assert sorted(steps) == [1, 2, 3, 4]
+    # the retried step 3 samples afresh with the restored weights (nothing ahead survives a rollback)
+    assert steps[3]["perf/staleness_max"] == 0 and steps[3]["actor/skipped_updates"] == 0
+    assert steps[4]["perf/staleness_max"] <= 1
+
+
+@pytest.mark.slow
 def test_killed_rollout_worker_and_trainer_do_not_stop_the_run(cluster, sft_dir, tmp_path):
     # one run, two faults: a rollout worker SIGKILLed mid-step 2, the trainer SIGKILLed at step 3
     cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "deploy.kill_rollout_at_step=2",

@@ -26,7 +26,8 @@ from rlvr.runlog import read_jsonl
 
 MAX_SAMPLES = 2000  # newest rows shown in the table
 _EVENT_KINDS = ("alert", "rollback", "resume", "failed", "checkpoint_skipped", "fault_injected", "skipped_update",
-                "invalid_samples", "webhook")
+                "invalid_samples", "sampling_shortfall", "webhook", "worker_failed", "worker_restarted",
+                "worker_timeout", "trainer_restarted", "ahead_dropped")
 
 
 def recommended_length(rows: list[dict[str, Any]], max_new_tokens: int | None) -> dict[str, Any] | None:

@@ -95,6 +95,7 @@ class RayBatchSource:
         self.busy: dict[str, float] = defaultdict(float)
         self.pids = {m: ray.get([w.pid.remote() for w in workers[m]]) for m in MODULES}
         self.ahead: dict[int, Future] = {}
+        self.sampler = None  # the trainer's sampler the batches ahead draw from
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if cfg.deploy.async_ else None
         self.last_return: float | None = None
         self.killed = False
@@ -123,9 +124,11 @@ class RayBatchSource:
             from rlvr.train.grpo import starting_point
             self.start_path = str(starting_point(self.cfg, RunConsole(False)))
         version = step - 1  # updates applied so far
-        if self.publisher.version != version:
-            if self.publisher.version is not None and version < self.publisher.version:
-                self._drop_ahead()  # a rollback: batches sampled ahead came from the abandoned policy
+        restored = sampler is not self.sampler  # a rollback restored the trainer (weights, a new sampler)
+        if restored:
+            self._drop_ahead()  # batches sampled ahead came from the abandoned policy and data order
+            self.sampler = sampler
+        if restored or self.publisher.version != version:
             self.publisher.publish(model, version)
         handle = self.publisher.handle
         args = (sampler, params, algo, batch_size)
@@ -151,11 +154,14 @@ class RayBatchSource:
                              sample_round=lambda *a: self._round(handle, *a))
 
     def _drop_ahead(self) -> None:
+        if not self.ahead:
+            return
         for future in self.ahead.values():
             future.cancel()
         for future in self.ahead.values():
             if not future.cancelled():
                 future.exception()  # wait for it; its batch is discarded
+        self._event("ahead_dropped", steps=sorted(self.ahead), reason="the trainer was rolled back")
         self.ahead.clear()
 
     # -- one round: rollout shards, then reward shards (the signature `collect_batch` expects)
