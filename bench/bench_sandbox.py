@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -57,6 +58,28 @@ def latency(sandbox, prog: str, n: int) -> dict[str, float]:
     return {"plain_p50_ms": ms(statistics.median(plain)), "plain_p95_ms": ms(pct(plain, 0.95)),
             "sandbox_p50_ms": ms(statistics.median(boxed)), "sandbox_p95_ms": ms(pct(boxed, 0.95)),
             "overhead_p50_ms": ms(statistics.median(diff)), "overhead_p95_ms": ms(pct(diff, 0.95))}
+
+
+def filter_cost(cfg: CodeConfig, n: int) -> dict[str, float]:
+    """The syscall filter's cost per execution: the sandbox with and without seccomp, alternating."""
+    with_filter = open_sandbox(cfg)
+    without = open_sandbox(dataclasses.replace(cfg, seccomp=False))
+    try:
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for i in range(n + 5):
+            for on, box in ((True, with_filter), (False, without)):
+                t = time.perf_counter()
+                run = box.execute("program", TRIVIAL, [{"stdin": ""}])
+                if i >= 5:  # the first rounds warm caches
+                    times[on].append(time.perf_counter() - t)
+                assert run.ok, run
+    finally:
+        with_filter.close()
+        without.close()
+    diff = [a - b for a, b in zip(times[True], times[False])]
+    return {"seccomp_p50_ms": round(1000 * statistics.median(times[True]), 2),
+            "no_seccomp_p50_ms": round(1000 * statistics.median(times[False]), 2),
+            "filter_cost_p50_ms": round(1000 * statistics.median(diff), 2)}
 
 
 def throughput(sandbox, prog: str, n: int) -> dict[str, float]:
@@ -116,7 +139,7 @@ def main() -> int:
         figures = {"isolation": sandbox.report.plan, "cores": len(os.sched_getaffinity(0)),
                    "python": sys.executable, "latency": latency(sandbox, prog, args.n),
                    "throughput": throughput(sandbox, prog, args.throughput_n),
-                   "humaneval_canonical": humaneval(cfg)}
+                   "humaneval_canonical": humaneval(cfg), "seccomp": filter_cost(cfg, max(args.n // 2, 10))}
         fallback = next((p for p in plans_to_try(cfg) if p.isolate and not p.server), None)
         if sandbox.plan.server and fallback is not None:  # the `unshare` launcher, for comparison
             figures["latency_unshare_launcher"] = latency(Sandbox(cfg, fallback, sandbox.interpreter), prog,
@@ -135,6 +158,9 @@ def main() -> int:
         u = figures["latency_unshare_launcher"]
         print(f"fallback launcher (unshare + interpreter start-up per run): sandbox p50 {u['sandbox_p50_ms']} ms, "
               f"overhead p50 {u['overhead_p50_ms']} ms, p95 {u['overhead_p95_ms']} ms")
+    f = figures["seccomp"]
+    print(f"syscall filter (paired): sandbox p50 {f['seccomp_p50_ms']} ms with seccomp, "
+          f"{f['no_seccomp_p50_ms']} ms without; cost p50 {f['filter_cost_p50_ms']} ms")
     if figures["humaneval_canonical"]:
         he = figures["humaneval_canonical"]
         print(f"HumanEval canonical solutions: {he['passed']}/{he['problems']} pass, {he['exec_per_s']} exec/s")

@@ -190,14 +190,45 @@ def test_parent_environment_secret_is_not_visible(verifier, monkeypatch):
     assert_host_ok(verifier)
 
 
-def test_cannot_connect_to_host_listener():
+ESCAPE_PROBES = (
+    "import ctypes, os, socket, threading\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def errno(rc):\n    return ctypes.get_errno() if rc == -1 else 'allowed'\n"
+    "out = [errno(libc.unshare(0x10000000)),\n"  # CLONE_NEWUSER
+    "       errno(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),\n"
+    "       errno(libc.ptrace(0, 0, 0, 0))]\n"  # PTRACE_TRACEME
+    "try:\n    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close()\n    out.append('allowed')\n"
+    "except OSError as e:\n    out.append(e.errno)\n"
+    "a, b = socket.socketpair()\na.send(b'x')\nout.append(b.recv(1) == b'x')\n"
+    "t = threading.Thread(target=lambda: out.append('thread'))\nt.start()\nt.join()\n"
+    "pid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+    "out.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\nprint(out)\n"
+)
+
+
+@pytest.mark.parametrize("seccomp", [True, False])
+def test_syscall_filter_denies_escape_interfaces_and_keeps_threads_fork_and_unix_sockets(seccomp):
+    from rlvr.sandbox.verifier import CodeVerifier
+    v = CodeVerifier(CodeConfig(**{**CFG.__dict__, "seccomp": seccomp}))
+    try:
+        # EPERM for unshare, mount and ptrace; no IPv6 socket (EAFNOSUPPORT); AF_UNIX, threads, fork still work
+        filtered = "[1, 1, 1, 97, True, 'thread', 7]\n"
+        r = score(v, {"type": "stdio", "cases": [{"input": "", "output": filtered}]}, ESCAPE_PROBES)
+        assert r.valid and r.components["correct"] == (1.0 if seccomp else 0.0), r
+        assert_host_ok(v)
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("seccomp", [True, False])  # the network namespace alone blocks it, and so does the filter
+def test_cannot_connect_to_host_listener(seccomp):
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     from rlvr.sandbox.verifier import CodeVerifier
-    v = CodeVerifier(CFG)
+    v = CodeVerifier(CodeConfig(**{**CFG.__dict__, "seccomp": seccomp}))
     try:
         code = ("import socket\ns = socket.socket()\ns.settimeout(0.5)\n"
                 f"try:\n    s.connect(('127.0.0.1', {port}))\n    print('connected')\n"

@@ -105,6 +105,7 @@ def _facts(**over) -> dict:
     facts = {f"ns_{k}": v + "-other" for k, v in ns.items()}
     facts.update(uid=2_000_000_001, gid=2_000_000_001, env=["HOME", "LANG", "PATH"], cap_eff="0000000000000000",
                  interfaces=["lo"], loopback="Network is unreachable", processes=2, host_marker_visible=False,
+                 seccomp="2",
                  writes={"/probe": "Read-only file system", "/sandbox/probe": "ok"},
                  limits={k: [1, 1] for k in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
                                              "RLIMIT_NPROC", "RLIMIT_CORE")})
@@ -117,6 +118,9 @@ def test_report_is_built_from_what_the_probe_saw():
     plan = IsolationPlan("namespaces", ["unshare"], True, True)
     good = build_report(CodeConfig(), plan, ["/usr"], True, _facts(), None, [])
     assert good.meets_requirements and "MISSING" not in good.text()
+    unfiltered = build_report(CodeConfig(), plan, ["/usr"], True, _facts(seccomp="0"), None, [])
+    assert unfiltered.meets_requirements  # the syscall filter is defence in depth, not required...
+    assert "syscalls     MISSING" in unfiltered.text()  # ...and its absence is shown
     net = os.readlink("/proc/self/ns/net")
     leaky = build_report(CodeConfig(), plan, ["/usr"], True, _facts(ns_net=net, interfaces=["lo", "eth0"]), None, [])
     assert not leaky.meets_requirements

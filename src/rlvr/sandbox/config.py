@@ -15,6 +15,9 @@ class CodeConfig:
     """'auto': the strongest that works here: 'namespaces' (as root: new net/mount/pid/ipc/uts
     namespaces and an unused uid per run), 'user_namespaces' (not root: the same inside a user
     namespace, without a uid change), or 'none' (rlimits and a temporary directory only)."""
+    seccomp: bool = True
+    """A syscall filter (libseccomp, when installed) on top of the isolation: no ptrace, mount,
+    new namespaces, kernel modules, bpf, io_uring, ... and no sockets but AF_UNIX."""
     max_parallel: int = 2
     """Sandboxed executions running at once (the rest wait in a queue)."""
     timeout_s: float = 10.0

@@ -135,6 +135,7 @@ class Sandbox:
                "nonce": nonce, "stop_on_failure": stop_on_failure, "case_timeout_s": case_t,
                "total_timeout_s": total_t, "limits": self.limits(mode, case_t, total_t),
                "uid": uid, "gid": uid, "ro_paths": self.ro_paths, "tmpfs_mb": self.cfg.tmpfs_mb,
+               "seccomp": self.cfg.seccomp,
                "max_output_bytes": self.cfg.max_output_bytes, "isolate": self.plan.isolate,
                "total_memory_bytes": self.cfg.total_memory_mb << 20,
                "sys_path": self.interpreter.sys_path, "host_marker": host_marker,

@@ -163,6 +163,12 @@ def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop
                    f"{lim['RLIMIT_CORE']}; soft = hard: {soft_hard}; wall clock {cfg.case_timeout_s:g} s per case, "
                    f"{cfg.timeout_s:g} s per run; resident memory of all processes "
                    + (f"{cfg.total_memory_mb} MiB" if cfg.total_memory_mb and own["pid"] else "NOT watched"))
+    if facts.get("seccomp") == "2":
+        p["syscalls"] = (True, "seccomp filter: no ptrace, mount, new namespaces, kernel modules, bpf, "
+                               "io_uring, keyrings or clock setting; sockets AF_UNIX only")
+    else:
+        p["syscalls"] = (False, "no syscall filter (reward.code.seccomp=false, or libseccomp is not installed: "
+                                "apt-get install libseccomp2)")
     p["ipc, uts"] = (own["ipc"] and own["uts"], "own ipc and uts namespaces" if own["ipc"] and own["uts"]
                      else "shared with the host")
     for name in REQUIRED:
