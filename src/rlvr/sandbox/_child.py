@@ -149,7 +149,10 @@ def enter_child(req, stdin_fd, out_fd, err_fd, res_fd):
         drop_capabilities()
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if req.get("seccomp", True):
-        install_syscall_filter()
+        try:
+            install_syscall_filter()
+        except OSError:  # a kernel without seccomp: the start-up probe sees no filter and the report says so
+            pass
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": req["workdir"], "LANG": "C.UTF-8"}
     os.environ.clear()
     os.environ.update(env)
