@@ -161,9 +161,12 @@ class AlgoConfig:
     scale: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the group std ('group'), the batch std, or not at all (Dr. GRPO)."""
     eps: float = 1e-6
-    loss_type: Literal["grpo", "token_mean", "dr_grpo"] = "grpo"
+    loss_type: Literal["grpo", "token_mean", "dr_grpo"] = "token_mean"
+    """How token losses are aggregated: 'token_mean' (every token of the batch weighs the same; DAPO,
+    verl's default), 'grpo' (mean per sequence, then over sequences), 'dr_grpo' (sum / (N x max length))."""
     clip_low: float = 0.2
-    clip_high: float = 0.2
+    clip_high: float = 0.28
+    """Upper clip of the ratio: 0.28 > clip_low is DAPO's clip-higher (keeps exploration alive)."""
     beta: float = 0.0
     """KL coefficient to the reference model; 0 loads no reference model at all."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
