@@ -52,3 +52,22 @@ def test_cli_smoke_and_sft_cache_reuse(tiny_overrides, capsys):
     second = capsys.readouterr().out
     assert "sft step" in first and "sft step" not in second
     assert main(["train", *tiny_overrides, "train.steps=1", "ckpt.every=0"]) == 0
+
+
+def test_first_run_and_a_run_on_the_cached_cold_start_sample_the_same(tiny_overrides, tmp_path):
+    # the first run does cold-start SFT in its own process (drawing from the global generators);
+    # the second finds it cached: both must train on the same samples
+    cache = [f"sft.cache_dir={tmp_path / 'own-cache'}", "train.steps=2", "ckpt.every=0", "log.report=false",
+             "log.tensorboard=false", "eval.n=8"]
+    threads = torch.get_num_threads()
+    try:
+        train(load_config(None, tiny_overrides + cache + [f"run.dir={tmp_path / 'first'}"]))
+        train(load_config(None, tiny_overrides + cache + [f"run.dir={tmp_path / 'second'}"]))
+    finally:
+        torch.set_num_threads(threads)
+
+    def steps(name):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [(r["reward/mean"], r["rollout/len_mean"], r["actor/loss"]) for r in rows if "reward/mean" in r]
+
+    assert steps("first") == steps("second")

@@ -93,9 +93,6 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
     ui = ui or RunConsole(cfg.run.progress)
     t_start = time.time()
     run_dir = cfg.run_dir
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
 
@@ -109,6 +106,11 @@ def train(cfg: Config, ui: RunConsole | None = None, batch_source=None) -> dict:
     guard = RunGuard(cfg, log, ui)  # alert rules, rollback, fault injection
     collect = batch_source(log) if batch_source else collect_batch
     start_path = starting_point(cfg, ui)
+    # seeded after the cold start, which draws from the same generators when it is not cached yet:
+    # the first run and every later one (SFT cached) sample the same
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
     ui.banner(cfg, run_dir, str(start_path))
 
     model, tokenizer = load_policy(cfg.model, start_path)  # dtype, checkpointing, LoRA; a resume loads its weights below
