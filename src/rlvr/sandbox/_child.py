@@ -44,6 +44,16 @@ class _ArgCmp(ctypes.Structure):  # struct scmp_arg_cmp
                 ("datum_b", ctypes.c_uint64)]
 
 
+if libseccomp is not None:  # signatures, once per process (the forked children inherit them)
+    libseccomp.seccomp_init.restype = ctypes.c_void_p
+    libseccomp.seccomp_init.argtypes = [ctypes.c_uint32]
+    libseccomp.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    libseccomp.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                                  ctypes.POINTER(_ArgCmp)]
+    libseccomp.seccomp_load.argtypes = [ctypes.c_void_p]
+    libseccomp.seccomp_release.argtypes = [ctypes.c_void_p]
+
+
 def install_syscall_filter():
     """Deny DENIED_SYSCALLS, sockets other than AF_UNIX (EAFNOSUPPORT), clone() into new namespaces,
     and clone3 (ENOSYS, whose flags a filter cannot read: libc falls back to clone). Needs
@@ -51,13 +61,6 @@ def install_syscall_filter():
     if libseccomp is None:
         return False
     lib = libseccomp
-    lib.seccomp_init.restype = ctypes.c_void_p
-    lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(_ArgCmp)]
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    lib.seccomp_release.argtypes = [ctypes.c_void_p]
     ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
     if not ctx:
         raise OSError("seccomp_init failed")
