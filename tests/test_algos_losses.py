@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from rlvr.algos import LOSS_AGGREGATIONS, LossType, RatioLevel, LOG_RATIOS, policy_loss, token_logprobs
+from rlvr.algos import LOSS_AGGREGATIONS, LOG_RATIOS, LossSettings, LossType, RatioLevel, policy_loss, token_logprobs
 
 # --- naive reference --------------------------------------------------------------------------
 
@@ -80,7 +80,7 @@ def random_batch(seed, b=5, t=6):
 def test_policy_loss_matches_naive_loop(loss_type, ratio_level, dual_clip):
     logp, old, adv, mask, _, _ = random_batch(0)
     kwargs = dict(loss_type=loss_type, clip_low=0.2, clip_high=0.28, dual_clip=dual_clip, ratio_level=ratio_level)
-    loss, stats = policy_loss(logp, old, adv, mask, max_len=8, **kwargs)
+    loss, stats = policy_loss(logp, old, adv, mask, LossSettings(max_len=8, **kwargs))
     (grad,) = torch.autograd.grad(loss, logp)
     expected = naive_policy_loss(logp, old, adv, mask, max_len=8, **kwargs)
     (expected_grad,) = torch.autograd.grad(expected, logp)
@@ -100,7 +100,7 @@ def test_kl_and_entropy_terms_match_naive_loop(kl_kind, loss_type):
     logp, old, adv, mask, ref, entropy = random_batch(1)
     kwargs = dict(loss_type=loss_type, clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token",
                   beta=0.05, kl_kind=kl_kind, entropy_coef=0.01)
-    loss, stats = policy_loss(logp, old, adv, mask, ref_logp=ref, entropy=entropy, **kwargs)
+    loss, stats = policy_loss(logp, old, adv, mask, LossSettings(**kwargs), ref_logp=ref, entropy=entropy)
     expected = naive_policy_loss(logp, old, adv, mask, ref=ref, entropy=entropy, **kwargs)
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(torch.autograd.grad(loss, logp)[0], torch.autograd.grad(expected, logp)[0])
@@ -112,7 +112,8 @@ def test_kl_and_entropy_terms_match_naive_loop(kl_kind, loss_type):
 
 def one_token(log_ratio, adv, **kwargs):
     logp = torch.zeros(1, 1, requires_grad=True)
-    loss, stats = policy_loss(logp, torch.full((1, 1), -log_ratio), torch.tensor([adv]), torch.ones(1, 1), **kwargs)
+    loss, stats = policy_loss(logp, torch.full((1, 1), -log_ratio), torch.tensor([adv]), torch.ones(1, 1),
+                              LossSettings(**kwargs))
     (grad,) = torch.autograd.grad(loss, logp)
     return loss.item(), grad.item(), stats
 
@@ -146,14 +147,17 @@ def test_dual_clip_by_hand():
 def test_aggregations_by_hand():
     values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0], [7.0, 7.0, 7.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    agg = LOSS_AGGREGATIONS
+    agg = {k: a.reduce for k, a in LOSS_AGGREGATIONS.items()}
     assert agg[LossType.GRPO](values, mask, None).item() == pytest.approx((2.0 + 4.0) / 2)  # empty row skipped
     assert agg[LossType.TOKEN_MEAN](values, mask, None).item() == pytest.approx(10.0 / 4)
     assert agg[LossType.DR_GRPO](values, mask, 5).item() == pytest.approx(10.0 / (3 * 5))
     assert agg[LossType.DR_GRPO](values, mask, None).item() == pytest.approx(10.0 / (3 * 3))  # default T
+    # what each divides by, so micro-batch losses add up: sequences with tokens, tokens, sequences
+    units = {k: float(a.units(mask)) for k, a in LOSS_AGGREGATIONS.items()}
+    assert units == {LossType.GRPO: 2.0, LossType.TOKEN_MEAN: 4.0, LossType.DR_GRPO: 3.0}
     # the same numbers through policy_loss: ratio 1 and per-token advantages -values give pg = values
     logp = torch.zeros(3, 3)
-    loss, _ = policy_loss(logp, logp, -values, mask, loss_type="grpo")
+    loss, _ = policy_loss(logp, logp, -values, mask, LossSettings(loss_type="grpo"))
     assert loss.item() == pytest.approx(3.0)
     assert set(LOSS_AGGREGATIONS) == set(LossType) and set(LOG_RATIOS) == set(RatioLevel)
 
@@ -161,7 +165,7 @@ def test_aggregations_by_hand():
 def test_sequence_ratio_is_the_geometric_mean():
     logp = torch.zeros(1, 3, requires_grad=True)
     old = torch.tensor([[-0.3, 0.3, -0.06]])  # token ratios e^.3, e^-.3, e^.06; mean log-ratio .02
-    _, stats = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 3), ratio_level="sequence")
+    _, stats = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 3), LossSettings(ratio_level="sequence"))
     for key in ("ratio_min", "ratio_mean", "ratio_max"):
         assert stats[key].item() == pytest.approx(math.exp(0.02))
 
@@ -171,7 +175,7 @@ def test_sequence_ratio_is_the_geometric_mean():
 
 def test_clipped_and_masked_tokens_get_exactly_zero_gradient():
     logp, old, adv, mask, _, _ = random_batch(2)
-    loss, _ = policy_loss(logp, old, adv, mask, loss_type="token_mean")
+    loss, _ = policy_loss(logp, old, adv, mask, LossSettings(loss_type="token_mean"))
     (grad,) = torch.autograd.grad(loss, logp)
     ratio = (logp - old).exp().detach()
     a = adv[:, None].expand_as(ratio)
@@ -188,9 +192,9 @@ def test_all_masked_batch_gives_finite_zero(loss_type, ratio_level):
     logp = torch.randn(2, 4, requires_grad=True)
     old = torch.full((2, 4), float("-inf"))  # padding values must not matter
     ref = torch.full((2, 4), float("inf"))
-    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), torch.zeros(2, 4), loss_type=loss_type,
-                              ratio_level=ratio_level, ref_logp=ref, beta=0.1, dual_clip=3.0,
-                              entropy=torch.ones(2, 4), entropy_coef=0.01)
+    settings = LossSettings(loss_type=loss_type, ratio_level=ratio_level, beta=0.1, dual_clip=3.0, entropy_coef=0.01)
+    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), torch.zeros(2, 4), settings, ref_logp=ref,
+                              entropy=torch.ones(2, 4))
     assert loss.item() == 0.0 and loss.requires_grad
     loss.backward()
     assert (logp.grad == 0).all()
@@ -202,8 +206,9 @@ def test_padding_values_never_leak(ratio_level):
     logp, old, adv, mask, ref, _ = random_batch(3)
     dirty_old = torch.where(mask > 0, old, torch.full_like(old, float("-inf")))
     dirty_ref = torch.where(mask > 0, ref, torch.full_like(ref, 1e30))
-    clean, _ = policy_loss(logp, old, adv, mask, ref_logp=ref, beta=0.1, ratio_level=ratio_level)
-    dirty, _ = policy_loss(logp, dirty_old, adv, mask, ref_logp=dirty_ref, beta=0.1, ratio_level=ratio_level)
+    clean, _ = policy_loss(logp, old, adv, mask, LossSettings(beta=0.1, ratio_level=ratio_level), ref_logp=ref)
+    dirty, _ = policy_loss(logp, dirty_old, adv, mask, LossSettings(beta=0.1, ratio_level=ratio_level),
+                           ref_logp=dirty_ref)
     torch.testing.assert_close(dirty, clean)
     torch.testing.assert_close(torch.autograd.grad(dirty, logp)[0], torch.autograd.grad(clean, logp)[0])
 
@@ -211,10 +216,11 @@ def test_padding_values_never_leak(ratio_level):
 def test_bf16_inputs_give_fp32_results():
     logp, old, adv, mask, ref, _ = random_batch(4)
     logp16 = logp.detach().bfloat16().requires_grad_()
-    loss, stats = policy_loss(logp16, old.bfloat16(), adv.bfloat16(), mask, ref_logp=ref.bfloat16(), beta=0.1)
+    loss, stats = policy_loss(logp16, old.bfloat16(), adv.bfloat16(), mask, LossSettings(beta=0.1),
+                              ref_logp=ref.bfloat16())
     assert loss.dtype == torch.float32 and all(v.dtype == torch.float32 for v in stats.values())
     expected, _ = policy_loss(logp16.float(), old.bfloat16().float(), adv.bfloat16().float(), mask,
-                              ref_logp=ref.bfloat16().float(), beta=0.1)
+                              LossSettings(beta=0.1), ref_logp=ref.bfloat16().float())
     torch.testing.assert_close(loss, expected)
     loss.backward()
     assert logp16.grad.dtype == torch.bfloat16 and torch.isfinite(logp16.grad).all()
@@ -223,7 +229,7 @@ def test_bf16_inputs_give_fp32_results():
 def test_huge_log_ratios_stay_finite():
     logp = torch.tensor([[0.0, -60.0]], dtype=torch.bfloat16, requires_grad=True)
     old = torch.tensor([[-60.0, 0.0]], dtype=torch.bfloat16)
-    loss, stats = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2), ref_logp=old, beta=1.0)
+    loss, stats = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2), LossSettings(beta=1.0), ref_logp=old)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert stats["ratio_max"].item() == pytest.approx(math.exp(20.0), rel=1e-6)
@@ -232,13 +238,13 @@ def test_huge_log_ratios_stay_finite():
 def test_policy_loss_errors_name_the_fix():
     logp, old, adv, mask, _, _ = random_batch(5)
     with pytest.raises(ValueError, match="'grpo', 'token_mean', 'dr_grpo'"):
-        policy_loss(logp, old, adv, mask, loss_type="seq_mean")
+        policy_loss(logp, old, adv, mask, LossSettings(loss_type="seq_mean"))
     with pytest.raises(ValueError, match="algo.beta=0"):
-        policy_loss(logp, old, adv, mask, beta=0.1)
+        policy_loss(logp, old, adv, mask, LossSettings(beta=0.1))
     with pytest.raises(ValueError, match="dual_clip must be > 1"):
-        policy_loss(logp, old, adv, mask, dual_clip=0.5)
+        policy_loss(logp, old, adv, mask, LossSettings(dual_clip=0.5))
     with pytest.raises(ValueError, match="entropy"):
-        policy_loss(logp, old, adv, mask, entropy_coef=0.01)
+        policy_loss(logp, old, adv, mask, LossSettings(entropy_coef=0.01))
     with pytest.raises(ValueError, match="mask has shape"):
         policy_loss(logp, old, adv, mask[:, :3])
     with pytest.raises(ValueError, match="advantages have shape"):

@@ -9,12 +9,14 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlvr.config import load_config
-from rlvr.inference.reference import completion_logprobs
+from rlvr.scoring import completion_logprobs
 from rlvr.models import ensure_trainable, load_model, load_policy, resolve_model
 from rlvr.models.gguf import dequantize_gguf
 from rlvr.models.tiny import build_tokenizer
 from rlvr.records import Problem
-from rlvr.rollout.hf import SamplingParams, generate, render_prompt
+from helpers import sample
+
+from rlvr.rollout import SamplingParams, render_prompt
 
 CHAT = ("{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}<|eos|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|bos|>assistant: {% endif %}")
@@ -69,7 +71,7 @@ def test_pad_token_falls_back_to_eos_and_padding_is_masked(tmp_path):
     # pad == eos: left-padded sampling must still agree with right-padded re-scoring
     problems = [Problem(id="a", prompt="1+2="), Problem(id="b", prompt="345+67+8=")]
     torch.manual_seed(0)
-    out = generate(model, tok, problems, SamplingParams(group_size=2, max_new_tokens=6))
+    out = sample(model, tok, problems, SamplingParams(group_size=2, max_new_tokens=6))
     again = completion_logprobs(model, out, tok.pad_token_id, temperature=1.0)
     for i, c in enumerate(out):
         assert torch.allclose(again[i, : len(c.token_ids)], torch.tensor(c.logprobs), atol=1e-4)

@@ -4,11 +4,13 @@ its behaviour log-probs match re-scoring; the update's zero-gradient skip change
 import pytest
 import torch
 
-from rlvr.inference.reference import completion_logprobs
+from rlvr.scoring import completion_logprobs
 from rlvr.records import Problem
 from rlvr.rollout.decode import decode
-from rlvr.rollout.hf import SamplingParams, generate, render_prompt
-from rlvr.train.update import UpdateSettings, policy_update
+from helpers import sample, split_settings
+
+from rlvr.rollout import LoopEngine, SamplingParams, render_prompt
+from rlvr.train.update import policy_update
 from test_models import one_thread, save_tiny  # noqa: F401  (one_thread: autouse fixture)
 
 PROBLEMS = [Problem(id="a", prompt=[{"role": "user", "content": "12+3="}]), Problem(id="b", prompt="4+5="),
@@ -25,8 +27,8 @@ def tiny(tmp_path):
 
 def test_greedy_loop_matches_transformers_generate(tiny):
     model, tok = tiny
-    a = generate(model, tok, PROBLEMS, SamplingParams(greedy=True, max_new_tokens=12))
-    b = generate(model, tok, PROBLEMS, SamplingParams(greedy=True, max_new_tokens=12, decode="loop"))
+    a = sample(model, tok, PROBLEMS, SamplingParams(greedy=True, max_new_tokens=12))
+    b = LoopEngine(model, tok).generate(PROBLEMS, SamplingParams(greedy=True, max_new_tokens=12))
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
     assert [c.finish_reason for c in a] == [c.finish_reason for c in b]
     for x, y in zip(a, b):
@@ -36,7 +38,7 @@ def test_greedy_loop_matches_transformers_generate(tiny):
 def test_sampled_rows_leave_the_batch_and_logprobs_match_rescoring(tiny):
     model, tok = tiny
     torch.manual_seed(0)
-    out = generate(model, tok, PROBLEMS, SamplingParams(group_size=4, temperature=1.3, max_new_tokens=10, decode="loop"))
+    out = LoopEngine(model, tok).generate(PROBLEMS, SamplingParams(group_size=4, temperature=1.3, max_new_tokens=10))
     assert [(c.problem_id, c.group_id, c.index) for c in out][:5] == [
         ("a", 0, 0), ("a", 0, 1), ("a", 0, 2), ("a", 0, 3), ("b", 1, 0)]
     reasons = {c.finish_reason for c in out}
@@ -75,14 +77,14 @@ def _settings(**kw):
     base = dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2, max_grad_norm=1.0, temperature=1.0,
                 loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
                 kl_kind="k3", max_len=10, entropy_coef=0.0)
-    return UpdateSettings(**{**base, **kw})
+    return split_settings({**base, **kw})
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "token_mean", "dr_grpo"])
 def test_update_skips_zero_gradient_sequences_without_changing_the_result(tiny, loss_type):
     model, tok = tiny
     torch.manual_seed(3)
-    completions = generate(model, tok, PROBLEMS[:2], SamplingParams(group_size=4, max_new_tokens=8))
+    completions = sample(model, tok, PROBLEMS[:2], SamplingParams(group_size=4, max_new_tokens=8))
     batches = [torch.tensor([1.0, -1.0, 0.5, -0.5, 0, 0, 0, 0]), torch.zeros(8)]  # then a step with no signal
     mask = torch.tensor([1, 1, 0, 1, 1, 1, 1, 1.0])
     results = []
@@ -92,10 +94,10 @@ def test_update_skips_zero_gradient_sequences_without_changing_the_result(tiny, 
         gen = torch.Generator().manual_seed(0)
         stats = []
         for adv in batches:
-            # fault=identity computes every sequence: the reference path without the skip
+            # skip_zero_gradient=False computes every sequence: the reference path without the skip
             stats.append(policy_update(m, opt, completions, adv, mask, None, tok.pad_token_id,
                                        _settings(loss_type=loss_type), generator=gen,
-                                       fault=None if skip else (lambda loss: loss)))
+                                       skip_zero_gradient=skip))
         results.append((m, stats))
     (fast, fast_stats), (full, full_stats) = results
     for (name, a), b in zip(fast.named_parameters(), full.parameters()):
@@ -107,7 +109,7 @@ def test_update_skips_zero_gradient_sequences_without_changing_the_result(tiny, 
 
 def test_kl_term_turns_the_skip_off(tiny):
     model, tok = tiny
-    completions = generate(model, tok, PROBLEMS[:1], SamplingParams(group_size=2, max_new_tokens=4))
+    completions = sample(model, tok, PROBLEMS[:1], SamplingParams(group_size=2, max_new_tokens=4))
     with torch.no_grad():
         ref = completion_logprobs(model, completions, tok.pad_token_id, 1.0) - 0.1
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -8,23 +8,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 pytest.importorskip("peft")
 
 from rlvr.config import load_config  # noqa: E402
-from rlvr.inference.reference import ReferenceModel, completion_logprobs  # noqa: E402
+from rlvr.inference.reference import ReferenceModel  # noqa: E402
+from rlvr.scoring import completion_logprobs  # noqa: E402
 from rlvr.models import export_model, load_policy, reference_policy  # noqa: E402
 from rlvr.models.lora import AdapterDisabled, is_peft  # noqa: E402
 from rlvr.records import Problem  # noqa: E402
-from rlvr.rollout.hf import SamplingParams, generate  # noqa: E402
-from rlvr.train.update import UpdateSettings, policy_update  # noqa: E402
+from helpers import sample, split_settings  # noqa: E402
+
+from rlvr.rollout import SamplingParams  # noqa: E402
+from rlvr.train.update import policy_update  # noqa: E402
 from test_models import CHAT, one_thread, save_tiny  # noqa: E402,F401  (one_thread: autouse fixture)
 
-SETTINGS = UpdateSettings(ppo_epochs=2, mini_batches=1, micro_batch_size=2, max_grad_norm=1.0, temperature=1.0,
-                          loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token",
-                          beta=0.0, kl_kind="k3", max_len=8, entropy_coef=0.0)
+SETTINGS = split_settings(dict(ppo_epochs=2, mini_batches=1, micro_batch_size=2, max_grad_norm=1.0,
+                               temperature=1.0, loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None,
+                               ratio_level="token", beta=0.0, kl_kind="k3", max_len=8, entropy_coef=0.0))
 
 
 def _rollout(model, tok, seed=0):
     problems = [Problem(id="a", prompt=[{"role": "user", "content": "12+3="}]), Problem(id="b", prompt="4+5=")]
     torch.manual_seed(seed)
-    return generate(model, tok, problems, SamplingParams(group_size=2, max_new_tokens=8))
+    return sample(model, tok, problems, SamplingParams(group_size=2, max_new_tokens=8))
 
 
 def _train(model, tok, lr=1e-2):

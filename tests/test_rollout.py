@@ -1,9 +1,11 @@
 import torch
 
-from rlvr.inference.reference import completion_logprobs
+from rlvr.scoring import completion_logprobs
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.records import Problem
-from rlvr.rollout.hf import SamplingParams, generate
+from helpers import sample
+
+from rlvr.rollout import SamplingParams
 
 
 def _model():
@@ -15,7 +17,7 @@ def test_groups_token_ids_and_behaviour_logprobs():
     model, tok = _model()
     problems = [Problem(id="a", prompt="1+2="), Problem(id="b", prompt="345+67=")]  # prompts of different lengths
     torch.manual_seed(0)
-    out = generate(model, tok, problems, SamplingParams(group_size=3, max_new_tokens=10), group_offset=10)
+    out = sample(model, tok, problems, SamplingParams(group_size=3, max_new_tokens=10), group_offset=10)
     assert [(c.problem_id, c.group_id, c.index) for c in out] == [
         ("a", 10, 0), ("a", 10, 1), ("a", 10, 2), ("b", 11, 0), ("b", 11, 1), ("b", 11, 2)]
     for c in out:
@@ -33,7 +35,7 @@ def test_temperature_scales_behaviour_logprobs():
     model, tok = _model()
     problems = [Problem(id="a", prompt="12+3=")]
     torch.manual_seed(1)
-    out = generate(model, tok, problems, SamplingParams(group_size=2, max_new_tokens=6, temperature=1.5))
+    out = sample(model, tok, problems, SamplingParams(group_size=2, max_new_tokens=6, temperature=1.5))
     recomputed = completion_logprobs(model, out, tok.pad_token_id, temperature=1.5)
     for i, c in enumerate(out):
         assert torch.allclose(recomputed[i, : len(c.token_ids)], torch.tensor(c.logprobs), atol=1e-4)
@@ -42,6 +44,6 @@ def test_temperature_scales_behaviour_logprobs():
 def test_greedy_is_deterministic():
     model, tok = _model()
     problems = [Problem(id="a", prompt="12+3=")]
-    a = generate(model, tok, problems, SamplingParams(greedy=True, max_new_tokens=8))
-    b = generate(model, tok, problems, SamplingParams(greedy=True, max_new_tokens=8))
+    a = sample(model, tok, problems, SamplingParams(greedy=True, max_new_tokens=8))
+    b = sample(model, tok, problems, SamplingParams(greedy=True, max_new_tokens=8))
     assert len(a) == 1 and a[0].token_ids == b[0].token_ids

@@ -13,9 +13,11 @@ from rlvr.algos import group_advantages, kl_estimate
 from rlvr.config import AlgoConfig
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.records import Problem, RewardResult
-from rlvr.rollout.hf import SamplingParams
+from helpers import split_settings
+
+from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train.step import collect_batch, fill_invalid, next_round_size
-from rlvr.train.update import UpdateSettings, policy_update
+from rlvr.train.update import policy_update
 
 G = 3
 
@@ -60,8 +62,8 @@ def collect(tiny, algo, reward=None, batch_size=4, max_new_tokens=8, ref=None):
     model, tok = tiny
     torch.manual_seed(0)
     params = SamplingParams(group_size=G, max_new_tokens=max_new_tokens)
-    return collect_batch(model, tok, Sampler(), reward or ScriptedReward(), params, algo,
-                         batch_size=batch_size, step=1, ref=ref)
+    return collect_batch(HFEngine(model, tok), Sampler(), reward or ScriptedReward(), params, algo,
+                         batch_size=batch_size, ref=ref)
 
 
 def problem_numbers(batch):
@@ -209,4 +211,4 @@ def _settings(**kw):
     base = dict(ppo_epochs=1, mini_batches=1, micro_batch_size=0, max_grad_norm=1.0, temperature=1.0,
                 loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
                 kl_kind="k3", max_len=8, entropy_coef=0.0)
-    return UpdateSettings(**{**base, **kw})
+    return split_settings({**base, **kw})

@@ -11,8 +11,10 @@ import torch
 
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.records import Problem
-from rlvr.rollout.hf import SamplingParams, generate
-from rlvr.train.update import UpdateSettings, policy_update
+from helpers import sample, split_settings
+
+from rlvr.rollout import SamplingParams
+from rlvr.train.update import policy_update
 
 G = 4
 
@@ -21,7 +23,7 @@ def settings(**kw):
     base = dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2, max_grad_norm=1.0, temperature=1.0,
                 loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
                 kl_kind="k3", max_len=8, entropy_coef=0.0)
-    return UpdateSettings(**{**base, **kw})
+    return split_settings({**base, **kw})
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ def setup():
     tok = build_tokenizer()
     model = build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=0)
     problems = [Problem(id=f"p{i}", prompt=f"{i}+{i}=") for i in range(2)]
-    completions = generate(model, tok, problems, SamplingParams(group_size=G, max_new_tokens=8))
+    completions = sample(model, tok, problems, SamplingParams(group_size=G, max_new_tokens=8))
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)  # (N,)
     mask = torch.ones(len(completions))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -106,7 +108,7 @@ def test_bf16_model_update_is_finite_with_fp32_stats():
     tok = build_tokenizer()
     model = build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=0).to(torch.bfloat16)
     problems = [Problem(id=f"p{i}", prompt=f"{i}+{i}=") for i in range(2)]
-    completions = generate(model, tok, problems, SamplingParams(group_size=G, max_new_tokens=8))
+    completions = sample(model, tok, problems, SamplingParams(group_size=G, max_new_tokens=8))
     ref_logp = torch.zeros(len(completions), max(len(c.token_ids) for c in completions)) - 3.0
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = copy.deepcopy(model.state_dict())

@@ -1,6 +1,7 @@
 import json
 import math
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -71,3 +72,12 @@ def test_first_run_and_a_run_on_the_cached_cold_start_sample_the_same(tiny_overr
         return [(r["reward/mean"], r["rollout/len_mean"], r["actor/loss"]) for r in rows if "reward/mean" in r]
 
     assert steps("first") == steps("second")
+
+
+@pytest.mark.parametrize("argv", [["train", "model.name=/nonexistent/model"], ["eval", "/nonexistent/model"],
+                                  ["train", "model.name=./no-such-dir"]])
+def test_a_missing_model_directory_is_a_one_line_config_error(argv, tmp_path, capsys):
+    assert main([*argv, f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={tmp_path / 'sft'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rlvr {argv[0]}: config error: model") and "no such directory" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

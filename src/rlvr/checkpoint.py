@@ -173,22 +173,6 @@ def _state_bytes(trainer_state: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def save_checkpoint(root: Path, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
-                    config_hash: str, keep: int = 0, score: float | None = None,
-                    keep_best: str | None = None, best_mode: str = "max") -> Checkpoint:
-    """Write one checkpoint synchronously, then apply retention."""
-    root = Path(root)
-
-    def write_model(path: Path) -> None:
-        model.save_pretrained(path, safe_serialization=True)
-        tokenizer.save_pretrained(path)
-
-    ckpt = _write(root, step, write_model, _state_bytes(trainer_state),
-                  {"config_hash": config_hash, "score": {keep_best: score} if keep_best else {}})
-    retain(root, keep, keep_best, best_mode)
-    return ckpt
-
-
 class Checkpointer:
     """Saves checkpoints of one run: atomic, verified, retained, optionally in the background."""
 

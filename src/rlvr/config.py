@@ -134,7 +134,10 @@ class SFTConfig:
 
 @dataclass
 class RolloutConfig:
-    backend: Literal["hf", "vllm"] = "hf"
+    engine: Literal["hf", "loop"] = "hf"
+    """What samples the completions (rlvr.rollout): 'hf', transformers' generate; 'loop', rlvr's decode
+    loop, which prefills each prompt once for its G samples and drops finished rows from the batch:
+    the same sampling distribution for less compute (rlvr.rollout.decode)."""
     batch_size: int = 32
     """Prompts per step."""
     group_size: int = 8
@@ -142,10 +145,6 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 48
-    decode: Literal["generate", "loop"] = "generate"
-    """Backend 'hf' only. 'generate': transformers' generate. 'loop': rlvr's decode loop, which
-    prefills each prompt once for its G samples and drops finished rows from the batch: the same
-    sampling distribution for less compute (rlvr.rollout.decode)."""
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")

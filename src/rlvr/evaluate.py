@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rlvr.records import Problem
-from rlvr.rollout.hf import SamplingParams, generate
+from rlvr.rollout import RolloutEngine, SamplingParams
 
 
-def evaluate(model, tokenizer, problems: Sequence[Problem], reward, *, max_new_tokens: int,
+def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
              batch_size: int = 500) -> dict[str, float]:
-    """{"accuracy", "n", "format", "len_mean"} over `problems`, decoding greedily."""
+    """{"accuracy", "n", "format", "len_mean"} over `problems`, decoding greedily with `engine`,
+    `batch_size` problems per engine call."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
-    completions = generate(model, tokenizer, problems, params, chunk_size=batch_size)
+    completions = [c for start in range(0, len(problems), batch_size)
+                   for c in engine.generate(problems[start:start + batch_size], params)]
     results = reward.score(list(problems), [c.text for c in completions])
     n = len(problems)
     return {

@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 Message = dict[str, str]  # {"role": "user" | "system" | "assistant", "content": str}
 
+VERIFIER_NAMES = frozenset({"math", "code"})
+"""The values of Problem.verifier: each names a verifier of rlvr.rewards (VERIFIERS)."""
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -26,6 +29,7 @@ class Problem:
     source: str = "default"
     """Data set or task name; metrics are reported per source."""
     verifier: str = "math"
+    """One of VERIFIER_NAMES."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

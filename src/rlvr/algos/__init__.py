@@ -6,9 +6,9 @@ str Enums of `registry`; a config string selects one:
 
     ADVANTAGE_ESTIMATORS  grpo | rloo                      group_advantages(estimator=...)
     ADVANTAGE_SCALES      group | batch | none             group_advantages(scale=...)
-    LOSS_AGGREGATIONS     grpo | token_mean | dr_grpo      policy_loss(loss_type=...)
-    LOG_RATIOS            token | sequence (GSPO)          policy_loss(ratio_level=...)
-    KL_ESTIMATORS         k1 | k2 | k3                     kl_estimate(kind=...), policy_loss(kl_kind=...)
+    LOSS_AGGREGATIONS     grpo | token_mean | dr_grpo      LossSettings(loss_type=...)
+    LOG_RATIOS            token | sequence (GSPO)          LossSettings(ratio_level=...)
+    KL_ESTIMATORS         k1 | k2 | k3                     kl_estimate(kind=...), LossSettings(kl_kind=...)
 
 Recipes (what the names add up to):
     GRPO      estimator=grpo scale=group loss_type=grpo
@@ -20,7 +20,8 @@ Recipes (what the names add up to):
 
 The presets in configs/ (grpo, dapo, dr_grpo, gspo, rloo) name these; the loop-level
 parts (dynamic sampling, overlong shaping, truncation masking, KL folded into the
-reward) are applied in rlvr.train.step.collect_batch.
+reward) are applied in rlvr.train.step.collect_batch; rlvr.train.settings builds the
+LossSettings of a run from its config.
 """
 
 from rlvr.algos.advantages import (
@@ -33,7 +34,7 @@ from rlvr.algos.advantages import (
 )
 from rlvr.algos.kl import KL_ESTIMATORS, LOG_RATIO_CLAMP, kl_estimate, kl_reward_penalty
 from rlvr.algos.logprobs import token_logprobs
-from rlvr.algos.losses import LOG_RATIOS, LOSS_AGGREGATIONS, masked_mean, policy_loss
+from rlvr.algos.losses import LOG_RATIOS, LOSS_AGGREGATIONS, Aggregation, LossSettings, masked_mean, policy_loss
 from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, KLEstimator, LossType, RatioLevel, choose, lookup
 from rlvr.algos.shaping import overlong_penalty
 
@@ -45,8 +46,10 @@ __all__ = [
     "LOG_RATIO_CLAMP",
     "LOSS_AGGREGATIONS",
     "AdvantageEstimator",
+    "Aggregation",
     "AdvantageScale",
     "KLEstimator",
+    "LossSettings",
     "LossType",
     "RatioLevel",
     "choose",

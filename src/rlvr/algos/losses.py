@@ -7,7 +7,8 @@ policy_loss builds one per-token loss
                                                                            advantage when r_t is far above 1)
     loss_t = pg_t + beta * KL_t - entropy_coef * H_t
 
-and reduces it with the aggregation named by loss_type (LOSS_AGGREGATIONS).
+and reduces it with the aggregation named by loss_type (LOSS_AGGREGATIONS). Every
+setting is one field of a frozen `LossSettings`, validated once when it is made.
 The importance ratio r_t comes from LOG_RATIOS: per token (PPO/GRPO), or per
 sequence (GSPO). Everything is fp32; the log-ratio is clamped before exp.
 
@@ -20,14 +21,15 @@ backpropagates (zero gradients), instead of 0/0.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from rlvr.algos.kl import LOG_RATIO_CLAMP, kl_estimate
-from rlvr.algos.registry import KLEstimator, LossType, RatioLevel, lookup
+from rlvr.algos.registry import KLEstimator, LossType, RatioLevel, choose
 
-__all__ = ["LOG_RATIOS", "LOSS_AGGREGATIONS", "masked_mean", "policy_loss"]
+__all__ = ["LOG_RATIOS", "LOSS_AGGREGATIONS", "Aggregation", "LossSettings", "masked_mean", "policy_loss"]
 
 
 def _masked(values: Tensor, mask: Tensor) -> Tensor:
@@ -73,10 +75,19 @@ def aggregate_dr_grpo(values: Tensor, mask: Tensor, max_len: int | None) -> Tens
     return _masked(values, mask).sum() / max(b * (max_len or t), 1)  # ()
 
 
-LOSS_AGGREGATIONS: dict[LossType, Callable[[Tensor, Tensor, int | None], Tensor]] = {
-    LossType.GRPO: aggregate_grpo,
-    LossType.TOKEN_MEAN: aggregate_token_mean,
-    LossType.DR_GRPO: aggregate_dr_grpo,
+@dataclass(frozen=True)
+class Aggregation:
+    reduce: Callable[[Tensor, Tensor, int | None], Tensor]
+    """(values (B, T), mask (B, T), max_len) -> the scalar loss."""
+    units: Callable[[Tensor], Tensor]
+    """mask (B, T) -> what `reduce` divides by (sequences, tokens): a micro-batch's loss weighted by
+    units(micro) / units(mini-batch) sums to the loss of the whole mini-batch."""
+
+
+LOSS_AGGREGATIONS: dict[LossType, Aggregation] = {
+    LossType.GRPO: Aggregation(aggregate_grpo, lambda mask: (mask.sum(1) > 0).sum()),  # sequences with tokens
+    LossType.TOKEN_MEAN: Aggregation(aggregate_token_mean, lambda mask: mask.sum()),  # tokens
+    LossType.DR_GRPO: Aggregation(aggregate_dr_grpo, lambda mask: torch.tensor(float(mask.shape[0]))),  # sequences
 }
 
 
@@ -112,54 +123,79 @@ def _check(logp: Tensor, **tensors: Tensor | None) -> None:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(logp.shape)} like logp")
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """Everything that shapes the policy loss, as plain scalars and variant names."""
+
+    loss_type: LossType | str = LossType.GRPO
+    """How token losses are aggregated (LOSS_AGGREGATIONS)."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    """The ratio is clipped to [1 - clip_low, 1 + clip_high]; clip_high > clip_low is clip-higher."""
+    dual_clip: float | None = None
+    """c > 1 bounds the loss of negative-advantage tokens at c * |A| (None = off)."""
+    ratio_level: RatioLevel | str = RatioLevel.TOKEN
+    """One importance ratio per token, or per sequence (GSPO)."""
+    beta: float = 0.0
+    """KL-to-reference coefficient of the loss term (needs ref_logp when > 0)."""
+    kl_kind: KLEstimator | str = KLEstimator.K3
+    max_len: int | None = None
+    """dr_grpo's constant length (default T): pass the generation budget."""
+    entropy_coef: float = 0.0
+    """A positive coefficient rewards entropy (needs the per-token entropy)."""
+
+    def __post_init__(self) -> None:
+        # names become their Enum members once, so a bad name fails here, naming its setting
+        object.__setattr__(self, "loss_type", choose(LossType, self.loss_type, "algo.loss_type"))
+        object.__setattr__(self, "ratio_level", choose(RatioLevel, self.ratio_level, "algo.ratio_level"))
+        object.__setattr__(self, "kl_kind", choose(KLEstimator, self.kl_kind, "algo.kl_estimator"))
+        if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):
+            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={self.clip_low}, "
+                             f"clip_high={self.clip_high}")
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (typically 3), got {self.dual_clip}")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if self.max_len is not None and self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {self.max_len}")
+
+    @property
+    def aggregation(self) -> Aggregation:
+        return LOSS_AGGREGATIONS[self.loss_type]
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
     mask: Tensor,
+    settings: LossSettings = LossSettings(),
     *,
-    loss_type: str | LossType = "grpo",
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    ratio_level: str | RatioLevel = "token",
     ref_logp: Tensor | None = None,
-    beta: float = 0.0,
-    kl_kind: str | KLEstimator = "k3",
-    max_len: int | None = None,
     entropy: Tensor | None = None,
-    entropy_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Scalar loss and detached fp32 stats for one (mini-)batch.
 
     logp (B, T): current policy log-probs (with grad); old_logp (B, T): behaviour
     log-probs (logp.detach() when on-policy); advantages (B,) or per token (B, T);
     mask (B, T) 1 on completion tokens (float weights allowed). ref_logp (B, T)
-    is needed when beta > 0 (KL as a loss term); entropy (B, T) when
-    entropy_coef != 0 (a positive coefficient rewards entropy).
-    dual_clip: c > 1, bounds the loss of negative-advantage tokens at c * |A|.
-    max_len: dr_grpo's constant length (default T).
+    is needed when settings.beta > 0 (KL as a loss term); entropy (B, T) when
+    settings.entropy_coef != 0.
 
     stats: pg_loss (aggregated like the loss), kl (token mean; 0 without
     ref_logp), clip_frac = clip_frac_low + clip_frac_high (token fractions
     clipped below/above), dual_clip_frac, ratio_min/mean/max over masked tokens
     (1 when there are none), entropy (token mean, when given).
     """
-    aggregate = lookup(LOSS_AGGREGATIONS, LossType, loss_type, "algo.loss_type")
-    log_ratio_fn = lookup(LOG_RATIOS, RatioLevel, ratio_level, "algo.ratio_level")
+    s = settings
+    aggregate = s.aggregation.reduce
+    log_ratio_fn = LOG_RATIOS[s.ratio_level]
+    clip_low, clip_high, dual_clip, beta, max_len = s.clip_low, s.clip_high, s.dual_clip, s.beta, s.max_len
     _check(logp, old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy)
-    if not (0.0 <= clip_low < 1.0 and clip_high >= 0.0):
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={clip_low}, clip_high={clip_high}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (typically 3), got {dual_clip}")
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta}")
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (reference log-probs); set algo.beta=0 to train without a reference")
-    if entropy_coef != 0 and entropy is None:
+    if s.entropy_coef != 0 and entropy is None:
         raise ValueError("entropy_coef != 0 needs the per-token entropy (see token_logprobs)")
-    if max_len is not None and max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
 
     logp = logp.float()  # (B, T)
     old_logp = old_logp.detach().float()  # (B, T)
@@ -180,11 +216,11 @@ def policy_loss(
     kl = None
     if ref_logp is not None:
         with torch.set_grad_enabled(torch.is_grad_enabled() and beta > 0):
-            kl = kl_estimate(logp, ref_logp, kl_kind)  # (B, T)
+            kl = kl_estimate(logp, ref_logp, s.kl_kind)  # (B, T)
         if beta > 0:
             per_token = per_token + beta * kl  # (B, T)
-    if entropy is not None and entropy_coef != 0:
-        per_token = per_token - entropy_coef * entropy.float()  # (B, T)
+    if entropy is not None and s.entropy_coef != 0:
+        per_token = per_token - s.entropy_coef * entropy.float()  # (B, T)
     loss = aggregate(per_token, mask, max_len)  # ()
 
     with torch.no_grad():

@@ -18,7 +18,7 @@ def run(args) -> int:
     from rich.table import Table
 
     from rlvr.console import RunConsole
-    from rlvr.ops.check import as_json, run_checks
+    from rlvr.cli.golive import as_json, run_checks
 
     ui = RunConsole(cfg.run.progress)
     lines = run_checks(cfg, ui)

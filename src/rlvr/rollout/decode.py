@@ -1,4 +1,4 @@
-"""rlvr's decode loop for rollouts (`rollout.decode=loop`): shared prefill, finished rows dropped.
+"""rlvr's decode loop for rollouts (`rollout.engine=loop`): shared prefill, finished rows dropped.
 
 transformers' `generate` prefills each of the G copies of a prompt on its
 own and keeps every row in the batch until the longest one stops. RL
@@ -17,12 +17,14 @@ from collections.abc import Sequence
 
 import torch
 
-from rlvr.rollout.hf import left_pad
+from rlvr.records import Completion, Problem
+from rlvr.rollout.engine import ModelEngine, SamplingParams
+from rlvr.scoring import left_pad
 
 
 def supports_loop(model) -> bool:
     """Whether the model's KV cache can be repeated and row-selected (decoder-only HF models with
-    a standard cache); others use `generate`."""
+    a standard cache); others need `rollout.engine=hf`."""
     from transformers import Cache
 
     return bool(getattr(model, "can_generate", lambda: False)()) and hasattr(Cache, "batch_select_indices")
@@ -92,3 +94,29 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
         logits = out.logits[:, -1].float()  # (R, V)
         next_pos = next_pos + 1
     return [(tokens[r], logps[r], finish[r]) for r in range(n)]
+
+
+class LoopEngine(ModelEngine):
+    """`decode` over whole groups: `max_rows // G` prompts (their G samples each) per call."""
+
+    def __init__(self, model, tokenizer, **kwargs) -> None:
+        if not supports_loop(model):
+            from rlvr.configlib import ConfigError
+            raise ConfigError(f"rollout.engine: 'loop' needs a decoder-only model whose KV cache can be "
+                              f"repeated and row-selected; {type(model).__name__} cannot: use rollout.engine=hf")
+        super().__init__(model, tokenizer, **kwargs)
+
+    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
+                group_offset: int) -> list[Completion]:
+        g = 1 if params.greedy else params.group_size
+        out: list[Completion] = []
+        per_chunk = max(1, self.max_rows // g)  # whole groups per chunk
+        for start in range(0, len(problems), per_chunk):
+            idx = list(range(start, min(start + per_chunk, len(problems))))
+            samples = decode(self.model, [prompts[i] for i in idx], g, max_new_tokens=params.max_new_tokens,
+                             temperature=params.temperature, top_p=params.top_p, greedy=params.greedy,
+                             eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
+            for k, (ids, logps, finish) in enumerate(samples):
+                i = idx[k // g]
+                out.append(self._completion(problems[i], group_offset + i, k % g, prompts[i], ids, logps, finish))
+        return out

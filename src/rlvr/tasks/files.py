@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.configlib import ConfigError
-from rlvr.records import Problem
+from rlvr.records import VERIFIER_NAMES, Problem
 
 log = logging.getLogger("rlvr.data")
 ROLES = ("system", "user", "assistant")
@@ -182,9 +182,7 @@ def load_problems(paths: list[str | Path], on_bad_record: str = "error", on_even
                   ) -> list[Problem]:
     """Every valid record of every file, in file order. 'error': the first bad record raises a
     DataError naming FILE:LINE; 'skip': each bad record is logged (and passed to on_event)."""
-    from rlvr.rewards import VERIFIERS
-
-    known = set(VERIFIERS)
+    known = set(VERIFIER_NAMES)
     problems: list[Problem] = []
     skipped = 0
     seen: dict[str, str] = {}  # id -> where it was first seen

@@ -24,7 +24,7 @@ from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.tasks import build_task
 from rlvr.tasks.arithmetic import teacher_solution
-from rlvr.train.batch import completion_logits, pack
+from rlvr.scoring import completion_logits, pack
 from rlvr.train.lr import lr_factor
 
 

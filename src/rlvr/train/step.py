@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -35,8 +36,23 @@ from rlvr.algos import group_advantages, kl_reward_penalty, overlong_penalty, ze
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import reward_metrics
-from rlvr.rollout.hf import SamplingParams, generate
+from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
+
+
+@dataclass(frozen=True)
+class SamplingCounts:
+    """What a step's sampling did besides the kept batch, over every completion it generated."""
+
+    groups: int = 0
+    """Groups generated (kept or dropped by dynamic sampling)."""
+    invalid: int = 0
+    """Completions whose reward could not be computed."""
+    errors: tuple[str, ...] = ()
+    """Up to five distinct reasons among them."""
+    shortfall_groups: int = 0
+    """Groups the batch still lacks after the last round."""
+    extra_rounds: int = 0
 
 
 @dataclass
@@ -52,6 +68,7 @@ class StepBatch:
     ref_logp: torch.Tensor | None = None  # (N, T) reference log-probs, None without a reference model
     metrics: dict[str, float] = field(default_factory=dict)
     sampler_position: int | None = None  # the sampler's position once this batch's prompts were drawn
+    counts: SamplingCounts = field(default_factory=SamplingCounts)
 
 
 @dataclass
@@ -123,22 +140,21 @@ def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
     return min(batch_size, max(need, math.ceil(need * seen / kept)))
 
 
-def collect_batch(model, tokenizer, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, step: int, ref=None, sample_round=None) -> StepBatch:
+def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
+                  batch_size: int, ref=None) -> StepBatch:
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
+    engine: samples the completions (a `RolloutEngine`, holding the current policy's weights);
+    reward: scores them (`.score(problems, texts, group_ids=...)`, rlvr.rewards.Reward or a pool);
     ref: a `ReferenceModel` (anything with `.logprobs(completions) -> (N, T)`), or None when
     algo.beta = 0; its log-probs are taken for the kept completions only and returned for the loss.
-    sample_round: how one round is generated and scored (same arguments and result as
-    `_sample_round`); the Ray backend passes one that runs on its rollout and reward actors.
     """
-    sample_round = sample_round or _sample_round
     g = params.group_size
     times = {"time/rollout_s": 0.0, "time/reward_s": 0.0, "time/ref_s": 0.0}
     generated, batch = _Samples(), _Samples()
     rounds, n_prompts, need = 0, batch_size, batch_size
     while True:
-        fresh = sample_round(model, tokenizer, sampler, reward, params, n_prompts, step, times)
+        fresh = _sample_round(engine, sampler, reward, params, n_prompts, times)
         generated.extend(fresh, list(range(n_prompts)), g)
         flat = zero_variance_groups(task_rewards(fresh, algo, params.max_new_tokens, g), g)  # (M,)
         signal = [m for m in range(n_prompts) if not (algo.filter_zero_std and flat[m])][:need]
@@ -162,6 +178,10 @@ def collect_batch(model, tokenizer, sampler, reward, params: SamplingParams, alg
     out.metrics = {**metrics, **out.metrics, **times}
     out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
     out.sampler_position = sampler.position
+    invalid = [r for r in generated.results if not r.valid]
+    out.counts = SamplingCounts(groups=n_generated, invalid=len(invalid),
+                                errors=tuple(sorted({r.error for r in invalid if r.error})[:5]),
+                                shortfall_groups=need, extra_rounds=rounds)
     return out
 
 
@@ -198,17 +218,50 @@ def _empty() -> StepBatch:
     return StepBatch([], [], [], none, none.bool(), none, none, none, None, {"actor/zero_std_groups_in_update": 0.0})
 
 
-def _sample_round(model, tokenizer, sampler, reward, params: SamplingParams, n_prompts: int, step: int,
+def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams, n_prompts: int,
                   times: dict[str, float]) -> _Samples:
     """Generate G completions for each of `n_prompts` new problems and score them."""
     g = params.group_size
     t0 = time.time()
     offset = sampler.position  # group ids stay unique across rounds and steps
     problems = sampler.take(n_prompts)
-    completions = generate(model, tokenizer, problems, params, group_offset=offset, policy_version=step - 1)
+    completions = engine.generate(problems, params, group_offset=offset)
     times["time/rollout_s"] += time.time() - t0
     t1 = time.time()
     per_sample = [problems[i // g] for i in range(len(completions))]
     results = reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions])
     times["time/reward_s"] += time.time() - t1
     return _Samples(per_sample, completions, results)
+
+
+class BatchSource(Protocol):
+    def collect(self, model, sampler, step: int) -> StepBatch:
+        """Step `step`'s batch, sampled with `model`'s current weights (policy version step - 1),
+        its prompts drawn from `sampler`."""
+        ...
+
+
+@dataclass
+class LocalBatches:
+    """Batches sampled and scored in the trainer's process (deploy.backend=embedded)."""
+
+    engine: RolloutEngine
+    reward: object
+    ref: object | None
+    params: SamplingParams
+    algo: AlgoConfig
+    batch_size: int
+
+    @classmethod
+    def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward) -> "LocalBatches":
+        ref = None
+        if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
+            from rlvr.inference.reference import ReferenceModel
+            from rlvr.models import reference_policy
+            ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
+        return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size)
+
+    def collect(self, model, sampler, step: int) -> StepBatch:
+        self.engine.load_weights(model.state_dict().items(), version=step - 1)  # shared tensors: no copy
+        return collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
+                             ref=self.ref)

@@ -19,34 +19,37 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algos import LossType, choose, policy_loss, token_logprobs
+from rlvr.algos import LossSettings, policy_loss
 from rlvr.records import Completion
-from rlvr.train.batch import completion_logits, forward_logits, pack
-
-# What a loss type averages over, so micro-batch losses add up to the mini-batch loss.
-_LOSS_UNIT: dict[LossType, Callable[[torch.Tensor], torch.Tensor]] = {
-    LossType.GRPO: lambda mask: (mask.sum(1) > 0).sum(),  # sequences with tokens
-    LossType.TOKEN_MEAN: lambda mask: mask.sum(),  # tokens
-    LossType.DR_GRPO: lambda mask: torch.tensor(float(mask.shape[0])),  # sequences
-}
+from rlvr.scoring import completion_scores, pack
 
 
-@dataclass
+@dataclass(frozen=True)
 class UpdateSettings:
     ppo_epochs: int
     mini_batches: int
     micro_batch_size: int
+    """Sequences per forward/backward; 0 = the whole mini-batch."""
     max_grad_norm: float
     temperature: float
-    loss_type: str
-    clip_low: float
-    clip_high: float
-    dual_clip: float | None
-    ratio_level: str
-    beta: float
-    kl_kind: str
-    max_len: int
-    entropy_coef: float
+    """The sampling temperature: log-probs are scored under softmax(logits / temperature)."""
+    loss: LossSettings
+
+
+def update_settings(cfg) -> UpdateSettings:
+    """A run's update settings, from its `Config`: the one place config keys become loss settings."""
+    a, t, r = cfg.algo, cfg.train, cfg.rollout
+    loss = LossSettings(
+        loss_type=a.loss_type, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
+        ratio_level=a.ratio_level, beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages
+        kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
+    return UpdateSettings(ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
+                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss)
+
+
+def build_optimizer(train, model) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters, from a `TrainConfig`."""
+    return torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay, betas=(0.9, 0.99))
 
 
 def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
@@ -58,21 +61,25 @@ def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
 
 def policy_update(model, optimizer, completions: Sequence[Completion], advantages: torch.Tensor,
                   loss_mask: torch.Tensor, ref_logp: torch.Tensor | None, pad_id: int, s: UpdateSettings,
-                  *, generator: torch.Generator, fault: Callable[[torch.Tensor], torch.Tensor] | None = None
-                  ) -> dict[str, float]:
-    """Apply the updates; returns averaged actor/* stats. loss_mask (N,) is 0 for excluded samples."""
+                  *, generator: torch.Generator, fault: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                  skip_zero_gradient: bool = True) -> dict[str, float]:
+    """Apply the updates; returns averaged actor/* stats. loss_mask (N,) is 0 for excluded samples.
+
+    fault: a transform of each micro-batch loss (fault injection). skip_zero_gradient=False runs
+    the sequences that cannot move the weights too (the reference the skip is tested against)."""
     n = len(completions)
     if n == 0:  # dynamic sampling found no group with signal: nothing to learn from, nothing applied
         return {"actor/skipped_updates": 0.0}
     t = max(1, max(len(c.token_ids) for c in completions))
     old_logp = _padded([c.logprobs for c in completions], t)  # (N, T)
-    unit_fn = _LOSS_UNIT[choose(LossType, s.loss_type, "algo.loss_type")]
+    unit_fn = s.loss.aggregation.units
     lengths = torch.tensor([len(c.prompt_ids) + len(c.token_ids) for c in completions])
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     extremes = {"ratio_min": math.inf, "ratio_max": -math.inf}  # over all micro-batches, not averaged
     skipped = 0
-    carries = _carries_gradient(advantages, loss_mask, s, fault)  # (N,) bool
+    carries = (_carries_gradient(advantages, loss_mask, s.loss) if skip_zero_gradient
+               else torch.ones(n, dtype=torch.bool))  # (N,)
     model.train()
     for _ in range(s.ppo_epochs):
         order = torch.randperm(n, generator=generator)
@@ -93,15 +100,11 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 chunk = [completions[i] for i in micro.tolist()]
                 batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
                 width = batch.targets.shape[1]
-                logits = forward_logits(model, batch)  # (b, K, V)
-                logp, entropy = token_logprobs(completion_logits(logits, batch) / s.temperature, batch.targets)  # (b, W)
+                logp, entropy = completion_scores(model, batch, s.temperature)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None]  # (b, W)
-                loss, stats = policy_loss(
-                    logp, old_logp[micro, :width], advantages[micro], mask,
-                    loss_type=s.loss_type, clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip,
-                    ratio_level=s.ratio_level, beta=s.beta, kl_kind=s.kl_kind, max_len=s.max_len,
-                    ref_logp=None if ref_logp is None else ref_logp[micro, :width],
-                    entropy=entropy, entropy_coef=s.entropy_coef)
+                loss, stats = policy_loss(logp, old_logp[micro, :width], advantages[micro], mask, s.loss,
+                                          ref_logp=None if ref_logp is None else ref_logp[micro, :width],
+                                          entropy=entropy)
                 if fault is not None:
                     loss = fault(loss)
                 weight = unit_fn(mask) / total_units
@@ -130,13 +133,11 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
     return out
 
 
-def _carries_gradient(advantages: torch.Tensor, loss_mask: torch.Tensor, s: UpdateSettings, fault) -> torch.Tensor:
+def _carries_gradient(advantages: torch.Tensor, loss_mask: torch.Tensor, loss: LossSettings) -> torch.Tensor:
     """(N,) True for sequences whose loss has a gradient. Masked-out ones never do; with no KL and
     no entropy term the loss of a sequence is -A * (clipped ratio) terms, so A == 0 gives exactly 0."""
-    if fault is not None:  # fault injection exercises every micro-batch
-        return torch.ones_like(loss_mask, dtype=torch.bool)
     carries = loss_mask > 0  # (N,)
-    if s.beta == 0 and s.entropy_coef == 0:
+    if loss.beta == 0 and loss.entropy_coef == 0:
         carries &= advantages != 0
     return carries
 

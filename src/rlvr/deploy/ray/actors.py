@@ -15,9 +15,9 @@ import ray
 import torch
 
 from rlvr.config import Config
-from rlvr.deploy.ray.sync import WeightHandle, load_into
+from rlvr.deploy.ray.sync import WeightHandle, fetch_weights
 from rlvr.records import Completion, Problem, RewardResult
-from rlvr.rollout.hf import SamplingParams, generate
+from rlvr.rollout import SamplingParams
 
 
 def _threads(n: int) -> None:
@@ -29,14 +29,14 @@ def _reply(t0: float, **out) -> dict:
 
 
 class RolloutWorker:
-    """A policy copy that samples G completions per problem with the published weights."""
+    """A rollout engine (`rollout.engine`) on a policy copy, sampling with the published weights."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
         _threads(threads)
         self.cfg = cfg
-        self.model = self.tokenizer = None
+        self.engine = None
         self.start_path: str | None = None
-        self.version: int | None = None
+        self.version: int | None = None  # the weights the engine holds; None: those of start_path
 
     def pid(self) -> int:
         return os.getpid()
@@ -48,17 +48,17 @@ class RolloutWorker:
         t0 = time.time()
         if self.start_path != start_path:
             from rlvr.models import load_policy
-            self.model, self.tokenizer = load_policy(self.cfg.model, start_path)
+            from rlvr.rollout import build_engine
+            self.engine = build_engine(self.cfg.rollout, *load_policy(self.cfg.model, start_path))
             self.start_path, self.version = start_path, None
         if self.version != weights.version:
-            load_into(self.model, weights)
+            self.engine.load_weights(fetch_weights(weights).items(), weights.version)
             self.version = weights.version
         if rng.get("state") is not None:
             torch.set_rng_state(rng["state"])
         else:
             torch.manual_seed(rng["seed"])
-        completions = generate(self.model, self.tokenizer, problems, params, group_offset=group_offset,
-                               policy_version=weights.version)
+        completions = self.engine.generate(problems, params, group_offset=group_offset)
         return _reply(t0, completions=completions, rng_state=torch.get_rng_state())
 
 
@@ -119,7 +119,7 @@ class TrainerActor:
         from rlvr.train.grpo import train
         source = RayBatchSource(cfg, workers, pending_events, attempt)
         try:
-            return train(cfg, batch_source=source.bind)
+            return train(cfg, make_source=source.bind)
         finally:
             source.close()
 

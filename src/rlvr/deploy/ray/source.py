@@ -1,7 +1,9 @@
-"""The trainer's batch collector on Ray: `collect_batch` with its rounds run on the actors.
+"""The trainer's batch source on Ray: `collect_batch` with the actor pools as its engine and reward.
 
-Per round, the problems are cut into one shard per rollout replica and each shard's groups
-are scored on the reward pool (whole groups per call, so group normalisation is unchanged).
+`collect_batch` takes any rollout engine and any scorer; here the rollout pool is one
+`RemoteEngine` (each call's problems cut into one shard per replica, sampled with the
+published weights) and the reward pool one `RemoteReward` (whole groups per call, so group
+normalisation is unchanged).
 A call lost with its worker's process is re-issued as it was (Ray restarts the actor, the
 worker sets itself up again) and logged; a reward call that fails or times out scores its
 samples invalid. Sync mode with one rollout replica continues the trainer's own torch RNG
@@ -15,6 +17,7 @@ actor, so a slow module holds back the others instead of piling up results in me
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -30,7 +33,8 @@ from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import RewardResult
-from rlvr.train.step import StepBatch, _Samples, collect_batch
+from rlvr.rollout import sampling_params
+from rlvr.train.step import StepBatch, collect_batch
 
 MODULES = ("rollout", "reward", "inference")
 
@@ -45,11 +49,11 @@ def shards(n: int, parts: int) -> list[tuple[int, int]]:
 def select_rows(batch: StepBatch, rows: list[int]) -> StepBatch:
     """The batch restricted to `rows` (whole groups, so the advantages stay those of their group)."""
     idx = torch.tensor(rows, dtype=torch.long)
-    return StepBatch([batch.problems[i] for i in rows], [batch.completions[i] for i in rows],
-                     [batch.results[i] for i in rows], batch.rewards[idx], batch.valid[idx],
-                     batch.shaped_rewards[idx], batch.loss_mask[idx], batch.advantages[idx],
-                     None if batch.ref_logp is None else batch.ref_logp[idx], dict(batch.metrics),
-                     batch.sampler_position)
+    return dataclasses.replace(
+        batch, problems=[batch.problems[i] for i in rows], completions=[batch.completions[i] for i in rows],
+        results=[batch.results[i] for i in rows], rewards=batch.rewards[idx], valid=batch.valid[idx],
+        shaped_rewards=batch.shaped_rewards[idx], loss_mask=batch.loss_mask[idx], advantages=batch.advantages[idx],
+        ref_logp=None if batch.ref_logp is None else batch.ref_logp[idx], metrics=dict(batch.metrics))
 
 
 def within_staleness(batch: StepBatch, version: int, max_staleness: int, group_size: int) -> tuple[StepBatch, int]:
@@ -84,11 +88,76 @@ class _RemoteReference:
         return out
 
 
+class RemoteEngine:
+    """The rollout pool as one `RolloutEngine`, pinned to the published weights of one version
+    (a batch sampled ahead keeps the version it started with)."""
+
+    def __init__(self, source: "RayBatchSource", handle: WeightHandle | None, step: int) -> None:
+        self.source, self.handle, self.step = source, handle, step  # handle None: nothing published yet
+        self.version = None if handle is None else handle.version
+
+    def load_weights(self, named_tensors, version: int) -> None:
+        self.handle = self.source.publisher.publish(named_tensors, version)
+        self.version = version
+
+    def generate(self, problems, params, *, group_offset: int = 0):
+        src = self.source
+        workers = src.workers["rollout"]
+        parts = shards(len(problems), len(workers))
+        exact = src.executor is None and len(parts) == 1  # the trainer's RNG stream, as embedded
+        rngs = ([{"state": torch.get_rng_state()}] if exact else
+                [{"seed": (src.cfg.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
+                 for j, (a, _) in enumerate(parts)])
+        calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(src.start_path, self.handle, problems[a:b], params,
+                                                                group_offset + a, rngs[j])
+                 for j, (a, b) in enumerate(parts)]
+        refs = [call() for call in calls]
+        if src.cfg.deploy.kill_rollout_at_step == self.step and src.attempt == 0 and not src.killed:
+            src.killed = True
+            # right after submitting: the call just sent is in flight on that process and is lost with it
+            src._event("fault_injected", module="rollout", replica=0, pid=src.pids["rollout"][0])
+            os.kill(src.pids["rollout"][0], signal.SIGKILL)
+        outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
+        if exact:
+            torch.set_rng_state(outs[0]["rng_state"])
+        return [c for out in outs for c in out["completions"]]
+
+
+class RemoteReward:
+    """The reward pool as one scorer (`.score`), whole groups per replica; a call that fails or
+    times out scores its samples invalid."""
+
+    def __init__(self, source: "RayBatchSource") -> None:
+        self.source = source
+
+    def score(self, problems, texts, group_ids):
+        src, workers = self.source, self.source.workers["reward"]
+        starts = [i for i in range(len(group_ids)) if i == 0 or group_ids[i] != group_ids[i - 1]]
+        bounds = starts + [len(group_ids)]  # group m is rows bounds[m]:bounds[m + 1]
+        parts = [(bounds[a], bounds[b]) for a, b in shards(len(starts), len(workers))]
+        calls = [lambda j=j, a=a, b=b: workers[j].score.remote(problems[a:b], texts[a:b], group_ids[a:b])
+                 for j, (a, b) in enumerate(parts)]
+        refs = [call() for call in calls]
+        outs = []
+        for j, (a, b) in enumerate(parts):
+            def invalid(why: str, n=b - a) -> dict:
+                return {"results": [RewardResult.invalid(why) for _ in range(n)]}
+            outs.append(src.get("reward", j, refs[j], calls[j], timeout=src.cfg.deploy.reward_timeout_s,
+                                fallback=invalid))
+        return [r for out in outs for r in out["results"]]
+
+
 class RayBatchSource:
+    """A `BatchSource` for `rlvr.train.grpo.train`: batches collected on the actor pools, in sync
+    or async mode (batches sampled ahead with a bounded staleness)."""
+
     def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int) -> None:
         self.cfg, self.workers, self.attempt = cfg, workers, attempt
+        self.params, self.algo, self.batch_size = sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size
         self.pending = list(pending_events)
         self.publisher = WeightPublisher()
+        self.reward = RemoteReward(self)
+        self.ref = _RemoteReference(self) if workers["inference"] else None
         self.start_path: str | None = None
         self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
         self.events: list[dict] = []
@@ -101,21 +170,20 @@ class RayBatchSource:
         self.killed = False
         self.log = None
 
-    def bind(self, log):
+    def bind(self, log) -> "RayBatchSource":
         """Called by `train` with its RunLog: events that happened before it (a trainer restart) go in first."""
         self.log = log
         for event in self.pending:
             log.event(**event)
-        return self.collect
+        return self
 
     def close(self) -> None:
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
 
-    # -- the collector `train` calls once per step
+    # -- the batch `train` asks for once per step
 
-    def collect(self, model, tokenizer, sampler, reward, params, algo, *, batch_size: int, step: int,
-                ref=None) -> StepBatch:
+    def collect(self, model, sampler, step: int) -> StepBatch:
         t_enter = time.time()
         d = self.cfg.deploy
         if d.kill_trainer_at_step == step and self.attempt == 0:
@@ -128,30 +196,29 @@ class RayBatchSource:
         if restored:
             self._drop_ahead()  # batches sampled ahead came from the abandoned policy and data order
             self.sampler = sampler
+        engine = RemoteEngine(self, self.publisher.handle, step)
         if restored or self.publisher.version != version:
-            self.publisher.publish(model, version)
-        handle = self.publisher.handle
-        args = (sampler, params, algo, batch_size)
+            engine.load_weights(model.state_dict().items(), version)
+        handle = engine.handle
         dropped = 0
         if self.executor is None:
-            batch = self._collect(*args, step, handle)
+            batch = self._collect(sampler, step, handle)
         else:
             future = self.ahead.pop(step, None)
-            batch = future.result() if future is not None else self._collect(*args, step, handle)
+            batch = future.result() if future is not None else self._collect(sampler, step, handle)
             for ahead in range(step + 1, min(step + d.max_staleness, self.cfg.train.steps) + 1):
                 if ahead not in self.ahead:
-                    self.ahead[ahead] = self.executor.submit(self._collect, *args, ahead, handle)
-            batch, dropped = within_staleness(batch, version, d.max_staleness, params.group_size)
+                    self.ahead[ahead] = self.executor.submit(self._collect, sampler, ahead, handle)
+            batch, dropped = within_staleness(batch, version, d.max_staleness, self.params.group_size)
             if dropped and not batch.completions:  # nothing fresh enough: sample this step again, now
-                batch = self._collect(*args, step, handle)
+                batch = self._collect(sampler, step, handle)
         batch.metrics.update(self._perf(batch, version, dropped, t_enter))
         self._flush_events(step)
         return batch
 
-    def _collect(self, sampler, params, algo, batch_size: int, step: int, handle: WeightHandle) -> StepBatch:
-        ref = _RemoteReference(self) if self.workers["inference"] else None
-        return collect_batch(None, None, sampler, None, params, algo, batch_size=batch_size, step=step, ref=ref,
-                             sample_round=lambda *a: self._round(handle, *a))
+    def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
+        return collect_batch(RemoteEngine(self, handle, step), sampler, self.reward, self.params, self.algo,
+                             batch_size=self.batch_size, ref=self.ref)
 
     def _drop_ahead(self) -> None:
         if not self.ahead:
@@ -163,57 +230,6 @@ class RayBatchSource:
                 future.exception()  # wait for it; its batch is discarded
         self._event("ahead_dropped", steps=sorted(self.ahead), reason="the trainer was rolled back")
         self.ahead.clear()
-
-    # -- one round: rollout shards, then reward shards (the signature `collect_batch` expects)
-
-    def _round(self, handle: WeightHandle, model, tokenizer, sampler, reward, params, n_prompts: int, step: int,
-               times: dict[str, float]) -> _Samples:
-        g = params.group_size
-        t0 = time.time()
-        offset = sampler.position  # group ids stay unique across rounds and steps
-        problems = sampler.take(n_prompts)
-        completions = self._rollout(problems, params, offset, handle, step)
-        times["time/rollout_s"] += time.time() - t0
-        t1 = time.time()
-        per_sample = [problems[i // g] for i in range(len(completions))]
-        results = self._score(per_sample, completions, g)
-        times["time/reward_s"] += time.time() - t1
-        return _Samples(per_sample, completions, results)
-
-    def _rollout(self, problems, params, offset: int, handle: WeightHandle, step: int):
-        workers = self.workers["rollout"]
-        parts = shards(len(problems), len(workers))
-        exact = self.executor is None and len(parts) == 1  # the trainer's RNG stream, as embedded
-        rngs = ([{"state": torch.get_rng_state()}] if exact else
-                [{"seed": (self.cfg.seed * 1_000_003 + (offset + a) * 7919 + j) % 2**62} for j, (a, _) in enumerate(parts)])
-        calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(self.start_path, handle, problems[a:b], params,
-                                                                offset + a, rngs[j])
-                 for j, (a, b) in enumerate(parts)]
-        refs = [call() for call in calls]
-        if self.cfg.deploy.kill_rollout_at_step == step and self.attempt == 0 and not self.killed:
-            self.killed = True
-            # right after submitting: the call just sent is in flight on that process and is lost with it
-            self._event("fault_injected", module="rollout", replica=0, pid=self.pids["rollout"][0])
-            os.kill(self.pids["rollout"][0], signal.SIGKILL)
-        outs = [self.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
-        if exact:
-            torch.set_rng_state(outs[0]["rng_state"])
-        return [c for out in outs for c in out["completions"]]
-
-    def _score(self, per_sample, completions, g: int) -> list[RewardResult]:
-        workers = self.workers["reward"]
-        parts = [(a * g, b * g) for a, b in shards(len(completions) // g, len(workers))]
-        texts, gids = [c.text for c in completions], [c.group_id for c in completions]
-        calls = [lambda j=j, a=a, b=b: workers[j].score.remote(per_sample[a:b], texts[a:b], gids[a:b])
-                 for j, (a, b) in enumerate(parts)]
-        refs = [call() for call in calls]
-        outs = []
-        for j, (a, b) in enumerate(parts):
-            def invalid(why: str, n=b - a) -> dict:
-                return {"results": [RewardResult.invalid(why) for _ in range(n)]}
-            outs.append(self.get("reward", j, refs[j], calls[j], timeout=self.cfg.deploy.reward_timeout_s,
-                                 fallback=invalid))
-        return [r for out in outs for r in out["results"]]
 
     # -- calls that survive a worker's death
 

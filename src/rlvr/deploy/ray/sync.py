@@ -3,7 +3,7 @@
 The transport is named in the handle so a worker can dispatch on it: 'object_store' (CPU state
 dict in Ray's object store, works everywhere) is the one implemented; a GPU path (NCCL broadcast
 or CUDA IPC handles) adds a transport here without changing the callers: `publish` on the
-trainer, `WeightHandle` through the call, `load_into` on the worker.
+trainer, `WeightHandle` through the call, `fetch_weights` on the worker into its engine's `load_weights`.
 """
 
 from __future__ import annotations
@@ -34,15 +34,16 @@ class WeightPublisher:
     def version(self) -> int | None:
         return None if self.handle is None else self.handle.version
 
-    def publish(self, model, version: int) -> WeightHandle:
-        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    def publish(self, named_tensors, version: int) -> WeightHandle:
+        """Put a CPU copy of the weights (parameter name -> tensor) in the object store as `version`."""
+        state = {k: v.detach().to("cpu", copy=True) for k, v in named_tensors}
         self.handle = WeightHandle(version, [ray.put(state)])
         return self.handle
 
 
-def load_into(model, handle: WeightHandle) -> None:
-    """Worker side: replace `model`'s weights with the published ones."""
+def fetch_weights(handle: WeightHandle) -> dict:
+    """Worker side: the published weights (parameter name -> tensor), for an engine's load_weights."""
     if handle.transport != "object_store":
         raise ValueError(f"weight transport {handle.transport!r} is unknown; this build ships 'object_store' "
                          "(CPU); NCCL/CUDA-IPC transports plug in here")
-    model.load_state_dict(ray.get(handle.refs[0]))
+    return ray.get(handle.refs[0])

@@ -1,4 +1,5 @@
-"""`rlvr check`: the go-live acceptance list, run against the configured setup.
+"""The go-live acceptance list of `rlvr check`, run against the configured setup: the same
+model loading, rollout engine, update settings and optimizer as `rlvr train`.
 
 Each line runs on its own (one that crashes fails with the error as its
 detail) and reports a measured figure:
@@ -48,10 +49,10 @@ def _rss_mb() -> float:
 
 
 class _Setup:
-    """Model, tokenizer, reward, fixed prompts and one sampled batch, shared by the lines."""
+    """Model, tokenizer, engine, reward, fixed prompts and one sampled batch, shared by the lines."""
 
     def __init__(self, cfg, ui):
-        from rlvr.models import load_model
+        from rlvr.models import load_policy
         from rlvr.rewards import build_reward
         from rlvr.tasks import build_task
         from rlvr.train.grpo import starting_point
@@ -61,36 +62,38 @@ class _Setup:
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.start_path = starting_point(cfg, ui)
-        self.model, self.tokenizer = load_model(self.start_path, cfg.model.dtype)
+        self.model, self.tokenizer = load_policy(cfg.model, self.start_path)
         self.reward = build_reward(cfg.reward)
         self.task = build_task(cfg)
         self.prompts = self.task.held_out()[:CHECK_PROMPTS]
         self.completions = None
 
-    def params(self, greedy: bool = False):
-        from rlvr.rollout.hf import SamplingParams
+    def engine(self, model=None):
+        """The run's rollout engine (rollout.engine) on `model` (default: the loaded policy)."""
+        from rlvr.rollout import build_engine
 
-        r = self.cfg.rollout
-        return SamplingParams(group_size=r.group_size, temperature=r.temperature, top_p=r.top_p,
-                              max_new_tokens=r.max_new_tokens, greedy=greedy)
+        return build_engine(self.cfg.rollout, self.model if model is None else model, self.tokenizer)
+
+    def params(self, greedy: bool = False):
+        from rlvr.rollout import sampling_params
+
+        return sampling_params(self.cfg.rollout, greedy=greedy)
 
     def batch(self):
-        from rlvr.rollout.hf import generate
-
         if self.completions is None:
-            self.completions = generate(self.model, self.tokenizer, self.prompts, self.params())
+            self.completions = self.engine().generate(self.prompts, self.params())
         return self.completions
 
     def optimizer(self, model):
-        return torch.optim.AdamW(model.parameters(), lr=self.cfg.train.lr, weight_decay=self.cfg.train.weight_decay,
-                                 betas=(0.9, 0.99))
+        from rlvr.train.update import build_optimizer
+
+        return build_optimizer(self.cfg.train, model)
 
     def update(self, model, optimizer, completions) -> dict[str, float]:
         """One policy update on `completions`; where every group ties, a +1/-1 pattern stands in for
         the advantages so the line checks the update path, not the reward signal."""
         from rlvr.algos import group_advantages
-        from rlvr.train.grpo import update_settings
-        from rlvr.train.update import policy_update
+        from rlvr.train.update import policy_update, update_settings
 
         g = self.cfg.rollout.group_size
         problems = [self.prompts[i // g] for i in range(len(completions))]
@@ -105,9 +108,7 @@ class _Setup:
 
 
 def check_sampling(s: _Setup) -> CheckLine:
-    from rlvr.rollout.hf import generate
-
-    greedy = generate(s.model, s.tokenizer, s.prompts, s.params(greedy=True))
+    greedy = s.engine().generate(s.prompts, s.params(greedy=True))
     t0 = time.perf_counter()
     sampled = s.batch()
     dt = time.perf_counter() - t0
@@ -123,9 +124,10 @@ def check_sampling(s: _Setup) -> CheckLine:
 
 def check_reference(s: _Setup) -> CheckLine:
     from rlvr.inference.reference import ReferenceModel
+    from rlvr.models import reference_policy
 
     completions = s.batch()
-    ref = ReferenceModel(copy.deepcopy(s.model), s.tokenizer.pad_token_id, s.cfg.rollout.temperature)
+    ref = ReferenceModel(reference_policy(s.model), s.tokenizer.pad_token_id, s.cfg.rollout.temperature)
     logp = ref.logprobs(completions)  # (N, T)
     diffs, finite = [], True
     for i, c in enumerate(completions):
@@ -195,13 +197,12 @@ def _same_optimizer(a: dict, b: dict) -> bool:
 
 
 def check_memory(s: _Setup) -> CheckLine:
-    from rlvr.rollout.hf import generate
-
     model = copy.deepcopy(s.model)
+    engine = s.engine(model)
     opt = s.optimizer(model)
     rss = []
     for _ in range(MEMORY_STEPS):
-        completions = generate(model, s.tokenizer, s.prompts[:4], s.params())
+        completions = engine.generate(s.prompts[:4], s.params())
         s.update(model, opt, completions)
         rss.append(_rss_mb())
     growth = rss[-1] - rss[1]  # the first step allocates optimizer state and caches

@@ -1,0 +1,106 @@
+"""The rollout engine protocol: what the trainer, evaluation and the Ray rollout actor sample through.
+
+    engine = build_engine(cfg.rollout, model, tokenizer)      # rlvr.rollout: 'hf' | 'loop'
+    engine.load_weights(model.state_dict().items(), version)  # after an optimizer step
+    completions = engine.generate(problems, params, group_offset=offset)
+
+An engine owns its copy of the weights (or shares the trainer's tensors, embedded)
+and stamps every Completion with the version of the weights that sampled it.
+A second engine (vLLM, a remote pool) implements these two methods and is a
+peer of the others: no caller changes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from rlvr.records import Completion, Problem
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    greedy: bool = False
+    """Argmax decoding, one completion per problem (evaluation)."""
+
+
+def sampling_params(rollout, *, greedy: bool = False) -> SamplingParams:
+    """The run's sampling settings (a `RolloutConfig`); greedy=True for evaluation."""
+    return SamplingParams(group_size=rollout.group_size, temperature=rollout.temperature, top_p=rollout.top_p,
+                          max_new_tokens=rollout.max_new_tokens, greedy=greedy)
+
+
+class RolloutEngine(Protocol):
+    version: int
+    """Updates applied to the policy whose weights the engine holds (Completion.policy_version)."""
+
+    def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
+                 group_offset: int = 0) -> list[Completion]:
+        """G completions per problem (1 when greedy), group after group; problem i's get group id
+        group_offset + i."""
+        ...
+
+    def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
+        """Take the trainer's weights (parameter name -> tensor) as policy version `version`."""
+        ...
+
+
+def render_prompt(tokenizer, problem: Problem) -> list[int]:
+    if isinstance(problem.prompt, str):
+        return tokenizer(problem.prompt, add_special_tokens=False).input_ids
+    # return_dict=False: token ids as a list (newer transformers return a BatchEncoding by default)
+    return list(tokenizer.apply_chat_template(problem.prompt, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
+
+
+class ModelEngine(ABC):
+    """What the in-process engines share: a transformers model and its tokenizer, weights loaded
+    in place, and `max_rows` sequences per forward batch."""
+
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, version: int = 0) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.max_rows = max_rows
+        self.version = version
+
+    def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
+        own = self.model.state_dict()
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in own:
+                    raise KeyError(f"weight {name!r} is not a parameter of the rollout model "
+                                   f"({type(self.model).__name__}); were the weights saved from another model?")
+                if own[name].data_ptr() != tensor.data_ptr():  # embedded: the trainer's own tensors, nothing to copy
+                    own[name].copy_(tensor)
+        self.version = version
+
+    def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
+                 group_offset: int = 0) -> list[Completion]:
+        prompts = [render_prompt(self.tokenizer, p) for p in problems]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return self._sample(problems, prompts, params, group_offset)
+        finally:
+            self.model.train(was_training)
+
+    @abstractmethod
+    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
+                group_offset: int) -> list[Completion]:
+        """Each engine's own decoding of the rendered prompts (model in eval mode, no grad)."""
+
+    def _completion(self, problem: Problem, group_id: int, index: int, prompt: list[int], ids: list[int],
+                    logps: list[float], finish: str) -> Completion:
+        return Completion(problem_id=problem.id, group_id=group_id, index=index,
+                          text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompt,
+                          token_ids=ids, logprobs=logps, finish_reason=finish, policy_version=self.version)

@@ -1,0 +1,109 @@
+"""Scoring token sequences with a model: the one forward pass that rollout, inference and training share.
+
+    ids, mask = left_pad(prompts, pad_id)                          # generation input (B, P)
+    batch = pack(prompt_ids, completion_ids, pad_id)               # training input, right-padded
+    logp, entropy = completion_scores(model, batch, temperature)   # (B, T) fp32, with grad if enabled
+    logp = completion_logprobs(model, completions, pad_id, temp)   # (N, T), no grad, micro-batched
+
+The policy update, the frozen reference model and cold-start SFT all read
+completion-token logits the same way: a model forward over prompt +
+completion, only the positions that predict completion tokens through the
+LM head, the logits divided by the sampling temperature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algos import token_logprobs
+from rlvr.records import Completion
+
+__all__ = ["TokenBatch", "completion_logits", "completion_logprobs", "completion_scores", "forward_logits",
+           "left_pad", "pack"]
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor  # (B, L) prompt + completion, right-padded
+    attention_mask: torch.Tensor  # (B, L)
+    targets: torch.Tensor  # (B, T) completion tokens, T = longest completion
+    mask: torch.Tensor  # (B, T) 1.0 on real completion tokens
+    starts: torch.Tensor  # (B,) index in input_ids of the logit that predicts the first completion token
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as left-padded ids and attention mask, (B, P) each: the input of generation."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, P)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, P)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, width - len(s):] = torch.tensor(s)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int) -> TokenBatch:
+    """Prompt + completion token lists as right-padded training tensors."""
+    b = len(prompts)
+    width = max(len(p) + len(c) for p, c in zip(prompts, completions))
+    t = max(1, max(len(c) for c in completions))
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((b, width), dtype=torch.long)
+    targets = torch.full((b, t), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, t), dtype=torch.float32)
+    starts = torch.zeros(b, dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        seq = list(p) + list(c)
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        attention_mask[i, : len(seq)] = 1
+        if c:
+            targets[i, : len(c)] = torch.tensor(list(c))
+            mask[i, : len(c)] = 1.0
+        starts[i] = len(p) - 1
+    return TokenBatch(input_ids, attention_mask, targets, mask, starts)
+
+
+def forward_logits(model, batch: TokenBatch) -> torch.Tensor:
+    """Logits of the positions from the first completion-predicting one on, (B, K, V): the other
+    prompt positions never go through the LM head, and no KV cache is built."""
+    keep = batch.input_ids.shape[1] - int(batch.starts.min())
+    try:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+                     logits_to_keep=keep).logits
+    except TypeError:  # an architecture without logits_to_keep: all positions
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+
+
+def completion_logits(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
+    """Logits that predict each completion token: (B, L, V) -> (B, T, V). `logits` may hold only
+    the last K positions (forward_logits); they are then indexed from position L - K."""
+    t = batch.targets.shape[1]
+    offset = batch.input_ids.shape[1] - logits.shape[1]
+    idx = batch.starts[:, None] - offset + torch.arange(t)[None, :]  # (B, T)
+    idx = idx.clamp(max=logits.shape[1] - 1)
+    return logits.gather(1, idx[..., None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
+
+
+def completion_scores(model, batch: TokenBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """logp and entropy (B, T) fp32 of the completion tokens under softmax(logits / temperature),
+    the distribution they were sampled from; carries gradient when autograd is on."""
+    logits = forward_logits(model, batch)  # (B, K, V)
+    return token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)  # (B, T) each
+
+
+@torch.no_grad()
+def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, temperature: float,
+                        *, micro_batch: int = 64) -> torch.Tensor:
+    """logp (N, T) fp32 of each completion's tokens under `model`, right-padded with 0."""
+    t = max(1, max(len(c.token_ids) for c in completions))
+    out = torch.zeros(len(completions), t)  # (N, T)
+    for start in range(0, len(completions), micro_batch):
+        chunk = completions[start:start + micro_batch]
+        batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
+        logp, _ = completion_scores(model, batch, temperature)  # (b, T')
+        out[start:start + len(chunk), : logp.shape[1]] = logp * batch.mask
+    return out

@@ -1,0 +1,100 @@
+"""The shape of the package: no import cycles, every module importable on its own, no dead switches."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.config import ConfigError, load_config
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MODULES = {}
+for _path in sorted((SRC / "rlvr").rglob("*.py")):
+    _name = ".".join(_path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+    MODULES[_name] = _path
+# run as scripts inside the sandbox or as `python -m`, never imported by the package
+SCRIPTS = {"rlvr.cli.__main__", "rlvr.sandbox._child", "rlvr.sandbox._harness", "rlvr.sandbox._server"}
+
+
+def imports_of(name: str) -> set[str]:
+    """rlvr modules `name` imports anywhere in its file (lazy, function-level imports included)."""
+    out = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in MODULES}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("rlvr"):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                out.add(full if full in MODULES else node.module)
+    return {m for m in out if m in MODULES and m != name}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_between_modules_or_between_packages():
+    graph = {m: imports_of(m) for m in MODULES}
+    assert cycles(graph) == []
+    top = {m: ".".join(m.split(".")[:2]) for m in MODULES}  # rlvr.train.step -> rlvr.train
+    packages: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        packages.setdefault(top[m], set()).update(top[d] for d in deps if top[d] != top[m])
+    assert cycles(packages) == []
+
+
+def test_every_module_imports():
+    names = sorted(set(MODULES) - SCRIPTS)
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    done = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_every_verifier_name_of_the_records_has_a_verifier():
+    from rlvr.records import VERIFIER_NAMES
+    from rlvr.rewards import VERIFIERS
+
+    assert set(VERIFIERS) == VERIFIER_NAMES
+
+
+@pytest.mark.parametrize("override, key", [("rollout.engine=vllm", "rollout.engine"),
+                                           ("rollout.backend=hf", "rollout.backend")])
+def test_an_engine_that_is_not_built_is_a_config_error(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, [override])
