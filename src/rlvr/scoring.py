@@ -83,7 +83,7 @@ def completion_logits(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
     the last K positions (forward_logits); they are then indexed from position L - K."""
     t = batch.targets.shape[1]
     offset = batch.input_ids.shape[1] - logits.shape[1]
-    idx = batch.starts[:, None] - offset + torch.arange(t)[None, :]  # (B, T)
+    idx = batch.starts[:, None] - offset + torch.arange(t, device=batch.starts.device)[None, :]  # (B, T)
     idx = idx.clamp(max=logits.shape[1] - 1)
     return logits.gather(1, idx[..., None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
 

@@ -9,6 +9,7 @@ str Enums of `registry`; a config string selects one:
     LOSS_AGGREGATIONS     grpo | token_mean | dr_grpo      LossSettings(loss_type=...)
     LOG_RATIOS            token | sequence (GSPO)          LossSettings(ratio_level=...)
     KL_ESTIMATORS         k1 | k2 | k3                     kl_estimate(kind=...), LossSettings(kl_kind=...)
+    ROLLOUT_IS            none | token | sequence          rollout_is_weights(level=...): engine/trainer mismatch
 
 Recipes (what the names add up to):
     GRPO      estimator=grpo scale=group loss_type=grpo
@@ -32,10 +33,12 @@ from rlvr.algos.advantages import (
     rloo_baseline,
     zero_variance_groups,
 )
+from rlvr.algos.correction import ROLLOUT_IS, logprob_mismatch, rollout_is_weights
 from rlvr.algos.kl import KL_ESTIMATORS, LOG_RATIO_CLAMP, kl_estimate, kl_reward_penalty
 from rlvr.algos.logprobs import token_logprobs
 from rlvr.algos.losses import LOG_RATIOS, LOSS_AGGREGATIONS, Aggregation, LossSettings, masked_mean, policy_loss
-from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, KLEstimator, LossType, RatioLevel, choose, lookup
+from rlvr.algos.registry import (AdvantageEstimator, AdvantageScale, KLEstimator, LossType, RatioLevel, RolloutIS, choose,
+                                 lookup)
 from rlvr.algos.shaping import overlong_penalty
 
 __all__ = [
@@ -51,17 +54,21 @@ __all__ = [
     "KLEstimator",
     "LossSettings",
     "LossType",
+    "ROLLOUT_IS",
     "RatioLevel",
+    "RolloutIS",
     "choose",
     "group_advantages",
     "grpo_baseline",
     "kl_estimate",
     "kl_reward_penalty",
+    "logprob_mismatch",
     "lookup",
     "masked_mean",
     "overlong_penalty",
     "policy_loss",
     "rloo_baseline",
+    "rollout_is_weights",
     "token_logprobs",
     "zero_variance_groups",
 ]

@@ -173,6 +173,7 @@ def policy_loss(
     *,
     ref_logp: Tensor | None = None,
     entropy: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Scalar loss and detached fp32 stats for one (mini-)batch.
 
@@ -180,7 +181,8 @@ def policy_loss(
     log-probs (logp.detach() when on-policy); advantages (B,) or per token (B, T);
     mask (B, T) 1 on completion tokens (float weights allowed). ref_logp (B, T)
     is needed when settings.beta > 0 (KL as a loss term); entropy (B, T) when
-    settings.entropy_coef != 0.
+    settings.entropy_coef != 0. is_weights (B, T): rollout-correction weights that
+    scale each token's policy-gradient term (rlvr.algos.correction), no gradient.
 
     stats: pg_loss (aggregated like the loss), kl (token mean; 0 without
     ref_logp), clip_frac = clip_frac_low + clip_frac_high (token fractions
@@ -191,7 +193,7 @@ def policy_loss(
     aggregate = s.aggregation.reduce
     log_ratio_fn = LOG_RATIOS[s.ratio_level]
     clip_low, clip_high, dual_clip, beta, max_len = s.clip_low, s.clip_high, s.dual_clip, s.beta, s.max_len
-    _check(logp, old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy)
+    _check(logp, old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy, is_weights=is_weights)
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (reference log-probs); set algo.beta=0 to train without a reference")
     if s.entropy_coef != 0 and entropy is None:
@@ -211,6 +213,8 @@ def policy_loss(
     pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))  # (B, T)
     if dual_clip is not None:
         pg = torch.where(adv < 0, torch.minimum(pg, -adv * dual_clip), pg)  # (B, T)
+    if is_weights is not None:
+        pg = pg * is_weights.detach().float()  # (B, T)
 
     per_token = pg  # (B, T)
     kl = None

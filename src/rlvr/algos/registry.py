@@ -18,6 +18,7 @@ __all__ = [
     "KLEstimator",
     "LossType",
     "RatioLevel",
+    "RolloutIS",
     "choose",
     "lookup",
 ]
@@ -49,6 +50,12 @@ class KLEstimator(str, Enum):
 class RatioLevel(str, Enum):
     TOKEN = "token"  # PPO / GRPO: one importance ratio per token
     SEQUENCE = "sequence"  # GSPO: geometric mean of the token ratios of a sequence
+
+
+class RolloutIS(str, Enum):
+    NONE = "none"  # no correction: the engine's log-probs are taken as the trainer's
+    TOKEN = "token"  # per-token weight trainer/engine, truncated (TIS)
+    SEQUENCE = "sequence"  # one weight per sequence: the product of its token ratios, truncated
 
 
 E = TypeVar("E", bound=Enum)

@@ -22,7 +22,9 @@ def run(args) -> int:
 
     model, tokenizer = load_model(args.model, cfg.model.dtype)  # a missing directory: a one-line config error
     problems = build_task(cfg).held_out()[: cfg.eval.n]
-    result = evaluate(build_engine(cfg.rollout, model, tokenizer), problems, build_reward(cfg.reward),
+    engine = build_engine(cfg.rollout, model, tokenizer, name=cfg.eval.engine, model_dir=args.model, seed=cfg.seed,
+                          dtype=cfg.model.dtype)  # eval.engine, else rollout.engine
+    result = evaluate(engine, problems, build_reward(cfg.reward),
                       max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
     print(json.dumps(result))
     return 0

@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 from rlvr.models.gguf import ModelNotFound
-from rlvr.models.loading import DTYPES, ensure_trainable, load_model, resolve_model, save_model
+from rlvr.models.loading import DTYPES, ensure_trainable, load_model, load_tokenizer, resolve_model, save_model
 from rlvr.models.policy import export_model, load_policy, reference_policy
 
-__all__ = ["DTYPES", "ModelNotFound", "ensure_trainable", "export_model", "load_model", "load_policy",
+__all__ = ["DTYPES", "ModelNotFound", "ensure_trainable", "export_model", "load_model", "load_policy", "load_tokenizer",
            "reference_policy", "resolve_model", "save_model"]

@@ -65,8 +65,7 @@ def _pretrained(cls, path: str, **kwargs):
             f"or use a packaged model ({', '.join(PACKAGED)})") from None
 
 
-def load_model(path: str | Path, dtype: str = "float32", *, gradient_checkpointing: bool = False
-               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     tokenizer = _pretrained(AutoTokenizer, str(path))
     if tokenizer.pad_token is None:
         # Decoder-only checkpoints often ship without a pad token; eos is the usual fallback. Padding
@@ -74,6 +73,12 @@ def load_model(path: str | Path, dtype: str = "float32", *, gradient_checkpointi
         if tokenizer.eos_token is None:
             raise ValueError(f"{path}: the tokenizer has neither a pad nor an eos token; add one to its config")
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path: str | Path, dtype: str = "float32", *, gradient_checkpointing: bool = False
+               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    tokenizer = load_tokenizer(path)
     model = _pretrained(AutoModelForCausalLM, str(path), dtype=DTYPES[dtype])
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

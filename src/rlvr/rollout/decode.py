@@ -17,8 +17,6 @@ from collections.abc import Sequence
 
 import torch
 
-from rlvr.records import Completion, Problem
-from rlvr.rollout.engine import ModelEngine, SamplingParams
 from rlvr.scoring import left_pad
 
 
@@ -30,26 +28,32 @@ def supports_loop(model) -> bool:
     return bool(getattr(model, "can_generate", lambda: False)()) and hasattr(Cache, "batch_select_indices")
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:
-    """One token per row, (R, V) -> (R,)."""
-    if greedy:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits / temperature, dim=-1)  # (R, V)
+def processed_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The sampling distribution (..., V): softmax(logits / temperature), cut to the nucleus (not
+    renormalised: multinomial does not need it)."""
+    probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # (R, V)
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (..., V)
         outside = sorted_p.cumsum(-1) - sorted_p > top_p  # tokens past the nucleus; the first always stays
         sorted_p = sorted_p.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs, 1).squeeze(-1)  # (R,)
+    return probs
 
 
-def _cache_arg(model) -> str:
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:
+    """One token per row, (R, V) -> (R,)."""
+    if greedy:
+        return logits.argmax(-1)
+    return torch.multinomial(processed_probs(logits, temperature, top_p), 1).squeeze(-1)  # (R,)
+
+
+def cache_arg_name(model) -> str:
     """The forward argument that takes the KV cache: 'cache' in newer transformers, else 'past_key_values'."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def _cache_of(out):
+def cache_of(out):
     return out["cache"] if "cache" in out else out.past_key_values
 
 
@@ -61,7 +65,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     ids, mask = left_pad(prompts, pad_id)  # (B, P)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P): left padding does not shift positions
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache, cache_arg = _cache_of(out), _cache_arg(model)
+    cache, cache_arg = cache_of(out), cache_arg_name(model)
     cache.batch_repeat_interleave(group_size)  # one prefill per prompt, G rows of cache
     logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # (R, V)
     mask = mask.repeat_interleave(group_size, 0)  # (R, P)
@@ -73,7 +77,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     finish = ["length"] * n
     temp = 1.0 if greedy else temperature
     for step in range(max_new_tokens):
-        tok = _sample(logits, temperature, top_p, greedy)  # (R,)
+        tok = sample_tokens(logits, temperature, top_p, greedy)  # (R,)
         lp = torch.log_softmax(logits / temp, dim=-1).gather(-1, tok[:, None]).squeeze(-1)  # (R,)
         for r, t, p in zip(rows.tolist(), tok.tolist(), lp.tolist()):
             tokens[r].append(t)
@@ -90,33 +94,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
         mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)  # (R, P + step + 1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                     use_cache=True, **{cache_arg: cache})
-        cache = _cache_of(out)
+        cache = cache_of(out)
         logits = out.logits[:, -1].float()  # (R, V)
         next_pos = next_pos + 1
     return [(tokens[r], logps[r], finish[r]) for r in range(n)]
-
-
-class LoopEngine(ModelEngine):
-    """`decode` over whole groups: `max_rows // G` prompts (their G samples each) per call."""
-
-    def __init__(self, model, tokenizer, **kwargs) -> None:
-        if not supports_loop(model):
-            from rlvr.configlib import ConfigError
-            raise ConfigError(f"rollout.engine: 'loop' needs a decoder-only model whose KV cache can be "
-                              f"repeated and row-selected; {type(model).__name__} cannot: use rollout.engine=hf")
-        super().__init__(model, tokenizer, **kwargs)
-
-    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
-                group_offset: int) -> list[Completion]:
-        g = 1 if params.greedy else params.group_size
-        out: list[Completion] = []
-        per_chunk = max(1, self.max_rows // g)  # whole groups per chunk
-        for start in range(0, len(problems), per_chunk):
-            idx = list(range(start, min(start + per_chunk, len(problems))))
-            samples = decode(self.model, [prompts[i] for i in idx], g, max_new_tokens=params.max_new_tokens,
-                             temperature=params.temperature, top_p=params.top_p, greedy=params.greedy,
-                             eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
-            for k, (ids, logps, finish) in enumerate(samples):
-                i = idx[k // g]
-                out.append(self._completion(problems[i], group_offset + i, k % g, prompts[i], ids, logps, finish))
-        return out

@@ -40,6 +40,10 @@ def sampling_params(rollout, *, greedy: bool = False) -> SamplingParams:
                           max_new_tokens=rollout.max_new_tokens, greedy=greedy)
 
 
+class WeightSyncError(RuntimeError):
+    """New weights did not reach a rollout engine (an error, or longer than rollout.sync_timeout_s)."""
+
+
 class RolloutEngine(Protocol):
     version: int
     """Updates applied to the policy whose weights the engine holds (Completion.policy_version)."""

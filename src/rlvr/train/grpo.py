@@ -10,6 +10,7 @@ the Ray actors (rlvr.deploy.ray.source).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -35,8 +36,8 @@ from rlvr.tasks import build_task, has_worked_solutions
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.sft import base_model_path, run_sft
 from rlvr.train.state import TrainerState, seed_everything
-from rlvr.train.step import BatchSource, LocalBatches, StepBatch
-from rlvr.train.update import UpdateSettings, policy_update, update_settings
+from rlvr.train.step import BatchSource, LocalBatches, StepBatch, sync_weights
+from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
 
 
 def config_hash(cfg: Config) -> str:
@@ -63,7 +64,7 @@ class Run:
     guard: RunGuard
     tokenizer: Any
     engine: RolloutEngine
-    """Samples in this process: evaluation, and the embedded source's rollouts."""
+    """Evaluation's engine (eval.engine), in this process."""
     reward: Any
     held_out: list[Problem]
     source: BatchSource
@@ -72,9 +73,18 @@ class Run:
     start_path: Path
     t_start: float
 
-    def evaluate(self, problems: list[Problem]) -> dict[str, float]:
+    def evaluate(self, state: TrainerState, problems: list[Problem]) -> dict[str, float]:
+        """Greedy accuracy of the current weights (an engine with weights of its own gets them first)."""
+        sync_weights(self.engine, state.model, state.step, state.step)
         return evaluate(self.engine, problems, self.reward, max_new_tokens=self.cfg.rollout.max_new_tokens,
                         batch_size=self.cfg.eval.batch_size)
+
+    @property
+    def recompute(self) -> bool:
+        """Whether the update anchors on the trainer's own log-probs (algo.recompute_logprobs)."""
+        a = self.cfg.algo
+        return a.recompute_logprobs == "always" or (a.recompute_logprobs == "auto" and (
+            self.cfg.rollout.engine == "vllm" or a.rollout_is != "none"))
 
     def save(self, state: TrainerState, metrics: dict | None = None) -> None:
         self.checkpointer.save(state.step, state.model, self.tokenizer, state.state_dict(self.cfg.to_dict()),
@@ -127,13 +137,22 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     model, tokenizer = load_policy(cfg.model, start_path)  # dtype, checkpointing, LoRA; a resume loads its weights below
     reward = build_reward(cfg.reward)
     task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
-    engine = build_engine(cfg.rollout, model, tokenizer)  # shares the policy's weights
-    source = source or LocalBatches.create(cfg, model, tokenizer, engine, reward)
+    engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
+    for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):
+        if name is not None and name not in engines:
+            engines[name] = build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=start_path,
+                                         seed=cfg.seed, dtype=cfg.model.dtype)  # hf, loop: the policy's own weights
+    task_held_out = task.held_out()[: cfg.eval.n]
+    if source is None:
+        engine = engines[cfg.rollout.engine]
+        if cfg.rollout.speculative.method != "none":
+            check_speculation(cfg, engine, model, tokenizer, task_held_out, log)
+        source = LocalBatches.create(cfg, model, tokenizer, engine, reward, log)
     checkpointer = Checkpointer(cfg.run_dir / "checkpoints", config_hash=config_hash(cfg), keep=cfg.ckpt.keep,
                                 keep_best=cfg.ckpt.keep_best, best_mode=cfg.ckpt.best_mode,
                                 async_write=cfg.ckpt.async_write)
-    run = Run(cfg, ui, log, guard, tokenizer, engine, reward, task.held_out()[: cfg.eval.n], source,
-              update_settings(cfg), checkpointer, start_path, t_start)
+    run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
+              source, update_settings(cfg), checkpointer, start_path, t_start)
     state = TrainerState.create(cfg, model, task, guard)
     if resume:
         state.restore(resume)
@@ -143,12 +162,25 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         for change in changes:
             ui.warn(f"resuming with a changed setting: {change}")
     else:
-        state.eval_before = ev = run.evaluate(run.held_out)
+        state.eval_before = ev = run.evaluate(state, run.held_out)
         log.metrics(0, {"eval/accuracy": ev["accuracy"], "eval/format": ev["format"]})
         ui.print(f"held-out accuracy before RL: {ev['accuracy']:.1%} (n={ev['n']}, greedy)")
         # the rollback target before any checkpoint
         guard.start = Snapshot(0, start_path, copy.deepcopy(state.state_dict(cfg.to_dict())))
     return run, state
+
+
+def check_speculation(cfg: Config, engine: RolloutEngine, model, tokenizer, problems: list[Problem], log: RunLog) -> None:
+    """Refuse a speculative method that changes the sampling distribution (rlvr.rollout.speculative),
+    before the run trains on it."""
+    from rlvr.rollout import HFEngine, sampling_params
+    from rlvr.rollout.speculative import check_speculative
+
+    spec = cfg.rollout.speculative
+    params = dataclasses.replace(sampling_params(cfg.rollout), group_size=2)
+    stats = check_speculative(engine, HFEngine(model, tokenizer), model, tokenizer, problems[: spec.check_prompts],
+                              params, method=spec.method, tolerance=spec.check_tolerance)
+    log.event("speculative_checked", method=spec.method, **stats)
 
 
 def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, float]]:
@@ -159,13 +191,18 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     reset_peak_memory()
     batch = run.source.collect(state.model, state.sampler, state.step)
     state.consumed = batch.sampler_position
+    anchor = None
+    if run.recompute and batch.completions:  # the trainer's log-probs of the batch, before any update
+        a = run.cfg.algo
+        anchor = recompute_anchor(state.model, batch.completions, batch.loss_mask, run.tokenizer.pad_token_id,
+                                  run.settings.temperature, rollout_is=a.rollout_is, cap=a.rollout_is_cap)
     t_update = time.time()
     actor = policy_update(state.model, state.optimizer, batch.completions, batch.advantages, batch.loss_mask,
                           batch.ref_logp, run.tokenizer.pad_token_id, run.settings, generator=state.update_rng,
-                          fault=run.guard.fault(state.step))
+                          fault=run.guard.fault(state.step), anchor=anchor)
     lr = state.scheduler.get_last_lr()[0]  # the rate this update used
     state.scheduler.step()
-    metrics = {**batch.metrics, **actor, "actor/lr": lr,
+    metrics = {**batch.metrics, **(anchor.metrics if anchor else {}), **actor, "actor/lr": lr,
                "time/update_s": time.time() - t_update, "perf/step_s": time.time() - t0, **peak_memory()}
     return batch, metrics
 
@@ -195,7 +232,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
                 run.guard.roll_back(step, trigger, functools.partial(state.restore, rollback=True), state.model)
                 continue
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
-                accuracy = metrics["eval/accuracy"] = run.evaluate(run.held_out[: cfg.eval.n_during])["accuracy"]
+                accuracy = metrics["eval/accuracy"] = run.evaluate(state, run.held_out[: cfg.eval.n_during])["accuracy"]
                 state.history["eval"].append((step, accuracy))
             state.history["reward"].append(metrics["reward/mean"])
             run.log.metrics(step, metrics)
@@ -226,7 +263,7 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
     if status == "completed":
         if cfg.ckpt.every and state.step % cfg.ckpt.every != 0:
             run.save(state)
-        eval_after = run.evaluate(run.held_out)
+        eval_after = run.evaluate(state, run.held_out)
         log.metrics(state.step, {"eval/accuracy": eval_after["accuracy"], "eval/format": eval_after["format"]})
     run.checkpointer.wait()  # a background write must finish before the export merges a LoRA adapter in place
     if status == "completed":

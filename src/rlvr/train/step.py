@@ -37,6 +37,7 @@ from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
+from rlvr.rollout.engine import WeightSyncError
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 
 
@@ -234,6 +235,19 @@ def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams
     return _Samples(per_sample, completions, results)
 
 
+def sync_weights(engine: RolloutEngine, model, version: int, step: int) -> float:
+    """Load `model`'s weights into `engine` as policy `version` unless it holds them; seconds taken.
+    A failed or timed-out load raises naming the step."""
+    if engine.version == version:
+        return 0.0
+    t0 = time.time()
+    try:
+        engine.load_weights(model.state_dict().items(), version)
+    except Exception as exc:
+        raise WeightSyncError(f"step {step}: {exc}") from exc
+    return time.time() - t0
+
+
 class BatchSource(Protocol):
     def collect(self, model, sampler, step: int) -> StepBatch:
         """Step `step`'s batch, sampled with `model`'s current weights (policy version step - 1),
@@ -251,17 +265,45 @@ class LocalBatches:
     params: SamplingParams
     algo: AlgoConfig
     batch_size: int
+    sync_every: int = 1
+    speculative: object | None = None
+    """The run's `SpeculativeConfig` when the engine decodes speculatively: its fallback rule."""
+    log: object | None = None
+    low_accept_steps: int = 0
 
     @classmethod
-    def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward) -> "LocalBatches":
+    def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None) -> "LocalBatches":
         ref = None
         if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
             from rlvr.inference.reference import ReferenceModel
             from rlvr.models import reference_policy
             ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
-        return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size)
+        spec = cfg.rollout.speculative
+        return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
+                   cfg.rollout.sync_every, spec if spec.method != "none" else None, log)
 
     def collect(self, model, sampler, step: int) -> StepBatch:
-        self.engine.load_weights(model.state_dict().items(), version=step - 1)  # shared tensors: no copy
-        return collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                             ref=self.ref)
+        sync_s = 0.0
+        if (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
+            sync_s = sync_weights(self.engine, model, step - 1, step)
+        batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
+                              ref=self.ref)
+        batch.metrics["time/weight_sync_s"] = sync_s
+        if self.speculative is not None:
+            self._watch_speculation(batch, step)
+        return batch
+
+    def _watch_speculation(self, batch: StepBatch, step: int) -> None:
+        """Acceptance metrics; plain decoding from the next step on once acceptance stays too low."""
+        stats = getattr(self.engine, "speculative_stats", {})
+        if not stats:
+            return
+        batch.metrics.update({"rollout/spec_accept_rate": stats["accept_rate"],
+                              "rollout/spec_accept_len": stats["accept_len"]})
+        self.low_accept_steps = self.low_accept_steps + 1 if stats["accept_rate"] < self.speculative.min_accept else 0
+        if self.low_accept_steps >= self.speculative.patience:
+            self.engine.without_speculation()
+            if self.log is not None:
+                self.log.event("speculative_fallback", step=step, accept_rate=stats["accept_rate"],
+                               min_accept=self.speculative.min_accept, steps=self.low_accept_steps)
+            self.speculative = None

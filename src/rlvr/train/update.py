@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algos import LossSettings, policy_loss
+from rlvr.algos import LossSettings, logprob_mismatch, policy_loss, rollout_is_weights
 from rlvr.records import Completion
-from rlvr.scoring import completion_scores, pack
+from rlvr.scoring import completion_logprobs, completion_scores, pack
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,33 @@ def build_optimizer(train, model) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay, betas=(0.9, 0.99))
 
 
+@dataclass
+class Anchor:
+    """The trainer's own log-probs of a batch (the PPO anchor) and the correction for the engine's."""
+    old_logp: torch.Tensor  # (N, T) under the weights that sampled the batch, scored by the trainer
+    is_weights: torch.Tensor | None  # (N, T) truncated IS weights trainer/engine; None without algo.rollout_is
+    metrics: dict[str, float]
+
+
+def recompute_anchor(model, completions: Sequence[Completion], loss_mask: torch.Tensor, pad_id: int,
+                     temperature: float, *, rollout_is: str, cap: float) -> Anchor:
+    """Score the batch with the trainer's weights before any update; compare with the engine's
+    behaviour log-probs (rollout/logprob_diff_mean|max, rollout/engine_kl)."""
+    t = max(1, max(len(c.token_ids) for c in completions))
+    behaviour = _padded([c.logprobs for c in completions], t)  # (N, T)
+    mask = _token_mask(completions, torch.arange(len(completions)), t) * loss_mask[:, None]  # (N, T)
+    was_training = model.training
+    model.eval()
+    try:
+        old = completion_logprobs(model, completions, pad_id, temperature)  # (N, T)
+    finally:
+        model.train(was_training)
+    weights, is_stats = rollout_is_weights(old, behaviour, mask, level=rollout_is, cap=cap)
+    metrics = {f"rollout/{k}": v for k, v in logprob_mismatch(old, behaviour, mask).items()}
+    metrics.update({f"actor/{k}": v for k, v in is_stats.items()})
+    return Anchor(old, weights, metrics)
+
+
 def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
     out = torch.zeros(len(rows), width)  # (N, T)
     for i, r in enumerate(rows):
@@ -62,16 +89,19 @@ def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
 def policy_update(model, optimizer, completions: Sequence[Completion], advantages: torch.Tensor,
                   loss_mask: torch.Tensor, ref_logp: torch.Tensor | None, pad_id: int, s: UpdateSettings,
                   *, generator: torch.Generator, fault: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                  skip_zero_gradient: bool = True) -> dict[str, float]:
+                  skip_zero_gradient: bool = True, anchor: Anchor | None = None) -> dict[str, float]:
     """Apply the updates; returns averaged actor/* stats. loss_mask (N,) is 0 for excluded samples.
 
-    fault: a transform of each micro-batch loss (fault injection). skip_zero_gradient=False runs
-    the sequences that cannot move the weights too (the reference the skip is tested against)."""
+    anchor: the trainer's recomputed log-probs as the ratio's denominator, and rollout-correction
+    weights (default: the engine's behaviour log-probs, no correction). fault: a transform of each
+    micro-batch loss (fault injection). skip_zero_gradient=False runs the sequences that cannot
+    move the weights too (the reference the skip is tested against)."""
     n = len(completions)
     if n == 0:  # dynamic sampling found no group with signal: nothing to learn from, nothing applied
         return {"actor/skipped_updates": 0.0}
     t = max(1, max(len(c.token_ids) for c in completions))
-    old_logp = _padded([c.logprobs for c in completions], t)  # (N, T)
+    old_logp = _padded([c.logprobs for c in completions], t) if anchor is None else anchor.old_logp  # (N, T)
+    is_weights = None if anchor is None else anchor.is_weights  # (N, T)
     unit_fn = s.loss.aggregation.units
     lengths = torch.tensor([len(c.prompt_ids) + len(c.token_ids) for c in completions])
     sums: dict[str, float] = defaultdict(float)
@@ -104,7 +134,8 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 mask = batch.mask * loss_mask[micro, None]  # (b, W)
                 loss, stats = policy_loss(logp, old_logp[micro, :width], advantages[micro], mask, s.loss,
                                           ref_logp=None if ref_logp is None else ref_logp[micro, :width],
-                                          entropy=entropy)
+                                          entropy=entropy,
+                                          is_weights=None if is_weights is None else is_weights[micro, :width])
                 if fault is not None:
                     loss = fault(loss)
                 weight = unit_fn(mask) / total_units

