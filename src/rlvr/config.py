@@ -66,6 +66,9 @@ class ModelConfig:
     init_from: str | None = None
     """Start RL from this checkpoint directory instead of running cold-start SFT."""
     dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute precision. 'bfloat16' is mixed precision: the forward passes (rollout, reference,
+    update, SFT) run in bf16 under autocast while the weights and the optimizer state stay fp32;
+    log-probs, KL and advantages are fp32 either way. vLLM (rollout.vllm.dtype=auto) runs in it too."""
     tiny_hidden: int = 128
     tiny_layers: int = 4
     tiny_heads: int = 4

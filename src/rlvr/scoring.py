@@ -3,6 +3,7 @@
     ids, mask = left_pad(prompts, pad_id)                          # generation input (B, P)
     batch = pack(prompt_ids, completion_ids, pad_id)               # training input, right-padded
     logp, entropy = completion_scores(model, batch, temperature)   # (B, T) fp32, with grad if enabled
+    with compute(model, "bfloat16"): ...                           # mixed precision: bf16 compute, fp32 weights
     logp = completion_logprobs(model, completions, pad_id, temp)   # (N, T), no grad, micro-batched
 
 The policy update, the frozen reference model and cold-start SFT all read
@@ -13,6 +14,7 @@ LM head, the logits divided by the sampling temperature.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,8 +23,19 @@ import torch
 from rlvr.algos import token_logprobs
 from rlvr.records import Completion
 
-__all__ = ["TokenBatch", "completion_logits", "completion_logprobs", "completion_scores", "forward_logits",
+__all__ = ["TokenBatch", "completion_logits", "completion_logprobs", "completion_scores", "compute", "forward_logits",
            "left_pad", "pack"]
+
+COMPUTE_DTYPES = {"bfloat16": torch.bfloat16}
+
+
+def compute(model, dtype: str):
+    """The forward's compute precision: 'float32' as the weights are; 'bfloat16' runs the matmuls in
+    bf16 under autocast while the weights (and the optimizer's state) stay fp32 (mixed precision)."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=COMPUTE_DTYPES[dtype])
 
 
 @dataclass
@@ -88,22 +101,25 @@ def completion_logits(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
     return logits.gather(1, idx[..., None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
 
 
-def completion_scores(model, batch: TokenBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: str = "float32"
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """logp and entropy (B, T) fp32 of the completion tokens under softmax(logits / temperature),
-    the distribution they were sampled from; carries gradient when autograd is on."""
-    logits = forward_logits(model, batch)  # (B, K, V)
+    the distribution they were sampled from; carries gradient when autograd is on. dtype: the
+    forward's compute precision (`compute`); the log-probs are fp32 either way."""
+    with compute(model, dtype):
+        logits = forward_logits(model, batch)  # (B, K, V)
     return token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)  # (B, T) each
 
 
 @torch.no_grad()
 def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, temperature: float,
-                        *, micro_batch: int = 64) -> torch.Tensor:
+                        *, micro_batch: int = 64, dtype: str = "float32") -> torch.Tensor:
     """logp (N, T) fp32 of each completion's tokens under `model`, right-padded with 0."""
     t = max(1, max(len(c.token_ids) for c in completions))
     out = torch.zeros(len(completions), t)  # (N, T)
     for start in range(0, len(completions), micro_batch):
         chunk = completions[start:start + micro_batch]
         batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
-        logp, _ = completion_scores(model, batch, temperature)  # (b, T')
+        logp, _ = completion_scores(model, batch, temperature, dtype=dtype)  # (b, T')
         out[start:start + len(chunk), : logp.shape[1]] = logp * batch.mask
     return out

@@ -13,11 +13,12 @@ from rlvr.scoring import completion_logprobs
 class ReferenceModel:
     """A frozen copy of the starting policy. Never built when beta = 0."""
 
-    def __init__(self, model, pad_id: int, temperature: float):
+    def __init__(self, model, pad_id: int, temperature: float, dtype: str = "float32"):
         self.model = model.eval().requires_grad_(False)
         self.pad_id = pad_id
         self.temperature = temperature
+        self.dtype = dtype  # compute precision (rlvr.scoring.compute)
 
     def logprobs(self, completions: Sequence[Completion]) -> torch.Tensor:
         """(N, T) fp32, right-padded with 0."""
-        return completion_logprobs(self.model, completions, self.pad_id, self.temperature)
+        return completion_logprobs(self.model, completions, self.pad_id, self.temperature, dtype=self.dtype)

@@ -17,9 +17,11 @@ from rlvr.models.loading import ensure_trainable, load_model, save_model
 
 
 def load_policy(mcfg, start_path: str | Path):
-    """(model, tokenizer) ready to train from `start_path`: dtype, gradient checkpointing, LoRA.
+    """(model, tokenizer) ready to train from `start_path`: fp32 weights, gradient checkpointing, LoRA.
     A resume then loads checkpoint weights into it (rlvr.checkpoint.load_weights)."""
-    model, tokenizer = load_model(start_path, mcfg.dtype, gradient_checkpointing=mcfg.gradient_checkpointing)
+    # fp32 master weights whatever model.dtype: bfloat16 is a compute precision (rlvr.scoring.compute),
+    # so AdamW's updates and moments are never rounded to bf16
+    model, tokenizer = load_model(start_path, "float32", gradient_checkpointing=mcfg.gradient_checkpointing)
     ensure_trainable(model)
     lcfg = mcfg.lora
     if lcfg.enabled:

@@ -28,13 +28,13 @@ def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_ro
 
 
 def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
-    return HFEngine(model, tokenizer, max_rows=max_rows)
+    return HFEngine(model, tokenizer, max_rows=max_rows, dtype=dtype)
 
 
 def _loop(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
     spec = rollout.speculative
-    return LoopEngine(model, tokenizer, max_rows=max_rows, draft_tokens=spec.num_tokens if spec.method != "none" else 0,
-                      lookup_max=spec.prompt_lookup_max)
+    return LoopEngine(model, tokenizer, max_rows=max_rows, dtype=dtype, lookup_max=spec.prompt_lookup_max,
+                      draft_tokens=spec.num_tokens if spec.method != "none" else 0)
 
 
 ENGINES = {"hf": _hf, "loop": _loop, "vllm": _vllm}

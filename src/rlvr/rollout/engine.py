@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from rlvr.records import Completion, Problem
+from rlvr.scoring import compute
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -69,12 +70,13 @@ def render_prompt(tokenizer, problem: Problem) -> list[int]:
 
 class ModelEngine(ABC):
     """What the in-process engines share: a transformers model and its tokenizer, weights loaded
-    in place, and `max_rows` sequences per forward batch."""
+    in place, `max_rows` sequences per forward batch, the compute precision (rlvr.scoring.compute)."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, version: int = 0) -> None:
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, version: int = 0, dtype: str = "float32") -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_rows = max_rows
         self.version = version
+        self.dtype = dtype
 
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
         own = self.model.state_dict()
@@ -93,7 +95,7 @@ class ModelEngine(ABC):
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), compute(self.model, self.dtype):
                 return self._sample(problems, prompts, params, group_offset)
         finally:
             self.model.train(was_training)

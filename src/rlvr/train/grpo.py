@@ -195,7 +195,8 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     if run.recompute and batch.completions:  # the trainer's log-probs of the batch, before any update
         a = run.cfg.algo
         anchor = recompute_anchor(state.model, batch.completions, batch.loss_mask, run.tokenizer.pad_token_id,
-                                  run.settings.temperature, rollout_is=a.rollout_is, cap=a.rollout_is_cap)
+                                  run.settings.temperature, rollout_is=a.rollout_is, cap=a.rollout_is_cap,
+                                  dtype=run.settings.dtype)
     t_update = time.time()
     actor = policy_update(state.model, state.optimizer, batch.completions, batch.advantages, batch.loss_mask,
                           batch.ref_logp, run.tokenizer.pad_token_id, run.settings, generator=state.update_rng,

@@ -24,7 +24,7 @@ from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.tasks import build_task
 from rlvr.tasks.arithmetic import teacher_solution
-from rlvr.scoring import completion_logits, pack
+from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 
 
@@ -61,7 +61,7 @@ def sft_pairs(problems: list[Problem], tokenizer, solutions: list[str]) -> list[
 
 
 def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float, warmup: int, seed: int,
-              on_step: Callable[[int, float], None] | None = None) -> list[float]:
+              on_step: Callable[[int, float], None] | None = None, dtype: str = "float32") -> list[float]:
     """Plain next-token cross-entropy on completion tokens, AdamW, warmup + cosine decay."""
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -72,7 +72,8 @@ def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float
     for step in range(steps):
         chunk = rng.sample(pairs, min(batch_size, len(pairs)))
         batch = pack([p for p, _ in chunk], [c for _, c in chunk], tokenizer.pad_token_id)
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
+        with compute(model, dtype):
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
         logits = completion_logits(logits, batch).float()  # (B, T, V)
         nll = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")  # (B, T)
         loss = (nll * batch.mask).sum() / batch.mask.sum()
@@ -93,14 +94,14 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     if (out / "sft.json").exists():
         return out
     torch.manual_seed(cfg.seed)
-    model, tokenizer = load_model(base_model_path(cfg), cfg.model.dtype)
+    model, tokenizer = load_model(base_model_path(cfg), "float32")  # fp32 master weights (model.dtype: compute)
     task = build_task(cfg)
     problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), cfg.sft.examples))
     s = cfg.sft
     rng = random.Random(f"teacher-{cfg.seed}")
     solutions = [teacher_solution(p, s.teacher_error, rng) for p in problems]
     losses = train_sft(model, tokenizer, sft_pairs(problems, tokenizer, solutions), steps=s.steps, batch_size=s.batch_size,
-                       lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step)
+                       lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step, dtype=cfg.model.dtype)
     tmp = out.with_name(out.name + ".tmp")
     save_model(model, tokenizer, tmp)
     (tmp / "sft.json").write_text(json.dumps({"steps": s.steps, "final_loss": losses[-1] if losses else None}))

@@ -277,7 +277,8 @@ class LocalBatches:
         if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
             from rlvr.inference.reference import ReferenceModel
             from rlvr.models import reference_policy
-            ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature)
+            ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature,
+                                 cfg.model.dtype)
         spec = cfg.rollout.speculative
         return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
                    cfg.rollout.sync_every, spec if spec.method != "none" else None, log)

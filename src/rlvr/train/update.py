@@ -34,6 +34,8 @@ class UpdateSettings:
     temperature: float
     """The sampling temperature: log-probs are scored under softmax(logits / temperature)."""
     loss: LossSettings
+    dtype: str = "float32"
+    """Compute precision of the forward passes (model.dtype): 'bfloat16' is mixed precision."""
 
 
 def update_settings(cfg) -> UpdateSettings:
@@ -44,7 +46,7 @@ def update_settings(cfg) -> UpdateSettings:
         ratio_level=a.ratio_level, beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages
         kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
     return UpdateSettings(ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
-                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss)
+                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss, dtype=cfg.model.dtype)
 
 
 def build_optimizer(train, model) -> torch.optim.Optimizer:
@@ -61,7 +63,7 @@ class Anchor:
 
 
 def recompute_anchor(model, completions: Sequence[Completion], loss_mask: torch.Tensor, pad_id: int,
-                     temperature: float, *, rollout_is: str, cap: float) -> Anchor:
+                     temperature: float, *, rollout_is: str, cap: float, dtype: str = "float32") -> Anchor:
     """Score the batch with the trainer's weights before any update; compare with the engine's
     behaviour log-probs (rollout/logprob_diff_mean|max, rollout/engine_kl)."""
     t = max(1, max(len(c.token_ids) for c in completions))
@@ -70,7 +72,7 @@ def recompute_anchor(model, completions: Sequence[Completion], loss_mask: torch.
     was_training = model.training
     model.eval()
     try:
-        old = completion_logprobs(model, completions, pad_id, temperature)  # (N, T)
+        old = completion_logprobs(model, completions, pad_id, temperature, dtype=dtype)  # (N, T)
     finally:
         model.train(was_training)
     weights, is_stats = rollout_is_weights(old, behaviour, mask, level=rollout_is, cap=cap)
@@ -130,7 +132,7 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 chunk = [completions[i] for i in micro.tolist()]
                 batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
                 width = batch.targets.shape[1]
-                logp, entropy = completion_scores(model, batch, s.temperature)  # (b, W)
+                logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None]  # (b, W)
                 loss, stats = policy_loss(logp, old_logp[micro, :width], advantages[micro], mask, s.loss,
                                           ref_logp=None if ref_logp is None else ref_logp[micro, :width],

@@ -106,7 +106,8 @@ class ReferenceWorker:
             from rlvr.inference.reference import ReferenceModel
             from rlvr.models import load_policy, reference_policy
             model, tokenizer = load_policy(self.cfg.model, start_path)
-            self.ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, self.cfg.rollout.temperature)
+            self.ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, self.cfg.rollout.temperature,
+                                      self.cfg.model.dtype)
             self.start_path = start_path
         return _reply(t0, logp=self.ref.logprobs(completions))
 
