@@ -1,11 +1,15 @@
-"""Held-out accuracy: greedy decoding, scored by the task's outcome verifier."""
+"""Evaluation: greedy held-out accuracy (training's), and sampled evaluation for `rlvr eval` and
+`rlvr compare` (pass@k, maj@k, avg@k per source; rlvr.stats)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from rlvr.records import Problem
+from rlvr.rewards.extract import normalise
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.stats import majority_correct, pass_at_k
 
 
 def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
@@ -23,3 +27,66 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
         "format": sum(r.components.get("format", 0.0) for r in results) / n,
         "len_mean": sum(len(c.token_ids) for c in completions) / n,
     }
+
+
+@dataclass
+class Outcome:
+    """One problem's results: the greedy sample and `samples` sampled ones (pass = fully correct)."""
+
+    id: str
+    source: str
+    greedy: bool
+    passed: list[bool] = field(default_factory=list)
+    answers: list[str | None] = field(default_factory=list)
+    """The extracted final answer of each sample (math), for majority voting; None: none found."""
+
+
+def _passes(results) -> list[bool]:
+    # a code answer counts when every test passes (components["correct"] is the passed fraction)
+    return [r.valid and r.components.get("correct", 0.0) >= 1.0 - 1e-9 for r in results]
+
+
+def score_problems(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
+                   samples: int = 0, temperature: float = 1.0, top_p: float = 1.0, batch_size: int = 64,
+                   progress: Callable[[int], None] | None = None) -> list[Outcome]:
+    """Greedy decoding of every problem, then `samples` completions each at `temperature`, scored
+    by `reward`; `batch_size` problems per engine call; progress(n) after each chunk."""
+    greedy = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
+    sampled = SamplingParams(group_size=max(samples, 1), temperature=temperature, top_p=top_p,
+                             max_new_tokens=max_new_tokens)
+    out: list[Outcome] = []
+    for start in range(0, len(problems), batch_size):
+        chunk = list(problems[start:start + batch_size])
+        firsts = _passes(reward.score(chunk, [c.text for c in engine.generate(chunk, greedy)]))
+        outcomes = [Outcome(p.id, p.source, ok) for p, ok in zip(chunk, firsts)]
+        if samples:
+            completions = engine.generate(chunk, sampled)  # group after group; group id = index in chunk
+            results = reward.score([chunk[c.group_id] for c in completions], [c.text for c in completions])
+            for c, r, ok in zip(completions, results, _passes(results)):
+                answer = r.info.get("answer")
+                outcomes[c.group_id].passed.append(ok)
+                outcomes[c.group_id].answers.append(None if answer is None else normalise(str(answer)).strip())
+        out.extend(outcomes)
+        if progress is not None:
+            progress(len(chunk))
+    return out
+
+
+def summarize(outcomes: Sequence[Outcome], ks: Sequence[int]) -> dict:
+    """Per source and overall: n, greedy accuracy, and with samples pass@k (unbiased), maj@k (math
+    answers only) and avg@k (mean correctness of k samples) for every k <= the samples drawn."""
+    groups: dict[str, list[Outcome]] = {"all": list(outcomes)}
+    for o in outcomes:
+        groups.setdefault(o.source, []).append(o)
+    report = {}
+    for name, rows in groups.items():
+        entry = {"n": len(rows), "greedy_accuracy": sum(o.greedy for o in rows) / len(rows)}
+        n = min((len(o.passed) for o in rows), default=0)
+        for k in (k for k in ks if 1 <= k <= n):
+            entry[f"pass@{k}"] = sum(pass_at_k(n, sum(o.passed[:n]), k) for o in rows) / len(rows)
+            entry[f"avg@{k}"] = sum(sum(o.passed[:k]) / k for o in rows) / len(rows)
+            voting = [o for o in rows if any(a is not None for a in o.answers)]
+            if voting:
+                entry[f"maj@{k}"] = sum(majority_correct(o.answers[:k], o.passed[:k]) for o in rows) / len(rows)
+        report[name] = entry
+    return report

@@ -16,7 +16,8 @@ from rlvr.configlib import ConfigError
 COMMANDS = {
     "train": "train a policy with GRPO (runs cold-start SFT first when needed)",
     "sft": "cold-start supervised fine-tuning on worked examples",
-    "eval": "greedy held-out accuracy of a model",
+    "eval": "evaluate a model on data files: greedy accuracy, pass@k, maj@k, avg@k per source",
+    "compare": "is model B better than A? paired results, bootstrap interval, McNemar test, a verdict",
     "reward": "score completions with the rule-based rewards",
     "data": "check a training data file before spending compute on it",
     "sandbox": "run a program in the code sandbox and print the verdict",
@@ -37,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
             module = importlib.import_module(f"rlvr.cli.{cmd}")
             module.add_arguments(p)
             p.set_defaults(_run=module.run)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides after options (`rlvr eval MODEL --data F seed=1`): argparse stops filling
+    # a positional list once an option follows it
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args._run(args) or 0)
     except ConfigError as exc:

@@ -1,30 +1,118 @@
-"""`rlvr eval`: greedy held-out accuracy of a model directory on the configured task."""
+"""`rlvr eval`: a model on data files (or the configured task's held-out set): greedy accuracy, and
+with --samples pass@k, maj@k and avg@k, per source and overall. JSON on stdout (or --out), a table
+and a progress bar on stderr."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from rlvr.cli._common import add_config_arguments, config_from_args
 
 
+def add_sampling_arguments(parser) -> None:
+    """The evaluation set and sampling, shared with `rlvr compare`."""
+    parser.add_argument("--data", action="append", default=[], metavar="FILE",
+                        help="a JSONL/Parquet data file, or 'humaneval' (repeatable); default: the task's held-out set")
+    parser.add_argument("--samples", type=int, default=0, metavar="N", help="sampled completions per problem (0 = greedy only)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the --samples")
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="k of pass@k, maj@k, avg@k (k <= N)")
+    parser.add_argument("--batch-size", type=int, default=64, help="problems per engine call")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N problems")
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("model", metavar="MODEL_DIR", help="a Hugging Face model directory (e.g. runs/default/model)")
+    parser.add_argument("model", metavar="MODEL", help="a Hugging Face model directory or a run directory (its model/)")
+    add_sampling_arguments(parser)
+    parser.add_argument("--out", metavar="FILE", help="write the JSON here instead of stdout")
     add_config_arguments(parser)
+
+
+def model_dir(path: str) -> str:
+    """A run directory stands for its exported model."""
+    return str(Path(path) / "model") if (Path(path) / "summary.json").exists() else path
+
+
+def problems_for(cfg, args) -> list:
+    from rlvr.configlib import ConfigError
+    from rlvr.tasks import build_task
+    from rlvr.tasks.files import as_chat, load_problems
+    from rlvr.tasks.humaneval import humaneval_problems
+
+    if args.samples < 0 or args.batch_size < 1:
+        raise ConfigError("--samples must be >= 0 and --batch-size >= 1")
+    if not args.data:
+        problems = build_task(cfg).held_out()[: cfg.eval.n]
+    else:
+        problems = []
+        for name in args.data:
+            if name == "humaneval":
+                problems += humaneval_problems(chat=cfg.data.chat)
+            elif not Path(name).exists():
+                raise ConfigError(f"--data: {name!r} is neither 'humaneval' nor an existing data file")
+            else:
+                loaded = load_problems([name], cfg.data.on_bad_record)
+                problems += as_chat(loaded, cfg.data.system_prompt) if cfg.data.chat else loaded
+    return problems[: args.limit] if args.limit else problems
+
+
+def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
+    """Outcomes of one model on `problems` (rlvr.evaluate.score_problems), with a progress bar."""
+    from rich.progress import Progress
+
+    from rlvr.evaluate import score_problems
+    from rlvr.models import load_model
+    from rlvr.rollout import build_engine
+
+    path = model_dir(path)
+    model, tokenizer = load_model(path, cfg.model.dtype)  # a missing directory: a one-line config error
+    engine = build_engine(cfg.rollout, model, tokenizer, name=cfg.eval.engine, model_dir=path, seed=cfg.seed,
+                          dtype=cfg.model.dtype)  # eval.engine, else rollout.engine
+    with Progress(transient=True, console=_stderr()) as bar:
+        task = bar.add_task(f"eval {label or path}", total=len(problems))
+        return score_problems(engine, problems, reward, max_new_tokens=cfg.rollout.max_new_tokens,
+                              samples=args.samples, temperature=args.temperature, top_p=cfg.rollout.top_p,
+                              batch_size=args.batch_size, progress=lambda n: bar.advance(task, n))
+
+
+def _stderr():
+    from rich.console import Console
+    return Console(stderr=True)
 
 
 def run(args) -> int:
     cfg = config_from_args(args)
-    from rlvr.evaluate import evaluate
-    from rlvr.models import load_model
-    from rlvr.rewards import build_reward
-    from rlvr.rollout import build_engine
-    from rlvr.tasks import build_task
+    import torch
 
-    model, tokenizer = load_model(args.model, cfg.model.dtype)  # a missing directory: a one-line config error
-    problems = build_task(cfg).held_out()[: cfg.eval.n]
-    engine = build_engine(cfg.rollout, model, tokenizer, name=cfg.eval.engine, model_dir=args.model, seed=cfg.seed,
-                          dtype=cfg.model.dtype)  # eval.engine, else rollout.engine
-    result = evaluate(engine, problems, build_reward(cfg.reward),
-                      max_new_tokens=cfg.rollout.max_new_tokens, batch_size=cfg.eval.batch_size)
-    print(json.dumps(result))
+    from rlvr.evaluate import summarize
+    from rlvr.rewards import build_reward
+
+    torch.manual_seed(cfg.seed)
+    problems = problems_for(cfg, args)
+    with build_reward(cfg.reward) as reward:
+        outcomes = evaluate_model(cfg, args.model, problems, args, reward)
+    report = {"model": model_dir(args.model), "samples": args.samples, "temperature": args.temperature,
+              "by_source": summarize(outcomes, args.k),
+              "problems": [{"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed} for o in outcomes]}
+    print_table(report["by_source"])
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
     return 0
+
+
+def print_table(by_source: dict) -> None:
+    from rich.table import Table
+
+    keys = sorted({k for entry in by_source.values() for k in entry if k not in ("n", "greedy_accuracy")},
+                  key=lambda k: (k.split("@")[0], int(k.split("@")[1])))
+    table = Table(title="rlvr eval")
+    for column in ("source", "n", "greedy", *keys):
+        table.add_column(column, justify="right")
+    for name, entry in by_source.items():
+        table.add_row(name, str(entry["n"]), f"{entry['greedy_accuracy']:.1%}",
+                      *(f"{entry[k]:.1%}" if k in entry else "-" for k in keys))
+    _stderr().print(table)

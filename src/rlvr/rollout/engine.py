@@ -63,6 +63,10 @@ class RolloutEngine(Protocol):
 def render_prompt(tokenizer, problem: Problem) -> list[int]:
     if isinstance(problem.prompt, str):
         return tokenizer(problem.prompt, add_special_tokens=False).input_ids
+    if getattr(tokenizer, "chat_template", None) is None:
+        from rlvr.configlib import ConfigError
+        raise ConfigError(f"problem {problem.id!r} is a chat prompt but the model's tokenizer has no chat template; "
+                          "use a chat model, or data.chat=false to feed text prompts as they are")
     # return_dict=False: token ids as a list (newer transformers return a BatchEncoding by default)
     return list(tokenizer.apply_chat_template(problem.prompt, add_generation_prompt=True, tokenize=True,
                                               return_dict=False))

@@ -37,6 +37,9 @@ class TestSpec:
     entry_point: str | None = None
     test: str | None = None
     rel_tol: float = 1e-9
+    prefix: str = ""
+    """Code put before the extracted program (e.g. HumanEval's prompt: its imports and helper functions,
+    which a completion that repeats only the asked function needs); the program's definitions win."""
 
     @property
     def mode(self) -> str:
@@ -63,7 +66,7 @@ def parse_tests(tests: Any) -> TestSpec:
         test = tests.get("test")
         if not isinstance(test, str) or "def check" not in test:
             raise TestFormatError("tests.test: an assert test needs code defining check(candidate)")
-        return TestSpec(kind, [{}], entry, test)
+        return TestSpec(kind, [{}], entry, test, prefix=_prefix(tests))
     cases = tests.get("cases")
     if not isinstance(cases, list) or not cases:
         raise TestFormatError("tests.cases: expected a non-empty list")
@@ -80,7 +83,14 @@ def parse_tests(tests: Any) -> TestSpec:
     rel_tol = tests.get("rel_tol", 1e-9)
     if not isinstance(rel_tol, (int, float)) or rel_tol < 0:
         raise TestFormatError(f"tests.rel_tol: expected a number >= 0, got {rel_tol!r}")
-    return TestSpec(kind, cases, entry, None, float(rel_tol))
+    return TestSpec(kind, cases, entry, None, float(rel_tol), prefix=_prefix(tests))
+
+
+def _prefix(tests: dict) -> str:
+    prefix = tests.get("prefix", "")
+    if not isinstance(prefix, str):
+        raise TestFormatError(f"tests.prefix: expected code as a string, got {type(prefix).__name__}")
+    return prefix + "\n" if prefix and not prefix.endswith("\n") else prefix
 
 
 def sandbox_cases(spec: TestSpec) -> list[dict[str, Any]]:

@@ -61,6 +61,7 @@ class CodeVerifier:
                 results[i] = RewardResult(0.0, {"correct": 0.0}, info={"reason": "no_code"})
                 reasons["no_code"] += 1
                 continue
+            code = spec.prefix + code
             key = (problem.id, code)  # a group often repeats a completion: run it once
             if key not in pending:
                 future = self.pool.submit(spec.mode, code, sandbox_cases(spec), entry_point=spec.entry_point,

@@ -1,0 +1,69 @@
+"""Evaluation statistics: pass@k, majority voting, and paired tests for A/B comparisons.
+
+    pass_at_k(n, c, k)             unbiased estimator (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)
+    majority_correct(answers, ok)  the most frequent extracted answer (first seen wins ties) is correct
+    mcnemar_exact(b, c)            two-sided exact McNemar p-value from the discordant counts
+    paired_bootstrap(a, b, ...)    mean(b - a) and its percentile interval over resampled problems
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+__all__ = ["majority_correct", "mcnemar_exact", "paired_bootstrap", "pass_at_k", "verdict"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn without replacement from n (c correct) is
+    correct. Computed as a product, stable for large n."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def majority_correct(answers: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """maj@k for one problem: the answer given most often among the samples (None: no answer,
+    no vote; ties go to the answer seen first) is a correct one. No answer at all: incorrect."""
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return False
+    top = max(votes.values())
+    winner = next(a for a in answers if a is not None and votes[a] == top)
+    return any(ok for a, ok in zip(answers, correct) if a == winner)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar test: b = pairs only A got right, c = pairs only B got right.
+    Under H0 each discordant pair favours either with probability 1/2."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, iterations: int = 10000, seed: int = 0,
+                     confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean(b - a), low, high): the percentile interval of the mean paired difference over
+    `iterations` resamples of the problems with replacement."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples need the same, non-zero length, got {len(a)} and {len(b)}")
+    diffs = [y - x for x, y in zip(a, b)]
+    n = len(diffs)
+    rng = random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(iterations))
+    lo = means[int(math.floor((1 - confidence) / 2 * iterations))]
+    hi = means[min(iterations - 1, int(math.ceil((1 + confidence) / 2 * iterations)) - 1)]
+    return sum(diffs) / n, lo, hi
+
+
+def verdict(p_value: float, diff: float, alpha: float = 0.05) -> str:
+    """One line: which is better at level alpha (McNemar), or neither."""
+    if p_value >= alpha or diff == 0:
+        return f"no significant difference (p = {p_value:.3g} >= {alpha:g})"
+    return f"{'B' if diff > 0 else 'A'} is better (p = {p_value:.3g} < {alpha:g})"
