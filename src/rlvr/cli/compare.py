@@ -4,12 +4,10 @@ p-value on the discordant pairs, and one verdict line. A and B: model or run dir
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 from rlvr.cli._common import add_config_arguments, config_from_args
-from rlvr.cli.eval import add_sampling_arguments, evaluate_model, model_dir, problems_for
+from rlvr.cli.eval import add_sampling_arguments, evaluate_model, model_dir, problems_for, write_report
 
 
 def add_arguments(parser) -> None:
@@ -62,9 +60,5 @@ def run(args) -> int:
     print(f"A {g['a']:.1%}  B {g['b']:.1%}  B - A {g['diff']:+.1%} "
           f"[{g['ci'][0]:+.1%}, {g['ci'][1]:+.1%}]  McNemar p = {g['mcnemar_p']:.3g} "
           f"({g['only_a']} only A, {g['only_b']} only B of {len(problems)})\n{g['verdict']}", file=sys.stderr)
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        sys.stdout.write(text + "\n")
+    write_report(report, args.out)
     return 0

@@ -96,12 +96,17 @@ def run(args) -> int:
               "by_source": summarize(outcomes, args.k),
               "problems": [{"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed} for o in outcomes]}
     print_table(report["by_source"])
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        sys.stdout.write(text + "\n")
+    write_report(report, args.out)
     return 0
+
+
+def write_report(report: dict, out: str | None) -> None:
+    """The JSON report to `out`, or to stdout (the tables go to stderr, so stdout stays parseable)."""
+    text = json.dumps(report, indent=1) + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
 
 
 def print_table(by_source: dict) -> None:

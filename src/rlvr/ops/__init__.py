@@ -1,1 +1,1 @@
-"""Operations: alerts, rollback, metric sinks, the run report and the go-live check."""
+"""Operations: alerts, rollback, metric sinks and the run report (the go-live check: rlvr.cli.golive)."""

@@ -52,6 +52,7 @@ def import_vllm():
     """vllm, or a ConfigError saying how to install it."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: weights reload in place
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU (its default takes 4)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not an INFO line per weight reload on the console
     try:
         import vllm
     except ImportError as exc:
