@@ -178,7 +178,8 @@ def check_speculation(cfg: Config, engine: RolloutEngine, model, tokenizer, prob
 
     spec = cfg.rollout.speculative
     params = dataclasses.replace(sampling_params(cfg.rollout), group_size=2)
-    stats = check_speculative(engine, HFEngine(model, tokenizer), model, tokenizer, problems[: spec.check_prompts],
+    stats = check_speculative(engine, HFEngine(model, tokenizer, dtype=cfg.model.dtype), model, tokenizer,
+                              problems[: spec.check_prompts],
                               params, method=spec.method, tolerance=spec.check_tolerance)
     log.event("speculative_checked", method=spec.method, **stats)
 
