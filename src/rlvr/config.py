@@ -18,6 +18,7 @@ from rlvr import configlib
 from rlvr.configlib import ConfigError, require
 from rlvr.ops.config import ROLLBACK_RULES, AlertsConfig, RollbackConfig
 from rlvr.rewards.config import RewardConfig
+from rlvr.serve.config import ServeConfig
 
 __all__ = ["DEPLOY_MODULES", "ROLLBACK_RULES", "AlertsConfig", "Config", "ConfigError", "DeployConfig", "PoolConfig",
            "RollbackConfig", "load_config"]
@@ -458,6 +459,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     rollback: RollbackConfig = field(default_factory=RollbackConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 
     def __post_init__(self) -> None:

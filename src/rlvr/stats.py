@@ -67,3 +67,13 @@ def verdict(p_value: float, diff: float, alpha: float = 0.05) -> str:
     if p_value >= alpha or diff == 0:
         return f"no significant difference (p = {p_value:.3g} >= {alpha:g})"
     return f"{'B' if diff > 0 else 'A'} is better (p = {p_value:.3g} < {alpha:g})"
+
+
+def paired_report(a: list[float], b: list[float], *, alpha: float, iterations: int, seed: int) -> dict:
+    """Accuracies, their difference with its bootstrap interval, McNemar on 0/1 outcomes, the verdict."""
+    diff, lo, hi = paired_bootstrap(a, b, iterations=iterations, seed=seed, confidence=1 - alpha)
+    only_a = sum(x >= 1 and y < 1 for x, y in zip(a, b))
+    only_b = sum(x < 1 and y >= 1 for x, y in zip(a, b))
+    p = mcnemar_exact(only_a, only_b)
+    return {"a": sum(a) / len(a), "b": sum(b) / len(b), "diff": diff, "ci": [lo, hi], "only_a": only_a,
+            "only_b": only_b, "mcnemar_p": p, "verdict": verdict(p, diff, alpha)}

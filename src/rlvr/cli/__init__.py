@@ -23,6 +23,7 @@ COMMANDS = {
     "sandbox": "run a program in the code sandbox and print the verdict",
     "report": "write report.html for a run directory",
     "check": "go-live check: run the acceptance list against the configured setup",
+    "serve": "serve a model behind OpenAI- and Anthropic-style APIs (streaming, API keys, /metrics, online A/B)",
 }
 
 

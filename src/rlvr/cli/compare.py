@@ -20,24 +20,12 @@ def add_arguments(parser) -> None:
     add_config_arguments(parser)
 
 
-def paired_report(a: list[float], b: list[float], *, alpha: float, iterations: int, seed: int) -> dict:
-    """Accuracies, their difference with its bootstrap interval, McNemar on 0/1 outcomes, the verdict."""
-    from rlvr.stats import mcnemar_exact, paired_bootstrap, verdict
-
-    diff, lo, hi = paired_bootstrap(a, b, iterations=iterations, seed=seed, confidence=1 - alpha)
-    only_a = sum(x >= 1 and y < 1 for x, y in zip(a, b))
-    only_b = sum(x < 1 and y >= 1 for x, y in zip(a, b))
-    p = mcnemar_exact(only_a, only_b)
-    return {"a": sum(a) / len(a), "b": sum(b) / len(b), "diff": diff, "ci": [lo, hi], "only_a": only_a,
-            "only_b": only_b, "mcnemar_p": p, "verdict": verdict(p, diff, alpha)}
-
-
 def run(args) -> int:
     cfg = config_from_args(args)
     import torch
 
     from rlvr.rewards import build_reward
-    from rlvr.stats import paired_bootstrap, pass_at_k
+    from rlvr.stats import paired_bootstrap, paired_report, pass_at_k
 
     problems = problems_for(cfg, args)
     runs = {}

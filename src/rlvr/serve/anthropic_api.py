@@ -1,0 +1,107 @@
+"""Anthropic-compatible route: POST /v1/messages, streaming included.
+
+A stream is the `event:`-named sequence the anthropic SDK reads (it ignores SSE messages without an
+`event:` line): message_start, content_block_start, content_block_delta (text_delta) ...,
+content_block_stop, message_delta (stop_reason, output tokens), message_stop. Fields the server does
+not implement (tools, thinking, images, ...) are a 400 naming the field, never ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from contextlib import aclosing
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.serve.errors import error_body
+
+STOP_REASON = {"stop": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextBlock(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Strict):
+    role: Literal["user", "assistant"]
+    content: str | list[TextBlock]
+
+
+class MessagesRequest(_Strict):
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    """Required by Anthropic's API; here, when absent, the model's recommended inference length."""
+    system: str | list[TextBlock] | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float = Field(1.0, ge=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    metadata: dict[str, Any] | None = None
+    """`user_id` picks the A/B arm; rlvr's `answer` or `tests` has the response verified."""
+
+
+def _text(content: str | list[TextBlock]) -> str:
+    return content if isinstance(content, str) else "".join(b.text for b in content)
+
+
+def _event(name: str, data: dict) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+def add_routes(router: APIRouter, server) -> None:
+    @router.post("/v1/messages")
+    async def messages(body: MessagesRequest, request: Request):
+        meta = body.metadata or {}
+        user = request.headers.get("x-rlvr-user") or meta.get("user_id")
+        arm = server.resolve(body.model, user, request)
+        chat = ([{"role": "system", "content": _text(body.system)}] if body.system else [])
+        chat += [{"role": m.role, "content": _text(m.content)} for m in body.messages]
+        prompt_ids = arm.chat_ids(chat)
+        job = server.job(arm, prompt_ids, max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+                         top_k=body.top_k, stop=body.stop_sequences, metadata=meta)
+        slot = server.admit()
+        mid, headers = "msg_" + uuid.uuid4().hex[:24], {"x-rlvr-arm": arm.key}
+
+        def message(content: list, stream=None) -> dict:
+            return {"id": mid, "type": "message", "role": "assistant", "model": body.model, "content": content,
+                    "stop_reason": STOP_REASON[stream.reason] if stream else None,
+                    "stop_sequence": stream.stop_sequence if stream else None,
+                    "usage": {"input_tokens": len(prompt_ids), "output_tokens": stream.completion_tokens if stream else 0}}
+
+        if not body.stream:
+            stream = await server.complete(job, slot)
+            return JSONResponse(message([{"type": "text", "text": stream.text}], stream), headers=headers)
+
+        async def events():
+            yield _event("message_start", {"type": "message_start", "message": message([])})
+            yield _event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                 "content_block": {"type": "text", "text": ""}})
+            try:
+                async with aclosing(server.run(job, slot)) as deltas:
+                    async for delta in deltas:
+                        yield _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                             "delta": {"type": "text_delta", "text": delta}})
+            except Exception as exc:  # after the 200 went out: an `error` event ends the stream
+                yield _event("error", error_body(request.url.path, 500, f"generation failed: {type(exc).__name__}: {exc}"))
+                return
+            stream = job.stream
+            yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            yield _event("message_delta", {"type": "message_delta",
+                                           "delta": {"stop_reason": STOP_REASON[stream.reason],
+                                                     "stop_sequence": stream.stop_sequence},
+                                           "usage": {"output_tokens": stream.completion_tokens}})
+            yield _event("message_stop", {"type": "message_stop"})
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers=headers | {"cache-control": "no-cache"})
