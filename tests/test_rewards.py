@@ -68,6 +68,35 @@ def test_think_answer_format_is_strict(text, score):
     assert FormatCheck(FormatConfig())(text) == score
 
 
+@pytest.mark.parametrize("text,score", [
+    ("Here it is:\n```python\ndef f(x):\n    return x\n```\n", 1.0),
+    ("```py\ndef f(x):\n    return x\n```", 1.0),
+    ("```python\ndef f(x): ...\n```\nand also\n```python\nf(1)\n```", 0.0),  # two blocks
+    ("```python\ndef f(x): ...\n``` trailing words", 0.0),
+    ("```python\n  \n```", 0.0),  # empty
+    ("```\ndef f(x): ...\n```", 0.0),  # no language
+    ("<think>a</think><answer>357</answer>", 0.0),  # the math format is not a code answer
+])
+def test_code_answers_get_a_format_of_their_own(text, score):
+    check = FormatCheck(FormatConfig())
+    assert check(text, "code") == score
+    assert check(text, "math") == 0.0  # and the math format never accepts a code answer
+    think = FormatCheck(FormatConfig(code_kind="think_code_block"))
+    assert think("<think>plan</think>\n" + text, "code") == score and think(text, "code") == 0.0
+    assert FormatCheck(FormatConfig(code_kind="same"))(text, "code") == 0.0
+
+
+def test_a_mixed_batch_scores_each_answer_by_its_verifiers_format():
+    math_problem = Problem(id="m", prompt="1+1=", answer="2")
+    code_problem = Problem(id="c", prompt="", verifier="code", tests={
+        "type": "function", "entry_point": "f", "cases": [{"args": [1], "expected": 2}]})
+    with build_reward(RewardConfig()) as reward:
+        m, c = reward.score([math_problem, code_problem],
+                            ["<think>1+1=2</think><answer>2</answer>", "```python\ndef f(x):\n    return x + 1\n```"])
+    assert m.components == {"correct": 1.0, "format": 1.0} and c.components == {"correct": 1.0, "format": 1.0}
+    assert m.total == c.total == pytest.approx(1.1)
+
+
 def test_regex_and_json_formats():
     assert FormatCheck(FormatConfig(kind="regex", pattern=r"Answer: \d+"))("Answer: 12") == 1.0
     assert FormatCheck(FormatConfig(kind="regex", pattern=r"Answer: \d+"))("Answer: 12 !") == 0.0

@@ -38,13 +38,16 @@ def verifier():
     v.close()
 
 
-def problems(rows: list[dict]) -> list[Problem]:
+def problems(rows: list[dict], prefix: bool = True) -> list[Problem]:
+    """The prompt is the tests' prefix, as rlvr's loader has it: some checks call its helpers."""
     return [Problem(id=r["task_id"], prompt=r["prompt"], verifier="code", source="humaneval",
-                    tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"]}) for r in rows]
+                    tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"],
+                           **({"prefix": r["prompt"]} if prefix else {})}) for r in rows]
 
 
 def test_canonical_solutions_pass_and_empty_bodies_fail(humaneval, verifier):
     probs = problems(humaneval)
+    # the completion an instruct model writes: the whole function (prompt and body)
     canonical = verifier.verify(probs, [r["prompt"] + r["canonical_solution"] for r in humaneval])
     failed = {p.id: (r.error or r.info) for p, r in zip(probs, canonical)
               if not (r.valid and r.components["correct"] == 1.0)}
@@ -56,3 +59,12 @@ def test_canonical_solutions_pass_and_empty_bodies_fail(humaneval, verifier):
     assert m["sandbox/executions"] == 2 * 164 and m["sandbox/invalid"] == 0
     print(m)
     assert m["sandbox/fail/assertion_failed"] == 164
+
+
+def test_a_check_that_needs_the_prompts_helpers_without_a_prefix_is_the_datas_error(humaneval, verifier):
+    """HumanEval/32's check calls poly() from the prompt: the checker never sees the program's globals."""
+    row = next(r for r in humaneval if r["task_id"] == "HumanEval/32")
+    (r,) = verifier.verify(problems([row], prefix=False), [row["prompt"] + row["canonical_solution"]])
+    assert not r.valid and "tests.prefix" in r.error and "poly" in r.error
+    (r,) = verifier.verify(problems([row]), [row["prompt"] + row["canonical_solution"]])
+    assert r.valid and r.components["correct"] == 1.0

@@ -112,9 +112,9 @@ class Reward:
         if len(problems) != len(texts):
             raise ValueError(f"score: {len(problems)} problems for {len(texts)} texts")
         results = self._outcomes(problems, texts)
-        for r, text in zip(results, texts):
+        for r, text, problem in zip(results, texts, problems):
             try:
-                r.components["format"] = self.format(text)
+                r.components["format"] = self.format(text, problem.verifier)
                 if "process" in self.weights:
                     r.components["process"], r.info["process_checked"] = process_score(text)
             except Exception as exc:

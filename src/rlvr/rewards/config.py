@@ -52,6 +52,11 @@ class FormatConfig:
     """Regular expression for kind 'regex' (full match, DOTALL)."""
     json_schema: str | None = None
     """JSON Schema for kind 'json': inline JSON text or a path to a .json file."""
+    code_kind: Literal["code_block", "think_code_block", "same", "none"] = "code_block"
+    """The format of an answer to a problem whose verifier is 'code' (`kind` is the math one):
+    'code_block': exactly one non-empty ```python block, free text before it, nothing after;
+    'think_code_block': one <think> block, then that one code block; 'same': `kind` for code too;
+    'none': always 1."""
 
     def __post_init__(self) -> None:
         if self.kind == "regex" and not self.pattern:

@@ -1,4 +1,5 @@
-"""Format rewards: 1.0 when the output has the required shape, else 0.0.
+"""Format rewards: 1.0 when the output has the required shape, else 0.0; the shape is chosen by
+the problem's verifier (math: `reward.format.kind`, code: `reward.format.code_kind`).
 
 Strict on purpose: a lenient structure check is the easiest reward to hack
 (a second <answer> block, text after the answer, tags nested inside tags).
@@ -42,6 +43,30 @@ def answer_format(text: str) -> float:
     return 1.0
 
 
+_CODE_BLOCK_RE = re.compile(r"(.*?)```(?:python|py)[ \t]*\n(.*?)```\s*", re.DOTALL)
+
+
+def code_block_format(text: str) -> float:
+    """Exactly one fenced python block (```python or ```py), non-empty, at the end; free text
+    before it without another fence."""
+    m = _CODE_BLOCK_RE.fullmatch(text)
+    if not m:
+        return 0.0
+    before, code = m.groups()
+    return 1.0 if "```" not in before and "```" not in code and code.strip() else 0.0
+
+
+def think_code_block_format(text: str) -> float:
+    """One <think> block (no tags inside), then exactly one code block (`code_block_format`)."""
+    m = re.fullmatch(r"\s*<think>(.*?)</think>(.*)", text, re.DOTALL)
+    if not m or any(tag in m.group(1) for tag in _TAGS) or any(tag in m.group(2) for tag in _TAGS):
+        return 0.0
+    return code_block_format(m.group(2))
+
+
+_CODE_FORMATS = {"code_block": code_block_format, "think_code_block": think_code_block_format}
+
+
 def _load_schema(spec: str) -> dict[str, Any]:
     text = spec if spec.lstrip().startswith("{") else Path(spec).read_text()
     try:
@@ -61,7 +86,7 @@ def json_payload(text: str) -> str:
 
 class FormatCheck:
     def __init__(self, cfg: FormatConfig) -> None:
-        self.kind = cfg.kind
+        self.kind, self.code_kind = cfg.kind, cfg.code_kind
         self.pattern = re.compile(cfg.pattern, re.DOTALL) if cfg.pattern else None
         self.validator = None
         if cfg.kind == "json" and cfg.json_schema:
@@ -72,7 +97,10 @@ class FormatCheck:
             cls.check_schema(schema)
             self.validator = cls(schema)
 
-    def __call__(self, text: str) -> float:
+    def __call__(self, text: str, verifier: str = "math") -> float:
+        """The format score of `text`, by the kind that fits the problem's verifier."""
+        if verifier == "code" and self.code_kind != "same":
+            return _CODE_FORMATS[self.code_kind](text) if self.code_kind != "none" else 1.0
         if self.kind == "think_answer":
             return think_answer_format(text)
         if self.kind == "answer":

@@ -12,7 +12,9 @@ Standard library only: after pivot_root the project's packages are not visible.
 The untrusted child closes every descriptor but stdin/stdout/stderr and its
 result pipe and runs as another uid, so it cannot reach this process's stdout
 (not even through /proc/1/fd). Expected values of stdio and function tests never
-enter the sandbox; the code in `_child.py` runs in the forked child.
+enter the sandbox; the code in `_child.py` runs in the forked child. An assert test's
+check code runs in that forked child (`_checker.py`), the program in a fresh
+interpreter it starts (`_program.py`).
 """
 
 # Start-up time is per-execution overhead: `python -I -S` and only modules that
@@ -40,6 +42,7 @@ MEMORY_CHECK_MS = 20  # how often the total resident memory of a run is checked
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I left the script's folder out
+from _checker import run_assert  # noqa: E402
 from _child import dumps, enter_child, probe_child, run_child  # noqa: E402
 del sys.path[0]
 
@@ -209,6 +212,8 @@ def spawn(req, start, stdin_text):
     pid = os.fork()
     if pid == 0:
         try:
+            if req["mode"] == "assert":
+                run_assert(req, *fds, w)  # this process checks; the program gets a fresh interpreter
             enter_child(req, *fds, w)
             if req["mode"] == "probe":
                 os.write(3, f"{req['nonce']} probe {dumps(probe_child(req))}\n".encode())

@@ -5,10 +5,10 @@
     {"type": "assert", "entry_point": "add", "test": "def check(candidate):\\n    assert ..."}
 
 Only inputs go into the sandbox (`sandbox_cases`); expected values stay here and
-are compared in this trusted process (`judge`). The assert type is the exception
-by nature: its check code holds the expected values and runs inside the sandbox,
-so its verdict is only believed when it arrives on the result pipe with the
-run's nonce, after `check` returned (see README, "Code sandbox").
+are compared in this trusted process (`judge`). The assert type's check code holds
+its expected values, so it runs in a trusted checker process inside the sandbox,
+never in the program's (`_checker.py`); its verdict arrives on the result pipe
+with the run's nonce, which only the checker knows (see README, "Code sandbox").
 """
 
 from __future__ import annotations
@@ -158,6 +158,8 @@ def judge(spec: TestSpec, run: Execution) -> list[Verdict]:
                 else:
                     ok = same_value(payload["value"], case["expected"], spec.rel_tol)
                     out.append(Verdict(ok, "" if ok else "wrong_answer"))
+            elif payload.get("check_error"):
+                out.append(Verdict(False, "check_error"))
             else:
                 ok = payload.get("passed") is True
                 out.append(Verdict(ok, "" if ok else "assertion_failed"))

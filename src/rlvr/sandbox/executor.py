@@ -138,7 +138,7 @@ class Sandbox:
                "seccomp": self.cfg.seccomp,
                "max_output_bytes": self.cfg.max_output_bytes, "isolate": self.plan.isolate,
                "total_memory_bytes": self.cfg.total_memory_mb << 20,
-               "sys_path": self.interpreter.sys_path, "host_marker": host_marker,
+               "sys_path": self.interpreter.sys_path, "python": self.interpreter.executable, "host_marker": host_marker,
                # Where the probe tries to write. Without a mount namespace these are host paths:
                # then only the run's own directory, never system directories.
                "probe_paths": ["/probe-write", "/usr/probe-write", self.interpreter.roots[0] + "/probe-write",

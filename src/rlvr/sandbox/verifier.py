@@ -64,8 +64,10 @@ class CodeVerifier:
             code = spec.prefix + code
             key = (problem.id, code)  # a group often repeats a completion: run it once
             if key not in pending:
+                # an assert test's checker runs the trusted prefix (helpers the check code may call) before it
+                test = spec.prefix + spec.test if spec.test is not None else None
                 future = self.pool.submit(spec.mode, code, sandbox_cases(spec), entry_point=spec.entry_point,
-                                          test=spec.test, stop_on_failure=self.cfg.scoring == "all_or_nothing")
+                                          test=test, stop_on_failure=self.cfg.scoring == "all_or_nothing")
                 pending[key] = (spec, future, [])
             pending[key][2].append(i)
         for spec, future, idx in pending.values():
@@ -80,6 +82,10 @@ class CodeVerifier:
         if not run.ok:
             return RewardResult.invalid(run.error or "sandbox failed", {"correct": 0.0})
         verdicts = judge(spec, run)
+        if any(v.reason == "check_error" for v in verdicts):
+            reasons["check_error"] += 1
+            return RewardResult.invalid(f"the problem's check code failed by itself ({_check_error(run)}): "
+                                        "a helper it calls belongs in tests.prefix", {"correct": 0.0})
         passed = sum(v.passed for v in verdicts)
         n = len(spec.cases)
         correct = passed / n if self.cfg.scoring == "fraction" else float(passed == n)
@@ -96,3 +102,13 @@ class CodeVerifier:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _check_error(run: Execution) -> str:
+    import json
+
+    line = (run.cases[0].get("result") or "").split(" ", 2)
+    try:
+        return str(json.loads(line[2]).get("error", "?"))
+    except (IndexError, ValueError):
+        return "?"
