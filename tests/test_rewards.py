@@ -75,7 +75,6 @@ def test_think_answer_format_is_strict(text, score):
     ("```python\ndef f(x): ...\n``` trailing words", 0.0),
     ("```python\n  \n```", 0.0),  # empty
     ("```\ndef f(x): ...\n```", 0.0),  # no language
-    ("<think>a</think><answer>357</answer>", 0.0),  # the math format is not a code answer
 ])
 def test_code_answers_get_a_format_of_their_own(text, score):
     check = FormatCheck(FormatConfig())
@@ -84,6 +83,7 @@ def test_code_answers_get_a_format_of_their_own(text, score):
     think = FormatCheck(FormatConfig(code_kind="think_code_block"))
     assert think("<think>plan</think>\n" + text, "code") == score and think(text, "code") == 0.0
     assert FormatCheck(FormatConfig(code_kind="same"))(text, "code") == 0.0
+    assert check("<think>a</think><answer>357</answer>", "code") == 0.0  # a math answer is not a code answer
 
 
 def test_a_mixed_batch_scores_each_answer_by_its_verifiers_format():
