@@ -360,6 +360,8 @@ def test_ab_arms_are_sticky_and_the_report_matches_the_verified_responses(models
         assert rep["arms"]["a"]["verified"] == 16 and rep["arms"]["a"]["accuracy"] == pytest.approx(sum(mine["a"]) / 16)
         assert rep["arms"]["b"]["accuracy"] == pytest.approx(sum(mine["b"]) / 16) and sum(mine["b"]) > sum(mine["a"])
         assert rep["arms"]["a"]["users"] + rep["arms"]["b"]["users"] == 12
+        sent = 12 + sum(arms[u] == "a" for u in arms) + 2 * 16 + 16  # the probes, the stickiness round, golds
+        assert rep["arms"]["a"]["requests"] + rep["arms"]["b"]["requests"] == sent
         want = paired_report(mine["a"], mine["b"], alpha=0.05, iterations=10000, seed=0)
         assert rep["paired"]["n"] == 16
         for key in ("a", "b", "diff", "ci", "only_a", "only_b", "mcnemar_p", "verdict"):

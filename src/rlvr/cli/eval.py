@@ -30,7 +30,12 @@ def add_arguments(parser) -> None:
 
 
 def model_dir(path: str) -> str:
-    """A run directory stands for its exported model."""
+    """A run directory stands for its exported model; a packaged model name ('smollm2') for its
+    dequantized directory (rlvr.models.gguf)."""
+    from rlvr.models.gguf import PACKAGED, dequantize_gguf, packaged_gguf
+
+    if path in PACKAGED and not Path(path).exists():
+        return str(dequantize_gguf(packaged_gguf(path)))
     return str(Path(path) / "model") if (Path(path) / "summary.json").exists() else path
 
 

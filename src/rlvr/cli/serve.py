@@ -98,8 +98,8 @@ def open_server(cfg, model: str, model_b: str | None = None, split: float | None
         raise ConfigError(f"serve.host={scfg.host} is reachable from other machines and no API key is set: set "
                           f"serve.api_keys=[KEY] or ${scfg.api_keys_env}=KEY, or bind serve.host=127.0.0.1")
     name = scfg.model_name or Path(model_dir(model)).name
-    if name == "model" and Path(model_dir(model)) != Path(model):  # a run directory: its name
-        name = Path(model).resolve().name
+    if Path(model_dir(model)) != Path(model):  # a run directory, or a packaged model: the name given
+        name = scfg.model_name or Path(model).resolve().name
     arms = [build_arm(cfg, model, "a", name)]
     if model_b:
         arms.append(build_arm(cfg, model_b, "b", f"{name}:b"))

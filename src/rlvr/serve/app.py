@@ -111,7 +111,10 @@ class Server:
         if model not in self.by_name:
             raise APIError(404, f"model {model!r} is not served here (GET /v1/models lists {sorted(self.by_name)})",
                            param="model", code="model_not_found")
-        arm = self.by_name[model] or next(a for a in self.arms if a.key == self.ab.assign(user))
+        arm = self.by_name[model]
+        if arm is None:
+            key = self.ab.assign(user)
+            arm = next(a for a in self.arms if a.key == key)
         request.state.model, request.state.arm = arm.name if len(self.arms) == 1 else f"{self.name}:{arm.key}", arm.key
         return arm
 
