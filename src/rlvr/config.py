@@ -80,7 +80,8 @@ class ModelConfig:
 @dataclass
 class TaskConfig:
     name: str = "arithmetic"
-    """Built-in task ('arithmetic') or a path to a data file."""
+    """Built-in task ('arithmetic', 'code'; several together joined by '+': 'arithmetic+code', mixed
+    by data.mix or math:code 6:4) or a path to a data file."""
     min_digits: int = 2
     max_digits: int = 3
     ops: list[str] = field(default_factory=lambda: ["+"])

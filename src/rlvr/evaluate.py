@@ -15,18 +15,31 @@ from rlvr.stats import majority_correct, pass_at_k
 def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
              batch_size: int = 500) -> dict[str, float]:
     """{"accuracy", "n", "format", "len_mean"} over `problems`, decoding greedily with `engine`,
-    `batch_size` problems per engine call."""
+    `batch_size` problems per engine call; with several sources also "by_source" (accuracy of each)."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     completions = [c for start in range(0, len(problems), batch_size)
                    for c in engine.generate(problems[start:start + batch_size], params)]
     results = reward.score(list(problems), [c.text for c in completions])
     n = len(problems)
-    return {
-        "accuracy": sum(r.components.get("correct", 0.0) for r in results) / n,
+    passes = _passes(results)  # a code answer counts when all its tests pass
+    out = {
+        "accuracy": sum(passes) / n,
         "n": n,
         "format": sum(r.components.get("format", 0.0) for r in results) / n,
         "len_mean": sum(len(c.token_ids) for c in completions) / n,
     }
+    sources = sorted({p.source for p in problems})
+    if len(sources) > 1:
+        out["by_source"] = {s: sum(ok for p, ok in zip(problems, passes) if p.source == s) /
+                            sum(p.source == s for p in problems) for s in sources}
+    return out
+
+
+def eval_metrics(result: dict) -> dict[str, float]:
+    """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/accuracy/<source>."""
+    out = {"eval/accuracy": result["accuracy"], "eval/format": result["format"]}
+    out.update({f"eval/accuracy/{s}": acc for s, acc in result.get("by_source", {}).items()})
+    return out
 
 
 @dataclass

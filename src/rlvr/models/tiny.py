@@ -16,10 +16,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 SPECIAL = ["<|pad|>", "<|eos|>", "<|bos|>"]
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
 CHARS = list("0123456789+-*/=()., ?:bxyzabcdefghijklmnopqrstuvwABCDEFGHIJKLMNOPQRSTUVWXYZ#'\"!\n")
+CODE_CHARS = list("`%[]_<>")  # Python code (the code task); after the others, so arithmetic ids stay put
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    chars = list(dict.fromkeys(CHARS))  # keep order, drop repeats
+def build_tokenizer(code_chars: bool = False) -> PreTrainedTokenizerFast:
+    chars = list(dict.fromkeys(CHARS + (CODE_CHARS if code_chars else [])))  # keep order, drop repeats
     vocab = {tok: i for i, tok in enumerate(SPECIAL + TAGS + chars + ["<|unk|>"])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|unk|>"))
     # one token per character; the tags are added tokens and stay whole
@@ -55,8 +56,8 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: in
     return LlamaForCausalLM(config)
 
 
-def save_tiny(path: Path, hidden: int, layers: int, heads: int, seed: int = 0) -> Path:
-    tokenizer = build_tokenizer()
+def save_tiny(path: Path, hidden: int, layers: int, heads: int, seed: int = 0, code_chars: bool = False) -> Path:
+    tokenizer = build_tokenizer(code_chars)
     model = build_tiny_model(tokenizer, hidden, layers, heads, seed=seed)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

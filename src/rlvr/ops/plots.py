@@ -44,10 +44,11 @@ def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, be
     keys = {k for r in rows for k in r}
     components = sorted(k for k in keys if re.fullmatch(r"reward/[^/]+/mean", k) and not k.startswith("reward/source/"))
     sources = sorted(k for k in keys if re.fullmatch(r"reward/source/[^/]+/mean", k))
+    eval_sources = sorted(k for k in keys if re.fullmatch(r"eval/accuracy/[^/]+", k))
     specs = [
         PlotSpec("reward", "Reward: total and per component", ["reward/mean", *components], "reward"),
         PlotSpec("accuracy", "Accuracy: held-out (greedy) and training (sampled)",
-                 ["eval/accuracy", "reward/correct/mean"], "fraction correct"),
+                 ["eval/accuracy", *eval_sources, "reward/correct/mean"], "fraction correct"),
         PlotSpec("kl", "KL to the reference (per token)" + (" - algo.beta=0: not computed" if beta == 0 else ""),
                  ["actor/kl"], "KL"),
         PlotSpec("entropy", "Policy entropy (per token)", ["actor/entropy"], "nats"),

@@ -138,6 +138,14 @@ class Reward:
                 r.info["normalized"] = {name: normed[name][i] for name in self.weights}
                 r.total = float(sum(w * normed[name][i] for name, w in self.weights.items()))
 
+    def metrics(self) -> dict[str, float]:
+        """The verifiers' own figures since the last call (the code sandbox's `sandbox/...`: executions/s,
+        timeout rate, failures by reason), for the step's metrics."""
+        out: dict[str, float] = {}
+        for v in self._verifiers.values():
+            out.update(getattr(v, "metrics", dict)())
+        return out
+
     def close(self) -> None:
         for v in self._verifiers.values():
             close = getattr(v, "close", None)

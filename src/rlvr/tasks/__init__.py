@@ -1,22 +1,41 @@
-"""Tasks: where problems come from: the built-in arithmetic task, or data files (rlvr.tasks.files)."""
+"""Tasks: where problems come from: the built-in arithmetic and code tasks, or data files (rlvr.tasks.files)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from rlvr.tasks.arithmetic import ArithmeticTask
+from rlvr.tasks.code import CodeTask
 
-BUILTIN = {"arithmetic"}
+BUILTIN = {"arithmetic", "code"}
+
+
+def builtin_names(name: str) -> list[str] | None:
+    """The built-in tasks `task.name` names ('arithmetic', 'code', or several joined by '+'), else None."""
+    names = name.split("+")
+    return names if all(n in BUILTIN for n in names) and len(set(names)) == len(names) else None
 
 
 def data_paths(cfg) -> list[str]:
     """The data files a run trains on: data.files, or task.name when it is not a built-in task."""
     if cfg.data.files:
-        if cfg.task.name not in BUILTIN:
+        if builtin_names(cfg.task.name) is None:
             from rlvr.configlib import ConfigError
             raise ConfigError(f"task.name: {cfg.task.name!r} and data.files are both set; put every file in data.files")
         return list(cfg.data.files)
-    return [] if cfg.task.name in BUILTIN else [cfg.task.name]
+    return [] if builtin_names(cfg.task.name) else [cfg.task.name]
+
+
+def teacher_solution(problem, error_rate: float, rng):
+    """The cold-start demonstration of a built-in task's problem, from its imperfect teacher."""
+    from rlvr.tasks import arithmetic, code
+
+    return (code if problem.source == code.SOURCE else arithmetic).teacher_solution(problem, error_rate, rng)
+
+
+def needs_code_chars(cfg) -> bool:
+    """Whether the tiny model's tokenizer needs the characters of Python code (the code task)."""
+    return "code" in (builtin_names(cfg.task.name) or [])
 
 
 def has_worked_solutions(cfg) -> bool:
@@ -31,11 +50,24 @@ def build_task(cfg, *, tokenizer=None, on_event=None):
     paths = data_paths(cfg)
     if paths:
         return _file_task(cfg, paths, tokenizer, on_event)
-    if t.name == "arithmetic":
+    names = builtin_names(t.name) or []  # not a data file (data_paths): one or more built-in tasks
+    eval_size = max(t.eval_size, cfg.eval.n)
+    tasks = {n: _builtin(n, cfg, eval_size) for n in names}
+    if len(tasks) == 1:
+        if cfg.data.mix:
+            from rlvr.configlib import ConfigError
+            raise ConfigError(f"data.mix: task.name={t.name} is one task; a mix needs several ('arithmetic+code')")
+        return tasks[names[0]]
+    from rlvr.tasks.mix import BuiltinMix
+    return BuiltinMix(tasks, mix=cfg.data.mix, eval_size=cfg.eval.n, seed=cfg.seed)
+
+
+def _builtin(name: str, cfg, eval_size: int):
+    t = cfg.task
+    if name == "arithmetic":
         return ArithmeticTask(min_digits=t.min_digits, max_digits=t.max_digits, ops=tuple(t.ops),
-                              eval_size=max(t.eval_size, cfg.eval.n), seed=cfg.seed)
-    from rlvr.configlib import ConfigError
-    raise ConfigError(f"task.name: unknown task {t.name!r}; built-in tasks: {sorted(BUILTIN)}")
+                              eval_size=eval_size, seed=cfg.seed)
+    return CodeTask(eval_size=eval_size, seed=cfg.seed)
 
 
 def _file_task(cfg, paths: list[str], tokenizer, on_event):
@@ -48,8 +80,8 @@ def _file_task(cfg, paths: list[str], tokenizer, on_event):
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         key = "data.files" if d.files else "task.name"
-        raise ConfigError(f"{key}: {missing[0]!r} is neither a built-in task ({', '.join(sorted(BUILTIN))}) "
-                          f"nor an existing data file or directory")
+        raise ConfigError(f"{key}: {missing[0]!r} is neither a built-in task ({', '.join(sorted(BUILTIN))}, or "
+                          f"several joined by '+': arithmetic+code) nor an existing data file or directory")
     problems = load_problems(paths, d.on_bad_record, on_event)
     if d.chat:
         problems = as_chat(problems, d.system_prompt)

@@ -121,3 +121,61 @@ class _Pass:
             self.rng.shuffle(self.order)
             self.order.reverse()  # pop() from the end walks the shuffled order front to back
         return self.order.pop()
+
+
+DEFAULT_VERIFIER_MIX = {"math": 0.6, "code": 0.4}
+"""Built-in tasks together, without data.mix: math : code = 6 : 4 (the source material's ratio)."""
+
+
+class BuiltinMix:
+    """Several built-in tasks as one (`task.name=arithmetic+code`): the held-out split takes
+    `eval_size` problems in the mix ratio, interleaved; training draws by smooth weighted round robin.
+    `mix` (data.mix) maps task names to shares; without it a task gets its verifier's share of
+    DEFAULT_VERIFIER_MIX, split evenly among the tasks with that verifier."""
+
+    def __init__(self, tasks: dict, *, mix: dict[str, float], eval_size: int, seed: int) -> None:
+        self.tasks = tasks
+        if mix:
+            unknown, missing = sorted(set(mix) - set(tasks)), sorted(set(tasks) - set(mix))
+            if unknown or missing:
+                raise DataError(f"data.mix: the tasks are {sorted(tasks)}; "
+                                f"{'unknown ' + str(unknown) if unknown else 'no share for ' + str(missing)}")
+            self.weights = {n: float(w) for n, w in mix.items() if w > 0}
+        else:
+            verifier = {n: _verifier_of(t) for n, t in tasks.items()}
+            shares = {v: DEFAULT_VERIFIER_MIX.get(v, 1.0) for v in verifier.values()}
+            self.weights = {n: shares[v] / sum(x == v for x in verifier.values()) for n, v in verifier.items()}
+        total = sum(self.weights.values())
+        counts = {n: max(1, round(eval_size * w / total)) for n, w in self.weights.items()}
+        held = {n: self.tasks[n].held_out()[:counts[n]] for n in self.weights}
+        self._eval = [p for batch in _interleave(held, self.weights) for p in batch]
+
+    def held_out(self) -> list[Problem]:
+        return list(self._eval)
+
+    def train_stream(self, seed: int) -> Iterator[Problem]:
+        streams = {n: self.tasks[n].train_stream(seed) for n in self.weights}
+        names, total = sorted(self.weights), sum(self.weights.values())
+        credit = dict.fromkeys(names, 0.0)
+        while True:
+            for n in names:
+                credit[n] += self.weights[n]
+            pick = max(names, key=lambda n: credit[n])
+            credit[pick] -= total
+            yield next(streams[pick])
+
+def _verifier_of(task) -> str:
+    return next(iter(task.held_out())).verifier
+
+
+def _interleave(held: dict[str, list[Problem]], weights: dict[str, float]) -> Iterator[list[Problem]]:
+    """The held-out problems, a round robin over tasks in proportion, so held_out()[:n] keeps the mix."""
+    queues = {n: list(ps) for n, ps in held.items()}
+    credit = dict.fromkeys(queues, 0.0)
+    while any(queues.values()):
+        live = [n for n in sorted(queues) if queues[n]]
+        for n in live:
+            credit[n] += weights[n]
+        pick = max(live, key=lambda n: credit[n])
+        credit[pick] -= sum(weights[n] for n in live)
+        yield [queues[pick].pop(0)]

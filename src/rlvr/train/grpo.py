@@ -23,7 +23,7 @@ import numpy as np
 from rlvr.checkpoint import Checkpointer, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
 from rlvr.console import RunConsole
-from rlvr.evaluate import evaluate
+from rlvr.evaluate import eval_metrics, evaluate
 from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
 from rlvr.ops.report import write_report_safely
@@ -163,7 +163,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
             ui.warn(f"resuming with a changed setting: {change}")
     else:
         state.eval_before = ev = run.evaluate(state, run.held_out)
-        log.metrics(0, {"eval/accuracy": ev["accuracy"], "eval/format": ev["format"]})
+        log.metrics(0, eval_metrics(ev))
         ui.print(f"held-out accuracy before RL: {ev['accuracy']:.1%} (n={ev['n']}, greedy)")
         # the rollback target before any checkpoint
         guard.start = Snapshot(0, start_path, copy.deepcopy(state.state_dict(cfg.to_dict())))
@@ -234,7 +234,9 @@ def train(cfg: Config, ui: RunConsole | None = None,
                 run.guard.roll_back(step, trigger, functools.partial(state.restore, rollback=True), state.model)
                 continue
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
-                accuracy = metrics["eval/accuracy"] = run.evaluate(state, run.held_out[: cfg.eval.n_during])["accuracy"]
+                during = run.evaluate(state, run.held_out[: cfg.eval.n_during])
+                metrics.update(eval_metrics(during))
+                accuracy = during["accuracy"]
                 state.history["eval"].append((step, accuracy))
             state.history["reward"].append(metrics["reward/mean"])
             run.log.metrics(step, metrics)
@@ -266,7 +268,7 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
         if cfg.ckpt.every and state.step % cfg.ckpt.every != 0:
             run.save(state)
         eval_after = run.evaluate(state, run.held_out)
-        log.metrics(state.step, {"eval/accuracy": eval_after["accuracy"], "eval/format": eval_after["format"]})
+        log.metrics(state.step, eval_metrics(eval_after))
     run.checkpointer.wait()  # a background write must finish before the export merges a LoRA adapter in place
     if status == "completed":
         export_model(state.model, run.tokenizer, cfg.run_dir / "model")  # Hugging Face format; LoRA merged

@@ -22,8 +22,7 @@ from rlvr.configlib import to_dict
 from rlvr.models import load_model, save_model
 from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
-from rlvr.tasks import build_task
-from rlvr.tasks.arithmetic import teacher_solution
+from rlvr.tasks import build_task, needs_code_chars, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 
@@ -34,10 +33,12 @@ def base_model_path(cfg: Config) -> Path:
         from rlvr.models import resolve_model  # a directory, hub id, GGUF (dequantized once) or packaged model
         return Path(resolve_model(cfg.model))
     m = cfg.model
-    key = _digest({"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed})
+    code = needs_code_chars(cfg)
+    shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
+    key = _digest(shape | ({"code_chars": True} if code else {}))  # the arithmetic model keeps its key
     path = Path(cfg.sft.cache_dir) / f"tiny-{key}"
     if not (path / "config.json").exists():
-        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed)
+        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code)
     return path
 
 

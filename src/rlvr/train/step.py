@@ -174,6 +174,7 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
         "rollout/groups": float(n_generated),
         "rollout/dropped_groups": float(n_generated - n_kept),
         "rollout/shortfall_groups": float(need),
+        **getattr(reward, "metrics", dict)(),  # sandbox throughput and timeout rate under training load
     }
     out = _shape(batch, ref, algo, params, times) if n_kept else _empty()
     out.metrics = {**metrics, **out.metrics, **times}

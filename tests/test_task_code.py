@@ -1,0 +1,106 @@
+"""The built-in code task: worked solutions pass their tests, the teacher's slips fail them, the
+held-out split never trains, the tiny tokenizer spells every character, answers get the code format."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from rlvr.config import load_config
+from rlvr.models.tiny import build_tokenizer
+from rlvr.rewards import build_reward
+from rlvr.tasks import build_task, needs_code_chars, teacher_solution
+from rlvr.tasks.code import FAMILIES, CodeTask
+
+
+def test_held_out_pairs_never_train_and_every_family_has_unusual_inputs():
+    task = CodeTask(eval_size=500, seed=0)
+    held = task.held_out()
+    assert len(held) == len({p.id.split(":", 1)[1] for p in held}) > 200
+    train = list(itertools.islice(task.train_stream(seed=0), 3000))
+    assert not {p.id.split(":", 1)[1] for p in held} & {p.id.split(":", 1)[1] for p in train}
+    assert {p.metadata["family"] for p in train} == {f.name for f in FAMILIES}
+    for f in FAMILIES:
+        inputs = f.inputs(5)
+        unusual = [x for x in inputs if x in (0, -7, 10**6, "", "a", [], [0]) or (isinstance(x, str) and " " in x)
+                   or (isinstance(x, list) and any(v < 0 for v in x))]
+        assert len(unusual) >= 3, f.name
+
+
+def test_worked_solutions_pass_and_the_teachers_slips_fail_in_the_sandbox():
+    cfg = load_config(None, ["task.name=code"])
+    problems = list(itertools.islice(build_task(cfg).train_stream(seed=1), 60))
+    rng = random.Random(0)
+    with build_reward(cfg.reward) as reward:
+        gold = reward.score(problems, [p.metadata["solution"] for p in problems])
+        slips = reward.score(problems, [teacher_solution(p, 1.0, rng) for p in problems])
+    assert all(r.valid and r.components == {"correct": 1.0, "format": 1.0} for r in gold)
+    assert all(r.valid and r.components["correct"] < 1.0 and r.components["format"] == 1.0 for r in slips)
+
+
+def test_the_tiny_tokenizer_spells_code_only_for_the_code_task():
+    assert needs_code_chars(load_config(None, ["task.name=code"])) and not needs_code_chars(load_config())
+    code, plain = build_tokenizer(code_chars=True), build_tokenizer()
+    task = CodeTask()
+    for p in task.held_out():
+        assert code.unk_token_id not in code(p.prompt + p.metadata["solution"]).input_ids
+    assert plain.unk_token_id in plain("```python").input_ids
+    # the arithmetic ids stay where they were (only <|unk|> moves to the end)
+    assert all(code.get_vocab()[t] == i for t, i in plain.get_vocab().items() if t != "<|unk|>")
+
+
+@pytest.mark.parametrize("overrides", [["task.name=code"]])
+def test_the_code_task_is_a_built_in_task(overrides):
+    task = build_task(load_config(None, overrides))
+    p = task.held_out()[0]
+    assert p.verifier == "code" and p.tests["type"] == "function" and len(p.tests["cases"]) == 5
+
+
+def test_math_and_code_together_mix_six_to_four_unless_data_mix_says_otherwise():
+    from collections import Counter
+
+    from rlvr.configlib import ConfigError
+    from rlvr.tasks.files import DataError
+
+    task = build_task(load_config(None, ["task.name=arithmetic+code", "eval.n=100"]))
+    held = task.held_out()
+    assert Counter(p.source for p in held) == {"arithmetic": 60, "code": 40}
+    assert Counter(p.source for p in held[:10]) == {"arithmetic": 6, "code": 4}  # interleaved: a prefix keeps it
+    drawn = Counter(p.source for p in itertools.islice(task.train_stream(seed=0), 50))
+    assert drawn == {"arithmetic": 30, "code": 20}
+    assert not {p.prompt for p in held} & {p.prompt for p in itertools.islice(task.train_stream(seed=0), 2000)}
+    even = build_task(load_config(None, ["task.name=arithmetic+code", "data.mix={arithmetic: 1, code: 1}"]))
+    assert Counter(p.source for p in itertools.islice(even.train_stream(seed=0), 50)) == {"arithmetic": 25, "code": 25}
+    with pytest.raises(DataError, match="unknown"):
+        build_task(load_config(None, ["task.name=arithmetic+code", "data.mix={math: 1, code: 1}"]))
+    with pytest.raises(ConfigError, match="data.mix"):
+        build_task(load_config(None, ["task.name=code", "data.mix={code: 1}"]))
+    with pytest.raises(ConfigError, match="arithmetic\\+code"):
+        build_task(load_config(None, ["task.name=arithmetic+poetry"]))
+
+
+def test_evaluation_reports_each_source_and_counts_code_only_when_every_test_passes():
+    from rlvr.evaluate import eval_metrics, evaluate
+    from rlvr.records import Completion
+
+    cfg = load_config(None, ["task.name=arithmetic+code", "eval.n=10"])
+    problems = build_task(cfg).held_out()
+
+    class Scripted:  # answers each problem with its worked solution, except every second code one
+        def generate(self, ps, params, group_offset=0):
+            out = []
+            for i, p in enumerate(ps):
+                text = p.metadata["solution"]
+                if p.source == "code" and i % 2:
+                    text = text.replace(" return ", " return 1+")  # some cases may still pass: not a pass
+                out.append(Completion(p.id, i, 0, text, [], [1], [0.0], "stop"))
+            return out
+
+    with build_reward(cfg.reward) as reward:
+        ev = evaluate(Scripted(), problems, reward, max_new_tokens=48)
+    code = [i for i, p in enumerate(problems) if p.source == "code"]
+    assert ev["by_source"] == {"arithmetic": 1.0, "code": sum(i % 2 == 0 for i in code) / len(code)}
+    m = eval_metrics(ev)
+    assert m["eval/accuracy/code"] == ev["by_source"]["code"] and m["eval/accuracy"] == ev["accuracy"]
