@@ -24,7 +24,8 @@ import sys
 
 def encode(x, depth=0):
     """JSON text of plain built-in data only (no subclasses, no custom __eq__), with tags for what
-    JSON lacks: {"tuple": [...]}, {"set": [...]}, {"frozenset": [...]}, {"dict": [[k, v], ...]}."""
+    JSON lacks: {"tuple": [...]}, {"set": [...]}, {"frozenset": [...]}, {"dict": [[k, v], ...]}.
+    Its scalar cases repeat `_child.dumps`: this file runs alone (-c) where _child cannot be imported."""
     t = type(x)
     if depth > 100:
         raise TypeError("value nested too deeply")

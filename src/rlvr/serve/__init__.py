@@ -9,4 +9,5 @@
     ab.py             online A/B: sticky arms, verified accuracy, the paired test
     metrics.py        Prometheus counters and the timing middleware
     errors.py         errors in each API's shape
+    schema.py         request pieces both APIs share (no unknown field passes)
 """

@@ -15,33 +15,25 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.serve.errors import error_body
+from rlvr.serve.schema import Strict, TextPart
 
 STOP_REASON = {"stop": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens"}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TextBlock(_Strict):
-    type: Literal["text"]
-    text: str
-
-
-class Message(_Strict):
+class Message(Strict):
     role: Literal["user", "assistant"]
-    content: str | list[TextBlock]
+    content: str | list[TextPart]
 
 
-class MessagesRequest(_Strict):
+class MessagesRequest(Strict):
     model: str
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     """Required by Anthropic's API; here, when absent, the model's recommended inference length."""
-    system: str | list[TextBlock] | None = None
+    system: str | list[TextPart] | None = None
     stop_sequences: list[str] | None = None
     stream: bool = False
     temperature: float = Field(1.0, ge=0, le=1)
@@ -51,7 +43,7 @@ class MessagesRequest(_Strict):
     """`user_id` picks the A/B arm; rlvr's `answer` or `tests` has the response verified."""
 
 
-def _text(content: str | list[TextBlock]) -> str:
+def _text(content: str | list[TextPart]) -> str:
     return content if isinstance(content, str) else "".join(b.text for b in content)
 
 
