@@ -163,7 +163,7 @@ def test_rollback_budget_is_bounded(tmp_path):
     guard = RunGuard(cfg, RunLog(tmp_path, {}), RunConsole(enabled=False))
     trigger = guard.check(3, healthy(3, **{"actor/loss": float("nan")}))
     with pytest.raises(RunDiverged, match="no checkpoint to roll back to"):
-        guard.roll_back(3, trigger, restore=lambda target: 0, model=None)
+        guard.roll_back(3, trigger, restore=lambda target: 0, weights=dict)
     guard.rollbacks = 1
     with pytest.raises(RunDiverged, match="max_retries=1"):
-        guard.roll_back(3, trigger, restore=lambda target: 0, model=None)
+        guard.roll_back(3, trigger, restore=lambda target: 0, weights=dict)

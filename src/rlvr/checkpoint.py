@@ -126,20 +126,26 @@ class Checkpoint:
         return json.loads((self.path / MANIFEST).read_text())
 
 
-def load_weights(model: torch.nn.Module, model_dir: Path) -> None:
-    """Load safetensors weights from `model_dir` into `model` in place (optimizer references stay valid)."""
+def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The safetensors weights of a Hugging Face model directory (one file or an indexed set)."""
     from safetensors.torch import load_file
 
-    from rlvr.models.lora import is_peft, load_adapter_state
-
-    model_dir = Path(model_dir)
-    if is_peft(model):  # a LoRA run: checkpoints hold only the adapter (the base never changes)
-        return load_adapter_state(model, model_dir)
     index = model_dir / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
     state: dict[str, torch.Tensor] = {}
     for name in files:
         state.update(load_file(model_dir / name))
+    return state
+
+
+def load_weights(model: torch.nn.Module, model_dir: Path) -> None:
+    """Load safetensors weights from `model_dir` into `model` in place (optimizer references stay valid)."""
+    from rlvr.models.lora import is_peft, load_adapter_state
+
+    model_dir = Path(model_dir)
+    if is_peft(model):  # a LoRA run: checkpoints hold only the adapter (the base never changes)
+        return load_adapter_state(model, model_dir)
+    state = read_weights(model_dir)
     result = model.load_state_dict(state, strict=False)
     # A tied weight (lm_head sharing the embedding) is saved once; anything else missing is an error.
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -185,11 +191,16 @@ class Checkpointer:
         self._error: BaseException | None = None
         self.last: Checkpoint | None = None
 
-    def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
-             metrics: dict[str, float] | None = None) -> None:
-        """`metrics`: the values measured at this step; the keep_best score is taken from them."""
+    def manifest_extra(self, metrics: dict[str, float] | None) -> dict[str, Any]:
+        """The manifest's config hash and keep_best score (taken from the step's `metrics`)."""
         score = (metrics or {}).get(self.keep_best) if self.keep_best else None
-        extra = {"config_hash": self.config_hash, "score": {self.keep_best: score} if self.keep_best else {}}
+        return {"config_hash": self.config_hash, "score": {self.keep_best: score} if self.keep_best else {}}
+
+    def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
+             metrics: dict[str, float] | None = None, optimizer=None) -> None:
+        """`metrics`: the values measured at this step; the keep_best score is taken from them.
+        optimizer: unused here (its state is in trainer_state); a sharded checkpointer's shards hold it."""
+        extra = self.manifest_extra(metrics)
         state_bytes = _state_bytes(trainer_state)
         if not self.async_write:
             self.last = _write(self.root, step, lambda p: _save_model(model, tokenizer, p, None), state_bytes, extra)

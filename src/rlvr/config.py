@@ -299,9 +299,19 @@ class TrainConfig:
     min_lr_ratio: float = 0.0
     """Where a linear or cosine schedule ends, as a fraction of train.lr."""
     threads: int = 0
-    """torch CPU threads; 0 = all cores."""
+    """torch CPU threads; 0 = all cores (under train.strategy=fsdp: the cores shared out among the ranks)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the policy, reference, optimizer state and batches live: 'auto' is CUDA when available."""
+    strategy: Literal["single", "fsdp"] = "single"
+    """'single': one trainer process. 'fsdp': data parallel over train.world_size ranks with the
+    policy sharded by FSDP2 (rlvr.train.parallel); `rlvr train` launches the ranks itself."""
+    world_size: int = 0
+    """Ranks under train.strategy=fsdp; 0 = the launcher's WORLD_SIZE (torchrun), or one per GPU."""
 
     def __post_init__(self) -> None:
+        require(self.world_size >= 0, "world_size", f"must be >= 0, got {self.world_size}")
+        require(self.strategy == "fsdp" or self.world_size <= 1, "world_size",
+                f"{self.world_size} ranks need train.strategy=fsdp (the default 'single' is one process)")
         require(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
@@ -467,6 +477,15 @@ class Config:
         # settings that span two sections
         require(not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)), "rollout.engine",
                 "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop")
+        if self.train.strategy == "fsdp":
+            require(self.deploy.backend == "embedded", "train.strategy",
+                    "fsdp runs the embedded backend's ranks; a Ray trainer pool is not built yet (use deploy.backend=embedded)")
+            require("vllm" not in (self.rollout.engine, self.eval.engine), "rollout.engine",
+                    "train.strategy=fsdp samples with each rank's own copy of the weights: use rollout.engine=hf or loop")
+            require(not self.ckpt.async_write, "ckpt.async_write",
+                    "background checkpoint writes are not built for train.strategy=fsdp yet (ranks write their shards in step)")
+            require(not self.model.lora.enabled, "model.lora.enabled",
+                    "LoRA under train.strategy=fsdp is not built yet: train the adapter with train.strategy=single")
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")

@@ -46,6 +46,10 @@ class TokenBatch:
     mask: torch.Tensor  # (B, T) 1.0 on real completion tokens
     starts: torch.Tensor  # (B,) index in input_ids of the logit that predicts the first completion token
 
+    def to(self, device) -> "TokenBatch":
+        return TokenBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.targets, self.mask,
+                                                    self.starts)))
+
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token lists as left-padded ids and attention mask, (B, P) each: the input of generation."""
@@ -105,7 +109,9 @@ def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: st
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """logp and entropy (B, T) fp32 of the completion tokens under softmax(logits / temperature),
     the distribution they were sampled from; carries gradient when autograd is on. dtype: the
-    forward's compute precision (`compute`); the log-probs are fp32 either way."""
+    forward's compute precision (`compute`); the log-probs are fp32 either way. The batch moves to
+    the model's device (train.device); so are the results."""
+    batch = batch.to(next(model.parameters()).device)
     with compute(model, dtype):
         logits = forward_logits(model, batch)  # (B, K, V)
     return token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)  # (B, T) each
@@ -121,5 +127,5 @@ def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, t
         chunk = completions[start:start + micro_batch]
         batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
         logp, _ = completion_scores(model, batch, temperature, dtype=dtype)  # (b, T')
-        out[start:start + len(chunk), : logp.shape[1]] = logp * batch.mask
+        out[start:start + len(chunk), : logp.shape[1]] = logp.cpu() * batch.mask
     return out

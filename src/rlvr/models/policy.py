@@ -16,13 +16,16 @@ from rlvr.models import lora
 from rlvr.models.loading import ensure_trainable, load_model, save_model
 
 
-def load_policy(mcfg, start_path: str | Path):
-    """(model, tokenizer) ready to train from `start_path`: fp32 weights, gradient checkpointing, LoRA.
-    A resume then loads checkpoint weights into it (rlvr.checkpoint.load_weights)."""
+def load_policy(mcfg, start_path: str | Path, device=None):
+    """(model, tokenizer) ready to train from `start_path`: fp32 weights, gradient checkpointing, LoRA,
+    on `device` (train.device; default the CPU). A resume then loads checkpoint weights into it
+    (rlvr.checkpoint.load_weights)."""
     # fp32 master weights whatever model.dtype: bfloat16 is a compute precision (rlvr.scoring.compute),
     # so AdamW's updates and moments are never rounded to bf16
     model, tokenizer = load_model(start_path, "float32", gradient_checkpointing=mcfg.gradient_checkpointing)
     ensure_trainable(model)
+    if device is not None:
+        model = model.to(device)
     lcfg = mcfg.lora
     if lcfg.enabled:
         model = lora.apply_lora(model, r=lcfg.r, alpha=lcfg.alpha, dropout=lcfg.dropout,

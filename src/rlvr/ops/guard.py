@@ -5,7 +5,7 @@ In the training loop:
     actor = policy_update(..., fault=guard.fault(step))          # debug.inject_nan_at_step
     trigger = guard.check(step, metrics, monitor_messages)        # alerts go to their sinks
     if trigger is not None:                                       # a rollback rule fired
-        step = guard.roll_back(step, trigger, restore, model)     # last good state, lower lr, new data order
+        step = guard.roll_back(step, trigger, restore, weights)   # last good state, lower lr, new data order
 
 A rollback restores the newest valid checkpoint older than the failing step
 (or the state the run started from), multiplies the learning rate by
@@ -81,8 +81,10 @@ class RunGuard:
         """The sampler's seed: a new data order after each rollback."""
         return seed + 7919 * self.rollbacks
 
-    def roll_back(self, step: int, trigger: Alert, restore: Callable[[Any], int], model) -> int:
-        """Restore the last good state before `step`; returns the step training continues from."""
+    def roll_back(self, step: int, trigger: Alert, restore: Callable[[Any], int],
+                  weights: Callable[[], dict[str, torch.Tensor]]) -> int:
+        """Restore the last good state before `step`; returns the step training continues from.
+        weights: the restored model's full state dict (for the event's digest)."""
         if self.rollbacks >= self.cfg.rollback.max_retries:
             raise RunDiverged(f"step {step}: {trigger.message}; {self.rollbacks} rollback(s) already "
                               f"(rollback.max_retries={self.cfg.rollback.max_retries}), giving up")
@@ -99,7 +101,7 @@ class RunGuard:
             "rollback", step=step, to_step=to, rule=trigger.rule, reason=trigger.message,
             checkpoint=str(getattr(target, "path", "start of run")), rollbacks=self.rollbacks,
             lr_scale=self.lr_scale, data_seed=self.data_seed(self.cfg.seed), skipped_checkpoints=skipped,
-            weights_sha256=state_digest(model.state_dict()), base_lr=self.cfg.train.lr * self.lr_scale)
+            weights_sha256=state_digest(weights()), base_lr=self.cfg.train.lr * self.lr_scale)
         self.ui.warn(f"rolled back from step {step} to step {to} ({trigger.rule}); learning rate x{self.lr_scale:g}, "
                      f"new data order; rollback {self.rollbacks}/{self.cfg.rollback.max_retries}")
         if self.notifier.webhook is not None:

@@ -63,6 +63,8 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     """(token ids, behaviour log-probs, finish reason) for `group_size` samples of each prompt,
     prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length'."""
     ids, mask = left_pad(prompts, pad_id)  # (B, P)
+    device = next(model.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P): left padding does not shift positions
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache, cache_arg = cache_of(out), cache_arg_name(model)
@@ -71,7 +73,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     mask = mask.repeat_interleave(group_size, 0)  # (R, P)
     next_pos = mask.sum(-1)  # (R,) position of each row's next token
     n = len(prompts) * group_size
-    rows = torch.arange(n)  # (R,) which output row each active row is
+    rows = torch.arange(n, device=device)  # (R,) which output row each active row is
     tokens = [[] for _ in range(n)]
     logps: list[list[float]] = [[] for _ in range(n)]
     finish = ["length"] * n

@@ -33,6 +33,7 @@ class HFEngine(ModelEngine):
         tok = self.tokenizer
         eos_id = tok.eos_token_id
         input_ids, attention_mask = left_pad([prompts[i] for i, _ in rows], tok.pad_token_id)  # (B, P)
+        input_ids, attention_mask = input_ids.to(self.model.device), attention_mask.to(self.model.device)
         kwargs = dict(do_sample=False) if params.greedy else dict(
             do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
         gen = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,

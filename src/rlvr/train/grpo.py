@@ -34,7 +34,9 @@ from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.runlog import RunLog
 from rlvr.tasks import build_task, has_worked_solutions
 from rlvr.train.memory import peak_memory, reset_peak_memory
+from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, run_sft
+from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
 from rlvr.train.step import BatchSource, LocalBatches, StepBatch, sync_weights
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
@@ -72,12 +74,18 @@ class Run:
     checkpointer: Checkpointer
     start_path: Path
     t_start: float
+    par: Parallel
+    rollout_model: Any
+    """The full weights the engines sample with: the policy itself, or under FSDP the rank's
+    unsharded copy that every sync overwrites."""
 
     def evaluate(self, state: TrainerState, problems: list[Problem]) -> dict[str, float]:
-        """Greedy accuracy of the current weights (an engine with weights of its own gets them first)."""
-        sync_weights(self.engine, state.model, state.step, state.step)
-        return evaluate(self.engine, problems, self.reward, max_new_tokens=self.cfg.rollout.max_new_tokens,
-                        batch_size=self.cfg.eval.batch_size)
+        """Greedy accuracy of the current weights (an engine with weights of its own gets them first);
+        in a trainer group rank 0 evaluates and every rank gets its figures."""
+        sync_weights(self.engine, state.model, state.step, state.step, self.par)
+        result = evaluate(self.engine, problems, self.reward, max_new_tokens=self.cfg.rollout.max_new_tokens,
+                          batch_size=self.cfg.eval.batch_size) if self.par.main else None
+        return self.par.broadcast(result)
 
     @property
     def recompute(self) -> bool:
@@ -88,7 +96,7 @@ class Run:
 
     def save(self, state: TrainerState, metrics: dict | None = None) -> None:
         self.checkpointer.save(state.step, state.model, self.tokenizer, state.state_dict(self.cfg.to_dict()),
-                               metrics=metrics)
+                               metrics=metrics, optimizer=state.optimizer)
 
 
 def sample_rows(batch: StepBatch, n: int) -> list[dict]:
@@ -116,25 +124,38 @@ def log_step_events(run: Run, step: int, batch: StepBatch, skipped_updates: int)
         run.ui.warn(f"step {step}: {skipped_updates} update(s) skipped (non-finite loss or gradient)")
 
 
-def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchSource] | None) -> tuple[Run, TrainerState]:
+def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchSource] | None,
+             par: Parallel | None = None) -> tuple[Run, TrainerState]:
     """Run log, cold start, model, task, engine, batch source and the trainer state (resumed, or
-    evaluated before RL)."""
+    evaluated before RL). par: this rank of a trainer group (rank 0 writes the run directory, the
+    others log under <run dir>/ranks/)."""
+    par = par or Parallel()
     t_start = time.time()
     resume, unusable = resume_point(cfg.ckpt.resume, cfg.run_dir / "checkpoints")
     resume_step = resume.step if resume else None
-    log = RunLog(cfg.run_dir, cfg.to_dict(), sinks=build_sinks(cfg, cfg.run_dir, resume_step=resume_step, ui=ui),
-                 resume_step=resume_step)
+    if par.main:
+        log = RunLog(cfg.run_dir, cfg.to_dict(), sinks=build_sinks(cfg, cfg.run_dir, resume_step=resume_step, ui=ui),
+                     resume_step=resume_step)
+    else:
+        log = RunLog(cfg.run_dir / "ranks" / f"rank_{par.rank}", cfg.to_dict(), resume_step=resume_step)
     for problem in unusable:
         ui.warn(f"checkpoint {problem}; skipped in favour of an older one")
         log.event("checkpoint_skipped", problem=problem)
     guard = RunGuard(cfg, log, ui)  # alert rules, rollback, fault injection
     source = make_source(log) if make_source else None
+    if not par.main:
+        par.barrier()  # rank 0 runs (or finds cached) the cold start first
     start_path = starting_point(cfg, ui)
+    if par.main:
+        par.barrier()
     # seeded after the cold start, which draws from the same generators when it is not cached yet:
     # the first run and every later one (SFT cached) sample the same
-    seed_everything(cfg.seed)
+    seed_everything(cfg.seed, par.rank)
     ui.banner(cfg, cfg.run_dir, str(start_path))
-    model, tokenizer = load_policy(cfg.model, start_path)  # dtype, checkpointing, LoRA; a resume loads its weights below
+    model, tokenizer = load_policy(cfg.model, start_path, device=par.device)  # dtype, checkpointing, LoRA; a resume loads its weights below
+    policy = model
+    if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
+        model = copy.deepcopy(policy)
     reward = build_reward(cfg.reward)
     task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
@@ -147,13 +168,14 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         engine = engines[cfg.rollout.engine]
         if cfg.rollout.speculative.method != "none":
             check_speculation(cfg, engine, model, tokenizer, task_held_out, log)
-        source = LocalBatches.create(cfg, model, tokenizer, engine, reward, log)
-    checkpointer = Checkpointer(cfg.run_dir / "checkpoints", config_hash=config_hash(cfg), keep=cfg.ckpt.keep,
-                                keep_best=cfg.ckpt.keep_best, best_mode=cfg.ckpt.best_mode,
-                                async_write=cfg.ckpt.async_write)
+        source = LocalBatches.create(cfg, model, tokenizer, engine, reward, log, par)
+    retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
+                     best_mode=cfg.ckpt.best_mode)
+    checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, **retention) if par.sharded
+                    else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write, **retention))
     run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
-              source, update_settings(cfg), checkpointer, start_path, t_start)
-    state = TrainerState.create(cfg, model, task, guard)
+              source, update_settings(cfg), checkpointer, start_path, t_start, par, model)
+    state = TrainerState.create(cfg, par.shard(policy), task, guard, par)
     if resume:
         state.restore(resume)
         changes = config_drift(resume, cfg.to_dict())
@@ -201,12 +223,18 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     t_update = time.time()
     actor = policy_update(state.model, state.optimizer, batch.completions, batch.advantages, batch.loss_mask,
                           batch.ref_logp, run.tokenizer.pad_token_id, run.settings, generator=state.update_rng,
-                          fault=run.guard.fault(state.step), anchor=anchor)
+                          fault=run.guard.fault(state.step), anchor=anchor, par=run.par)
     lr = state.scheduler.get_last_lr()[0]  # the rate this update used
     state.scheduler.step()
+    memory = {k: max(v) for k, v in _columns(run.par.gather([peak_memory()])).items()}  # the largest rank's
     metrics = {**batch.metrics, **(anchor.metrics if anchor else {}), **actor, "actor/lr": lr,
-               "time/update_s": time.time() - t_update, "perf/step_s": time.time() - t0, **peak_memory()}
-    return batch, metrics
+               "time/update_s": time.time() - t_update, "perf/step_s": time.time() - t0, **memory}
+    # every rank acts on rank 0's figures (alerts, rollbacks, the monitor): they decide the same
+    return batch, run.par.broadcast(metrics)
+
+
+def _columns(rows: list[dict[str, float]]) -> dict[str, list[float]]:
+    return {k: [r[k] for r in rows] for k in rows[0]}
 
 
 def train(cfg: Config, ui: RunConsole | None = None,
@@ -214,11 +242,33 @@ def train(cfg: Config, ui: RunConsole | None = None,
     """Run GRPO as configured; returns the summary (also in <run dir>/summary.json).
     make_source: called with the run log, returns where batches come from (the Ray backend's
     actors); None samples in this process."""
-    ui = ui or RunConsole(cfg.run.progress)
-    if cfg.train.threads:
+    device = train_device(cfg.train.device)
+    if device.type == "cuda" and cfg.rollout.speculative.method != "none":
+        from rlvr.configlib import ConfigError
+        raise ConfigError("rollout.speculative: speculative decoding runs on the CPU only; on CUDA use "
+                          "rollout.speculative.method=none (or train.device=cpu)")
+    par = Parallel.create(cfg.train, device)
+    ui = ui or RunConsole(cfg.run.progress and par.main)
+    threads = cfg.train.threads or (_cores_per_rank(par) if par.sharded else 0)
+    if threads:
         import torch
-        torch.set_num_threads(cfg.train.threads)
-    run, state = open_run(cfg, ui, make_source)
+        torch.set_num_threads(threads)
+    try:
+        run, state = open_run(cfg, ui, make_source, par)
+        return _train(run, state)
+    finally:
+        par.close()
+
+
+def _cores_per_rank(par: Parallel) -> int:
+    """The CPU cores shared out among this machine's ranks (LOCAL_WORLD_SIZE: torchrun's)."""
+    import os
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", par.world))
+    return max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // local)
+
+
+def _train(run: Run, state: TrainerState) -> dict:
+    cfg, ui = run.cfg, run.ui
     ui.start(cfg.train.steps, completed=state.step)
     accuracy = None
     status = "completed"
@@ -231,7 +281,8 @@ def train(cfg: Config, ui: RunConsole | None = None,
             log_step_events(run, step, batch, int(metrics["actor/skipped_updates"]))
             if trigger is not None:  # diverged: back to the last good state, lower lr, new data order
                 run.checkpointer.wait()  # a checkpoint still being written counts as a good state
-                run.guard.roll_back(step, trigger, functools.partial(state.restore, rollback=True), state.model)
+                run.guard.roll_back(step, trigger, functools.partial(state.restore, rollback=True),
+                                    functools.partial(run.par.full_state_dict, state.model))
                 continue
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                 during = run.evaluate(state, run.held_out[: cfg.eval.n_during])
@@ -271,7 +322,13 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
         log.metrics(state.step, eval_metrics(eval_after))
     run.checkpointer.wait()  # a background write must finish before the export merges a LoRA adapter in place
     if status == "completed":
-        export_model(state.model, run.tokenizer, cfg.run_dir / "model")  # Hugging Face format; LoRA merged
+        plain = state.model
+        if run.par.sharded:  # gathered one tensor at a time into the full copy rank 0 samples with
+            weights = run.par.full_state_dict(state.model)
+            plain = run.rollout_model
+            plain.load_state_dict(weights, strict=False)
+        if run.par.main:
+            export_model(plain, run.tokenizer, cfg.run_dir / "model")  # Hugging Face format; LoRA merged
     rewards = state.history["reward"]
 
     def figures(ev: dict | None) -> dict | None:
@@ -286,6 +343,8 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
     }
     log.summary(summary)
     log.close()
+    if not run.par.main:
+        return summary
     if cfg.log.report:
         write_report_safely(cfg.run_dir, run.ui)
     if status == "completed":

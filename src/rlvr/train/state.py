@@ -14,10 +14,15 @@ from rlvr.ops.guard import RunGuard, rescale_lr
 from rlvr.rewards import RewardMonitor
 from rlvr.tasks import ProblemSampler
 from rlvr.train.lr import lr_factor
+from rlvr.train.parallel import Parallel
+from rlvr.train.sharded_checkpoint import is_sharded, load_full_weights, load_sharded
 from rlvr.train.update import build_optimizer
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int, rank: int = 0) -> None:
+    """Seed torch, random and numpy; each rank of a trainer group samples its share of the
+    prompts from a stream of its own (rank 0's is the single-process one)."""
+    seed += 10_007 * rank
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
@@ -39,6 +44,8 @@ class TrainerState:
     monitor: RewardMonitor
     guard: RunGuard
     seed: int
+    par: Parallel = field(default_factory=Parallel)
+    """The trainer group (world 1: this process alone)."""
     step: int = 0
     """Steps completed."""
     consumed: int = 0
@@ -49,13 +56,14 @@ class TrainerState:
     """'reward': reward/mean per step; 'eval': (step, accuracy) of the evaluations during the run."""
 
     @classmethod
-    def create(cls, cfg, model, task, guard: RunGuard) -> "TrainerState":
+    def create(cls, cfg, model, task, guard: RunGuard, par: Parallel | None = None) -> "TrainerState":
         t = cfg.train
         optimizer = build_optimizer(t, model)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(
             s, total=t.steps, warmup=t.warmup, schedule=t.lr_schedule, min_ratio=t.min_lr_ratio))
         return cls(model, optimizer, scheduler, torch.Generator().manual_seed(cfg.seed), task,
-                   ProblemSampler(task, seed=cfg.seed), RewardMonitor(cfg.reward.monitor.stuck_steps), guard, cfg.seed)
+                   ProblemSampler(task, seed=cfg.seed), RewardMonitor(cfg.reward.monitor.stuck_steps), guard, cfg.seed,
+                   par or Parallel())
 
     def state_dict(self, config: dict) -> dict[str, Any]:
         """What a checkpoint holds besides the weights; `config` is the run's resolved config."""
@@ -68,11 +76,18 @@ class TrainerState:
         """Weights and state of a checkpoint (or the start snapshot); returns its step. A rollback
         keeps the guard's own count, lr scale and data seed: the lr is rescaled, the data reordered."""
         state = ckpt.trainer_state()
-        load_weights(self.model, ckpt.model_dir)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if getattr(ckpt, "path", None) is not None and is_sharded(ckpt.path):  # weights, optimizer state and this rank's RNG from its shards
+            rng = load_sharded(ckpt.path, self.model, self.optimizer, self.par)
+        else:
+            if self.par.sharded:  # the start of the run (a rollback before any checkpoint): full weights
+                load_full_weights(self.model, ckpt.model_dir)
+            else:
+                load_weights(self.model, ckpt.model_dir)
+            self.optimizer.load_state_dict(state["optimizer"])
+            rng = state["rng"]
         self.scheduler.load_state_dict(state["scheduler"])
         self.update_rng.set_state(state["update_rng"])
-        set_rng_state(state["rng"])
+        set_rng_state(rng)
         self.monitor.load_state_dict(state["monitor"])
         self.guard.load_state_dict(state["guard"], rules_only=rollback)
         rescale_lr(self.optimizer, self.scheduler, self.guard.lr_scale / state["guard"]["lr_scale"])

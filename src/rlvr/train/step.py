@@ -39,6 +39,7 @@ from rlvr.rewards import reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.rollout.engine import WeightSyncError
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
+from rlvr.train.parallel import Parallel
 
 
 @dataclass(frozen=True)
@@ -142,20 +143,23 @@ def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
 
 
 def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, ref=None) -> StepBatch:
+                  batch_size: int, ref=None, par: Parallel | None = None) -> StepBatch:
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
     engine: samples the completions (a `RolloutEngine`, holding the current policy's weights);
     reward: scores them (`.score(problems, texts, group_ids=...)`, rlvr.rewards.Reward or a pool);
     ref: a `ReferenceModel` (anything with `.logprobs(completions) -> (N, T)`), or None when
     algo.beta = 0; its log-probs are taken for the kept completions only and returned for the loss.
+    par: a trainer group samples and scores each round's prompts split across its ranks, and every
+    rank returns the whole batch (rlvr.train.parallel).
     """
+    par = par or Parallel()
     g = params.group_size
     times = {"time/rollout_s": 0.0, "time/reward_s": 0.0, "time/ref_s": 0.0}
     generated, batch = _Samples(), _Samples()
     rounds, n_prompts, need = 0, batch_size, batch_size
     while True:
-        fresh = _sample_round(engine, sampler, reward, params, n_prompts, times)
+        fresh = _sample_round(engine, sampler, reward, params, n_prompts, times, par)
         generated.extend(fresh, list(range(n_prompts)), g)
         flat = zero_variance_groups(task_rewards(fresh, algo, params.max_new_tokens, g), g)  # (M,)
         signal = [m for m in range(n_prompts) if not (algo.filter_zero_std and flat[m])][:need]
@@ -177,6 +181,8 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
         **getattr(reward, "metrics", dict)(),  # sandbox throughput and timeout rate under training load
     }
     out = _shape(batch, ref, algo, params, times) if n_kept else _empty()
+    if par.sharded and algo.noise_std > 0:  # advantage noise comes from each rank's own stream: take rank 0's
+        out.advantages = par.broadcast(out.advantages)
     out.metrics = {**metrics, **out.metrics, **times}
     out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
     out.sampler_position = sampler.position
@@ -221,29 +227,35 @@ def _empty() -> StepBatch:
 
 
 def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams, n_prompts: int,
-                  times: dict[str, float]) -> _Samples:
-    """Generate G completions for each of `n_prompts` new problems and score them."""
+                  times: dict[str, float], par: Parallel) -> _Samples:
+    """Generate G completions for each of `n_prompts` new problems and score them (a trainer
+    group: each rank its share of the problems, then every rank gets all of them, in order)."""
     g = params.group_size
     t0 = time.time()
     offset = sampler.position  # group ids stay unique across rounds and steps
-    problems = sampler.take(n_prompts)
-    completions = engine.generate(problems, params, group_offset=offset)
+    start, problems = par.share(sampler.take(n_prompts))  # every rank draws the same problems
+    completions = engine.generate(problems, params, group_offset=offset + start) if problems else []
     times["time/rollout_s"] += time.time() - t0
     t1 = time.time()
     per_sample = [problems[i // g] for i in range(len(completions))]
-    results = reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions])
+    results = (reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions])
+               if completions else [])
     times["time/reward_s"] += time.time() - t1
-    return _Samples(per_sample, completions, results)
+    if not par.sharded:
+        return _Samples(per_sample, completions, results)
+    rows = par.gather(list(zip(per_sample, completions, results)))  # (problem, completion, result), rank order
+    return _Samples([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
 
-def sync_weights(engine: RolloutEngine, model, version: int, step: int) -> float:
+def sync_weights(engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None) -> float:
     """Load `model`'s weights into `engine` as policy `version` unless it holds them; seconds taken.
+    A sharded model's weights are gathered one tensor at a time on their way (every rank syncs).
     A failed or timed-out load raises naming the step."""
     if engine.version == version:
         return 0.0
     t0 = time.time()
     try:
-        engine.load_weights(model.state_dict().items(), version)
+        engine.load_weights((par or Parallel()).full_weights(model), version)
     except Exception as exc:
         raise WeightSyncError(f"step {step}: {exc}") from exc
     return time.time() - t0
@@ -271,9 +283,13 @@ class LocalBatches:
     """The run's `SpeculativeConfig` when the engine decodes speculatively: its fallback rule."""
     log: object | None = None
     low_accept_steps: int = 0
+    par: Parallel = field(default_factory=Parallel)
 
     @classmethod
-    def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None) -> "LocalBatches":
+    def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None,
+               par: Parallel | None = None) -> "LocalBatches":
+        """model: the policy's full weights (under FSDP the rank's unsharded copy, from which
+        the reference is copied too)."""
         ref = None
         if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
             from rlvr.inference.reference import ReferenceModel
@@ -282,14 +298,14 @@ class LocalBatches:
                                  cfg.model.dtype)
         spec = cfg.rollout.speculative
         return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
-                   cfg.rollout.sync_every, spec if spec.method != "none" else None, log)
+                   cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par or Parallel())
 
     def collect(self, model, sampler, step: int) -> StepBatch:
         sync_s = 0.0
         if (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
-            sync_s = sync_weights(self.engine, model, step - 1, step)
+            sync_s = sync_weights(self.engine, model, step - 1, step, self.par)
         batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                              ref=self.ref)
+                              ref=self.ref, par=self.par)
         batch.metrics["time/weight_sync_s"] = sync_s
         if self.speculative is not None:
             self._watch_speculation(batch, step)

@@ -22,6 +22,7 @@ import torch
 from rlvr.algos import LossSettings, logprob_mismatch, policy_loss, rollout_is_weights
 from rlvr.records import Completion
 from rlvr.scoring import completion_logprobs, completion_scores, pack
+from rlvr.train.parallel import Parallel
 
 
 @dataclass(frozen=True)
@@ -91,49 +92,56 @@ def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
 def policy_update(model, optimizer, completions: Sequence[Completion], advantages: torch.Tensor,
                   loss_mask: torch.Tensor, ref_logp: torch.Tensor | None, pad_id: int, s: UpdateSettings,
                   *, generator: torch.Generator, fault: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                  skip_zero_gradient: bool = True, anchor: Anchor | None = None) -> dict[str, float]:
+                  skip_zero_gradient: bool = True, anchor: Anchor | None = None,
+                  par: Parallel | None = None) -> dict[str, float]:
     """Apply the updates; returns averaged actor/* stats. loss_mask (N,) is 0 for excluded samples.
 
     anchor: the trainer's recomputed log-probs as the ratio's denominator, and rollout-correction
     weights (default: the engine's behaviour log-probs, no correction). fault: a transform of each
     micro-batch loss (fault injection). skip_zero_gradient=False runs the sequences that cannot
-    move the weights too (the reference the skip is tested against)."""
+    move the weights too (the reference the skip is tested against). par: the trainer group
+    (rlvr.train.parallel); every rank passes the same batch and runs its share of each
+    mini-batch's sequences, and the summed gradients make the single-process step."""
+    par = par or Parallel()
     n = len(completions)
     if n == 0:  # dynamic sampling found no group with signal: nothing to learn from, nothing applied
         return {"actor/skipped_updates": 0.0}
     t = max(1, max(len(c.token_ids) for c in completions))
-    old_logp = _padded([c.logprobs for c in completions], t) if anchor is None else anchor.old_logp  # (N, T)
-    is_weights = None if anchor is None else anchor.is_weights  # (N, T)
+    device = next(model.parameters()).device  # the loss is computed where the log-probs are (train.device)
+    old_logp = (_padded([c.logprobs for c in completions], t) if anchor is None else anchor.old_logp).to(device)  # (N, T)
+    is_weights = None if anchor is None or anchor.is_weights is None else anchor.is_weights.to(device)  # (N, T)
+    advantages, loss_mask = advantages.to(device), loss_mask.to(device)  # (N,)
+    ref_logp = None if ref_logp is None else ref_logp.to(device)  # (N, T)
     unit_fn = s.loss.aggregation.units
     lengths = torch.tensor([len(c.prompt_ids) + len(c.token_ids) for c in completions])
-    sums: dict[str, float] = defaultdict(float)
+    sums: dict[str, float] = defaultdict(float)  # per micro-batch statistics of this rank
     counts: dict[str, int] = defaultdict(int)
+    steps: dict[str, list[float]] = defaultdict(list)  # per mini-batch, the same on every rank
     extremes = {"ratio_min": math.inf, "ratio_max": -math.inf}  # over all micro-batches, not averaged
     skipped = 0
-    carries = (_carries_gradient(advantages, loss_mask, s.loss) if skip_zero_gradient
-               else torch.ones(n, dtype=torch.bool))  # (N,)
+    carries = (_carries_gradient(advantages, loss_mask, s.loss).cpu() if skip_zero_gradient
+               else torch.ones(n, dtype=torch.bool))  # (N,) on the CPU, as the indices are
     model.train()
     for _ in range(s.ppo_epochs):
         order = torch.randperm(n, generator=generator)
         for mini in order.chunk(s.mini_batches):
             # micro-batches of similar length: sort the mini-batch by length, then cut
             mini = mini[torch.argsort(lengths[mini], stable=True)]
-            micro_size = s.micro_batch_size or len(mini)
-            seq_mask_all = _token_mask(completions, mini, t) * loss_mask[mini, None]  # (M, T)
+            micro_size = s.micro_batch_size or math.ceil(len(mini) / par.world)
+            seq_mask_all = _token_mask(completions, mini, t).to(device) * loss_mask[mini, None]  # (M, T)
             total_units = unit_fn(seq_mask_all).clamp(min=1)
             optimizer.zero_grad(set_to_none=True)
             mini_loss = 0.0
             active = mini[carries[mini]]  # still sorted by length; the normaliser above counts all
-            sums["zero_grad_seqs"] += float(len(mini) - len(active))
-            counts["zero_grad_seqs"] += 1
+            steps["zero_grad_seqs"].append(float(len(mini) - len(active)))
             if len(active) == 0:  # no signal at all: the shortest micro-batch still runs, for the
-                active = mini[:micro_size]  # statistics; its gradient is exactly zero, as the full one is
-            for micro in active.split(micro_size):
+                active = mini[:micro_size * par.world]  # statistics; its gradient is exactly zero, as the full one is
+            for micro, real in _micro_batches(active, micro_size, par):
                 chunk = [completions[i] for i in micro.tolist()]
                 batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
                 width = batch.targets.shape[1]
                 logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
-                mask = batch.mask * loss_mask[micro, None]  # (b, W)
+                mask = batch.mask * loss_mask[micro, None] * float(real)  # (b, W); a rank's padding step counts nothing
                 loss, stats = policy_loss(logp, old_logp[micro, :width], advantages[micro], mask, s.loss,
                                           ref_logp=None if ref_logp is None else ref_logp[micro, :width],
                                           entropy=entropy,
@@ -142,6 +150,8 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                     loss = fault(loss)
                 weight = unit_fn(mask) / total_units
                 (loss * weight).backward()
+                if not real:
+                    continue
                 for key, value in stats.items():
                     sums[key] += float(value)
                     counts[key] += 1
@@ -150,19 +160,49 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                     extremes["ratio_max"] = max(extremes["ratio_max"], float(stats["ratio_max"]))
                 mini_loss += float(loss.detach()) * float(weight)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
-            sums["loss"] += mini_loss
-            counts["loss"] += 1
-            if not (math.isfinite(float(grad_norm)) and math.isfinite(mini_loss)):
+            grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+            mini_loss = par.sum(mini_loss)
+            steps["loss"].append(mini_loss)
+            if not (math.isfinite(grad_norm) and math.isfinite(mini_loss)):
                 # A non-finite step is never applied: drop its gradients and count it.
                 optimizer.zero_grad(set_to_none=True)
                 skipped += 1
                 continue
             optimizer.step()
-            sums["grad_norm"] += float(grad_norm)
-            counts["grad_norm"] += 1
+            steps["grad_norm"].append(grad_norm)
+    out = {f"actor/{k}": sum(v) / len(v) for k, v in steps.items() if v}
+    out.update(_merged_stats(par.gather([(dict(sums), dict(counts), extremes)])))
+    out["actor/skipped_updates"] = float(skipped)
+    return out
+
+
+def _micro_batches(active: torch.Tensor, micro_size: int, par: Parallel):
+    """(indices, real) of this rank's micro-batches of a mini-batch's sequences `active` (sorted by
+    length): rank r takes every world-th sequence from r, so shares are balanced in length. Every
+    rank runs as many forward/backward passes as the rank with the most (FSDP's collectives pair
+    them up); a rank that has run out repeats its first sequence with real=False (weight 0)."""
+    mine = active[par.rank::par.world]
+    chunks = list(mine.split(micro_size)) if len(mine) else []
+    n_micro = math.ceil(math.ceil(len(active) / par.world) / micro_size)
+    for chunk in chunks:
+        yield chunk, True
+    for _ in range(n_micro - len(chunks)):
+        yield active[:1], False
+
+
+def _merged_stats(parts) -> dict[str, float]:
+    """Micro-batch statistics of every rank: means over all micro-batches, extremes over all."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    extremes = {"ratio_min": math.inf, "ratio_max": -math.inf}
+    for rank_sums, rank_counts, rank_extremes in parts:
+        for key, value in rank_sums.items():
+            sums[key] += value
+            counts[key] += rank_counts[key]
+        extremes["ratio_min"] = min(extremes["ratio_min"], rank_extremes["ratio_min"])
+        extremes["ratio_max"] = max(extremes["ratio_max"], rank_extremes["ratio_max"])
     out = {f"actor/{k}": sums[k] / max(1, counts[k]) for k in sums}
     out.update({f"actor/{k}": v for k, v in extremes.items() if math.isfinite(v)})
-    out["actor/skipped_updates"] = float(skipped)
     return out
 
 

@@ -1,0 +1,114 @@
+"""Checkpoints of a sharded (FSDP2) trainer: every rank writes its own shards, nothing is gathered.
+
+    checkpoints/step_000050/
+      dcp/                 torch.distributed.checkpoint: model weights and AdamW state, one file per
+                           rank plus .metadata (loadable on another world size: DCP reshards)
+      model/               config, generation config, tokenizer (no weights: the export has them)
+      trainer_state.pt     what `TrainerState.state_dict` holds but the optimizer and the RNG
+      rank_N.pt            rank N's RNG (python, numpy, torch): each rank samples its own share
+      manifest.json        step, config hash, score, sha256 of every file above
+
+Same guarantees as `rlvr.checkpoint`: written into `step_NNNNNN.tmp/`, fsynced, manifest last,
+renamed into place by rank 0 once every rank is done; a kill at any moment leaves either the
+whole checkpoint or one that fails verification and is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.checkpoint import (MANIFEST, Checkpoint, Checkpointer, _fsync_dir, _fsync_tree, _sha256, _state_bytes,
+                             read_weights, retain, rng_state)
+
+_LOCAL = ("optimizer", "rng")
+"""State that lives per rank or in the shards, not in trainer_state.pt."""
+
+
+class ShardedCheckpointer(Checkpointer):
+    """`Checkpointer` for a sharded trainer group: every rank calls `save` and writes its shards."""
+
+    def __init__(self, root: Path, *, par, **kwargs) -> None:
+        super().__init__(root, **kwargs)
+        self.par = par
+
+    def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
+             metrics: dict[str, float] | None = None, optimizer=None) -> None:
+        self.last = save_sharded(self.root, step, model, optimizer, tokenizer, trainer_state, self.par,
+                                 self.manifest_extra(metrics))
+        if self.par.main:
+            retain(self.root, self.keep, self.keep_best, self.best_mode)
+        self.par.barrier()
+
+
+def is_sharded(path: Path) -> bool:
+    return (Path(path) / "dcp").is_dir()
+
+
+def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_state: dict[str, Any], par,
+                 extra: dict[str, Any]) -> Checkpoint:
+    """Every rank calls this (collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    root = Path(root)
+    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
+    if par.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    par.barrier()
+    weights, optim = get_state_dict(model, optimizer)
+    dcp.save({"model": weights, "optim": optim}, checkpoint_id=str(tmp / "dcp"))
+    torch.save(rng_state(), tmp / f"rank_{par.rank}.pt")
+    if par.main:
+        (tmp / "trainer_state.pt").write_bytes(_state_bytes({k: v for k, v in trainer_state.items() if k not in _LOCAL}))
+        model.config.save_pretrained(tmp / "model")
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+    par.barrier()  # every rank's files are written
+    if par.main:
+        files = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, **extra, "world_size": par.world, "files": files},
+                                               indent=1))
+        _fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    par.barrier()  # nobody moves on (or resumes) before the checkpoint is in place
+    return Checkpoint(final, step)
+
+
+def load_sharded(path: Path, model, optimizer, par) -> dict[str, Any]:
+    """Weights and optimizer state from a sharded checkpoint into the sharded model and optimizer
+    (collective); returns this rank's RNG state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from rlvr.configlib import ConfigError
+
+    path = Path(path)
+    saved = json.loads((path / MANIFEST).read_text()).get("world_size")
+    if saved != par.world:
+        raise ConfigError(f"ckpt.resume: {path} was written by {saved} rank(s), this run has {par.world}; "
+                          f"resume with train.world_size={saved}")
+    weights, optim = get_state_dict(model, optimizer)
+    state = {"model": weights, "optim": optim}
+    dcp.load(state, checkpoint_id=str(path / "dcp"))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return torch.load(path / f"rank_{par.rank}.pt", weights_only=False)
+
+
+def load_full_weights(model, model_dir: Path) -> None:
+    """A Hugging Face model directory's (full) weights into a sharded model: each rank keeps its
+    own shards of them."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, read_weights(Path(model_dir)),
+                         options=StateDictOptions(full_state_dict=True, strict=False))
