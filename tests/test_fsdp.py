@@ -174,8 +174,12 @@ def test_train_device_cuda_without_cuda_is_a_one_line_config_error(tmp_path):
 def test_fsdp_settings_that_are_not_built_are_config_errors():
     from rlvr.configlib import ConfigError
 
-    for bad in (["deploy.backend=ray"], ["rollout.engine=vllm"], ["model.lora.enabled=true"], ["ckpt.async_write=true"]):
+    for bad in (["rollout.engine=vllm"], ["deploy.backend=ray", "eval.engine=vllm"], ["model.lora.enabled=true"], ["ckpt.async_write=true"]):
         with pytest.raises(ConfigError):
             load_config(None, ["train.strategy=fsdp", *bad])
     with pytest.raises(ConfigError, match="train.strategy=fsdp"):
         load_config(None, ["train.world_size=2"])
+    with pytest.raises(ConfigError, match="train.offload"):
+        load_config(None, ["train.offload=true"])
+    with pytest.raises(ConfigError, match="train.offload"):
+        load_config(None, ["train.strategy=fsdp", "train.offload=true", "train.device=cpu"])

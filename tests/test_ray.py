@@ -86,13 +86,22 @@ def test_staleness_bound_drops_whole_groups_older_than_k():
     assert len(select_rows(batch, [4, 5]).completions) == 2
 
 
+SYNC = ("deploy.backend=ray", "algo.beta=0.04")  # with the reference model on the inference worker
+
+
+@pytest.fixture(scope="module")
+def ray_sync(cluster, sft_dir, tmp_path_factory):
+    """A sync Ray run with one trainer: the reference of the embedded and the trainer-pool runs."""
+    base = tmp_path_factory.mktemp("ray-sync")
+    assert run(config(base, sft_dir, "ray", *SYNC))["status"] == "completed"
+    return base / "ray"
+
+
 @pytest.mark.slow
-def test_sync_ray_reproduces_embedded_metrics(cluster, sft_dir, tmp_path):
-    extra = ("algo.beta=0.04",)  # with the reference model on the inference worker
-    embedded = train(config(tmp_path, sft_dir, "embedded", *extra))
-    distributed = run(config(tmp_path, sft_dir, "ray", "deploy.backend=ray", *extra))
-    assert embedded["status"] == distributed["status"] == "completed"
-    a, b = rows(tmp_path / "embedded", "metrics"), rows(tmp_path / "ray", "metrics")
+def test_sync_ray_reproduces_embedded_metrics(ray_sync, sft_dir, tmp_path):
+    embedded = train(config(tmp_path, sft_dir, "embedded", *SYNC[1:]))
+    assert embedded["status"] == "completed"
+    a, b = rows(tmp_path / "embedded", "metrics"), rows(ray_sync, "metrics")
     assert [r["step"] for r in a] == [r["step"] for r in b]
     compared = 0
     for ra, rb in zip(a, b):
@@ -178,3 +187,32 @@ def test_ray_rollout_workers_sample_on_vllm(cluster, tmp_path_factory, tmp_path)
     assert [r["step"] for r in steps] == [1, 2]
     # sampled on the worker's vLLM engine, scored again by the trainer: the two agree
     assert all(r["rollout/logprob_diff_max"] < 1e-3 and r["perf/policy_version"] == r["step"] - 1 for r in steps)
+
+
+@pytest.mark.slow
+def test_a_2_actor_fsdp_trainer_pool_trains_as_one_trainer(ray_sync, sft_dir, tmp_path):
+    # one trainer vs a pool of two forming one FSDP group: rank 0 collects the batch from the pools,
+    # both ranks update on their halves of it, so step 1 (same weights, same batch) is the same step
+    pool = run(config(tmp_path, sft_dir, "pool", *SYNC, "train.strategy=fsdp", "deploy.pools.trainer.replicas=2",
+                      "deploy.pools.trainer.cpus=1"))
+    assert pool["status"] == "completed" and pool["steps"] == 3
+    a = [r for r in rows(ray_sync, "metrics") if "reward/mean" in r]
+    b = [r for r in rows(tmp_path / "pool", "metrics") if "reward/mean" in r]
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for key in ("reward/mean", "reward/std", "rollout/len_mean", "actor/loss", "actor/grad_norm"):
+        assert b[0][key] == pytest.approx(a[0][key], rel=1e-5, abs=1e-7), key
+    assert all(r["time/weight_gather_s"] >= 0 for r in b)
+    assert (tmp_path / "pool" / "ranks" / "rank_1" / "metrics.jsonl").exists()  # rank 1 logged apart
+    ckpt = open_checkpoint(list_checkpoints(tmp_path / "pool" / "checkpoints")[-1])
+    assert (ckpt.path / "dcp").is_dir() and (ckpt.path / "rank_1.pt").exists()
+    assert (tmp_path / "pool" / "model" / "model.safetensors").exists()
+
+
+def test_trainer_replicas_need_fsdp():
+    from rlvr.configlib import ConfigError
+
+    with pytest.raises(ConfigError, match="deploy.pools.trainer.replicas"):
+        load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2"])
+    with pytest.raises(ConfigError, match="train.world_size"):
+        load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2", "train.strategy=fsdp",
+                           "train.world_size=3"])

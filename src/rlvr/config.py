@@ -307,11 +307,18 @@ class TrainConfig:
     policy sharded by FSDP2 (rlvr.train.parallel); `rlvr train` launches the ranks itself."""
     world_size: int = 0
     """Ranks under train.strategy=fsdp; 0 = the launcher's WORLD_SIZE (torchrun), or one per GPU."""
+    offload: bool = False
+    """FSDP2's CPUOffloadPolicy: sharded parameters, gradients and AdamW state live in host memory
+    and move to the GPU for each layer's use (train.strategy=fsdp on CUDA)."""
 
     def __post_init__(self) -> None:
         require(self.world_size >= 0, "world_size", f"must be >= 0, got {self.world_size}")
         require(self.strategy == "fsdp" or self.world_size <= 1, "world_size",
                 f"{self.world_size} ranks need train.strategy=fsdp (the default 'single' is one process)")
+        require(not self.offload or self.strategy == "fsdp", "offload",
+                "offloads FSDP2's shards: it needs train.strategy=fsdp")
+        require(not (self.offload and self.device == "cpu"), "offload",
+                "moves the training state from the GPU to host memory; with train.device=cpu it is there already")
         require(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
@@ -477,11 +484,20 @@ class Config:
         # settings that span two sections
         require(not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)), "rollout.engine",
                 "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop")
+        trainers = self.deploy.pools["trainer"].replicas
+        if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
+            require(self.train.world_size in (0, trainers), "train.world_size",
+                    f"{self.train.world_size} ranks, but the Ray trainer pool has {trainers} "
+                    "(deploy.pools.trainer.replicas): set them equal, or leave train.world_size=0")
+        elif self.deploy.backend == "ray":
+            require(trainers == 1, "deploy.pools.trainer.replicas",
+                    f"{trainers} trainers form one process group only under train.strategy=fsdp")
         if self.train.strategy == "fsdp":
-            require(self.deploy.backend == "embedded", "train.strategy",
-                    "fsdp runs the embedded backend's ranks; a Ray trainer pool is not built yet (use deploy.backend=embedded)")
-            require("vllm" not in (self.rollout.engine, self.eval.engine), "rollout.engine",
-                    "train.strategy=fsdp samples with each rank's own copy of the weights: use rollout.engine=hf or loop")
+            require(self.deploy.backend == "ray" or self.rollout.engine != "vllm", "rollout.engine",
+                    "embedded train.strategy=fsdp samples with each rank's own copy of the weights: use "
+                    "rollout.engine=hf or loop (or deploy.backend=ray, where vLLM runs in the rollout pool)")
+            require((self.eval.engine or self.rollout.engine) != "vllm", "eval.engine",
+                    "under train.strategy=fsdp rank 0 evaluates with its own copy of the weights: set eval.engine=hf or loop")
             require(not self.ckpt.async_write, "ckpt.async_write",
                     "background checkpoint writes are not built for train.strategy=fsdp yet (ranks write their shards in step)")
             require(not self.model.lora.enabled, "model.lora.enabled",

@@ -78,6 +78,9 @@ class AdapterDisabled:
     def requires_grad_(self, _flag: bool = False) -> AdapterDisabled:
         return self
 
+    def parameters(self):
+        return self.model.parameters()
+
     @torch.no_grad()
     def __call__(self, *args, **kwargs):
         was_training = self.model.training

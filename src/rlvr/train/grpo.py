@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, run_sft
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
-from rlvr.train.step import BatchSource, LocalBatches, StepBatch, sync_weights
+from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, sync_weights
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
 
 
@@ -143,6 +144,8 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         log.event("checkpoint_skipped", problem=problem)
     guard = RunGuard(cfg, log, ui)  # alert rules, rollback, fault injection
     source = make_source(log) if make_source else None
+    if par.sharded and make_source is not None:  # batches from outside the group: rank 0's source serves all
+        source = RankZeroBatches(source if par.main else None, par)
     if not par.main:
         par.barrier()  # rank 0 runs (or finds cached) the cold start first
     start_path = starting_point(cfg, ui)
@@ -175,7 +178,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
                     else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write, **retention))
     run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
               source, update_settings(cfg), checkpointer, start_path, t_start, par, model)
-    state = TrainerState.create(cfg, par.shard(policy), task, guard, par)
+    state = TrainerState.create(cfg, par.shard(policy, offload=cfg.train.offload), task, guard, par)
     if resume:
         state.restore(resume)
         changes = config_drift(resume, cfg.to_dict())
@@ -247,9 +250,13 @@ def train(cfg: Config, ui: RunConsole | None = None,
         from rlvr.configlib import ConfigError
         raise ConfigError("rollout.speculative: speculative decoding runs on the CPU only; on CUDA use "
                           "rollout.speculative.method=none (or train.device=cpu)")
+    if cfg.train.offload and device.type != "cuda":
+        from rlvr.configlib import ConfigError
+        raise ConfigError("train.offload: there is no GPU memory to offload from (train.device resolved to "
+                          f"{device.type}); leave train.offload=false")
     par = Parallel.create(cfg.train, device)
     ui = ui or RunConsole(cfg.run.progress and par.main)
-    threads = cfg.train.threads or (_cores_per_rank(par) if par.sharded else 0)
+    threads = cfg.train.threads or (_cores_per_rank() if "LOCAL_WORLD_SIZE" in os.environ else 0)
     if threads:
         import torch
         torch.set_num_threads(threads)
@@ -260,11 +267,10 @@ def train(cfg: Config, ui: RunConsole | None = None,
         par.close()
 
 
-def _cores_per_rank(par: Parallel) -> int:
-    """The CPU cores shared out among this machine's ranks (LOCAL_WORLD_SIZE: torchrun's)."""
-    import os
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", par.world))
-    return max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // local)
+def _cores_per_rank() -> int:
+    """The CPU cores shared out among the ranks torchrun started on this machine (LOCAL_WORLD_SIZE)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // int(os.environ["LOCAL_WORLD_SIZE"]))
 
 
 def _train(run: Run, state: TrainerState) -> dict:

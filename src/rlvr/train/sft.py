@@ -25,6 +25,7 @@ from rlvr.records import Problem
 from rlvr.tasks import build_task, needs_code_chars, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
+from rlvr.train.parallel import train_device
 
 
 def base_model_path(cfg: Config) -> Path:
@@ -72,7 +73,7 @@ def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float
     losses = []
     for step in range(steps):
         chunk = rng.sample(pairs, min(batch_size, len(pairs)))
-        batch = pack([p for p, _ in chunk], [c for _, c in chunk], tokenizer.pad_token_id)
+        batch = pack([p for p, _ in chunk], [c for _, c in chunk], tokenizer.pad_token_id).to(model.device)
         with compute(model, dtype):
             logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
         logits = completion_logits(logits, batch).float()  # (B, T, V)
@@ -96,6 +97,7 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
         return out
     torch.manual_seed(cfg.seed)
     model, tokenizer = load_model(base_model_path(cfg), "float32")  # fp32 master weights (model.dtype: compute)
+    model = model.to(train_device(cfg.train.device))
     task = build_task(cfg)
     problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), cfg.sft.examples))
     s = cfg.sft

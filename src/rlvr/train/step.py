@@ -325,3 +325,35 @@ class LocalBatches:
                 self.log.event("speculative_fallback", step=step, accept_rate=stats["accept_rate"],
                                min_accept=self.speculative.min_accept, steps=self.low_accept_steps)
             self.speculative = None
+
+
+class _FullWeights:
+    """What a batch source reads of the policy (`state_dict()`), holding weights gathered from the shards."""
+
+    def __init__(self, weights: dict) -> None:
+        self.weights = weights
+
+    def state_dict(self) -> dict:
+        return self.weights
+
+
+@dataclass
+class RankZeroBatches:
+    """A trainer group's batches from a source outside it (the Ray pools): rank 0 collects them
+    with the weights gathered from every rank's shards (to rank 0 only, one tensor at a time, on
+    the CPU), and every rank trains on the batch it broadcasts."""
+
+    inner: BatchSource | None
+    """Rank 0's source; None on the other ranks."""
+    par: Parallel
+
+    def collect(self, model, sampler, step: int) -> StepBatch:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        t0 = time.time()
+        weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        gather_s = time.time() - t0
+        batch = self.inner.collect(_FullWeights(weights), sampler, step) if self.par.main else None
+        batch = self.par.broadcast(batch)
+        batch.metrics["time/weight_gather_s"] = gather_s
+        return batch

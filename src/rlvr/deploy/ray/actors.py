@@ -113,7 +113,9 @@ class ReferenceWorker:
 
 
 class TrainerActor:
-    """The embedded GRPO loop (rlvr.train.grpo.train) with its batches collected on the other actors."""
+    """The embedded GRPO loop (rlvr.train.grpo.train) with its batches collected on the other actors.
+    A pool of N (train.strategy=fsdp) is one torch.distributed group: rank 0 collects the batches,
+    every rank trains on its share (rlvr.train.parallel)."""
 
     def __init__(self, threads: int) -> None:
         _threads(threads)
@@ -121,14 +123,28 @@ class TrainerActor:
     def pid(self) -> int:
         return os.getpid()
 
-    def train(self, cfg: Config, workers: dict, pending_events: list[dict], attempt: int) -> dict:
+    def address(self) -> tuple[str, int]:
+        """This node's address and a free port on it: where the group's rank 0 listens."""
+        import socket
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def train(self, cfg: Config, workers: dict, pending_events: list[dict], attempt: int, rank: int = 0,
+              world: int = 1, master: tuple[str, int] | None = None) -> dict:
         from rlvr.deploy.ray.source import RayBatchSource
         from rlvr.train.grpo import train
-        source = RayBatchSource(cfg, workers, pending_events, attempt)
+        if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows
+            # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)
+            os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master[0],
+                               "MASTER_PORT": str(master[1]), "LOCAL_RANK": "0"})
+        source = RayBatchSource(cfg, workers, pending_events, attempt) if rank == 0 else None
         try:
-            return train(cfg, make_source=source.bind)
+            return train(cfg, make_source=source.bind if source else (lambda log: None))
         finally:
-            source.close()
+            if source is not None:
+                source.close()
 
 
 def actor_class(cls, max_restarts: int):

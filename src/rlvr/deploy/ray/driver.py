@@ -5,6 +5,7 @@
       reward   x R  RewardWorker     rule rewards / sandbox on CPU cores
       inference x 1 ReferenceWorker  reference log-probs (only when algo.beta > 0)
       trainer  x 1  TrainerActor     the embedded GRPO loop, batches collected on the actors above
+               (x N with train.strategy=fsdp: one process group, the policy sharded across it)
 
 The trainer runs `rlvr.train.grpo.train` itself (same update, log, checkpoints, eval), so the
 run directory is the embedded one. When its process dies, a new trainer resumes from the last
@@ -75,14 +76,17 @@ def run(cfg: Config) -> dict:
         pending: list[dict] = []
         run_cfg = cfg
         for attempt in range(d.trainer_restarts + 1):
-            trainer = actors.actor_class(actors.TrainerActor, 0).options(
-                **placement.options("trainer", 0)).remote(threads("trainer"))
+            trainers = [actors.actor_class(actors.TrainerActor, 0).options(
+                **placement.options("trainer", j)).remote(threads("trainer")) for j in range(d.pools["trainer"].replicas)]
             try:
-                return ray.get(trainer.train.remote(run_cfg, workers, pending, attempt))
-            except RayActorError as exc:  # the trainer's process died (a Python error arrives as RayTaskError)
+                return _train_pool(ray, trainers, run_cfg, workers, pending, attempt)
+            except RayActorError as exc:  # a trainer's process died (a Python error arrives as RayTaskError)
                 pending = [{"kind": "trainer_restarted", "attempt": attempt + 1, "error": type(exc).__name__,
                             "resume": "auto"}]
                 run_cfg = dataclasses.replace(run_cfg, ckpt=dataclasses.replace(run_cfg.ckpt, resume="auto"))
+            finally:
+                for t in trainers:  # the whole pool goes: a group that lost a rank cannot go on
+                    ray.kill(t, no_restart=True)
         _failed_summary(cfg, d.trainer_restarts)
         return {"status": "failed", "steps": None}
     finally:
@@ -92,6 +96,20 @@ def run(cfg: Config) -> dict:
         placement.close()
         if own_cluster:
             ray.shutdown()
+
+
+def _train_pool(ray, trainers: list, cfg: Config, workers: dict, pending: list[dict], attempt: int) -> dict:
+    """Run the trainer pool to the end; rank 0's summary. One trainer: the embedded loop on Ray. N
+    (train.strategy=fsdp): one process group, rank 0 listening on its node; the first rank to fail
+    fails the pool (the others would wait on it in a collective)."""
+    world = len(trainers)
+    master = ray.get(trainers[0].address.remote()) if world > 1 else None
+    refs = [t.train.remote(cfg, workers, pending, attempt, rank, world, master) for rank, t in enumerate(trainers)]
+    left = list(refs)
+    while left:
+        done, left = ray.wait(left, num_returns=1)
+        ray.get(done[0])  # raises the rank's error
+    return ray.get(refs[0])
 
 
 def _failed_summary(cfg: Config, restarts: int) -> None:
