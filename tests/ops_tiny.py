@@ -29,3 +29,18 @@ def metric_rows(run_dir: Path) -> list[dict]:
 def events(run_dir: Path, kind: str | None = None) -> list[dict]:
     rows = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
     return [e for e in rows if kind is None or e["kind"] == kind]
+
+
+def logged_step(run_dir: Path, step: int) -> bool:
+    """Whether metrics.jsonl has a training row of `step` or later (a line being written is skipped)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return False
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # the line being written
+            continue
+        if row.get("step", 0) >= step and "reward/mean" in row:
+            return True
+    return False

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ops_tiny import OPS_TINY, events, metric_rows, sft_cache
+from ops_tiny import OPS_TINY, events, logged_step, metric_rows, sft_cache
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
@@ -71,12 +71,6 @@ def _train_cmd(run_dir, cache, *extra):
     return [sys.executable, "-m", "rlvr.cli", "train", *RUN, f"run.dir={run_dir}", f"sft.cache_dir={cache}", *extra]
 
 
-def _logged_step(run_dir, step: int) -> bool:
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip().endswith("}")] if path.exists() else []
-    return any(r.get("step", 0) >= step and "reward/mean" in r for r in rows)
-
-
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
@@ -106,7 +100,7 @@ def fsdp_killed_and_resumed(tmp_path_factory):
     ref = subprocess.Popen(_train_cmd(ref_dir, cache), stdout=logs["ref"], stderr=subprocess.STDOUT)
     victim = subprocess.Popen(_train_cmd(run_dir, cache), stdout=logs["victim"], stderr=subprocess.STDOUT)
     deadline = time.time() + 300
-    while not _logged_step(run_dir, 4):  # the step-3 checkpoint is on disk, step 4 is logged
+    while not logged_step(run_dir, 4):  # the step-3 checkpoint is on disk, step 4 is logged
         assert victim.poll() is None, (base / "victim.log").read_text()[-3000:]
         assert time.time() < deadline, "step 4 never logged"
         time.sleep(0.005)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from ops_tiny import OPS_TINY, events, metric_rows, sft_cache
+from ops_tiny import OPS_TINY, events, logged_step, metric_rows, sft_cache
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
@@ -24,20 +24,6 @@ RUN = OPS_TINY + ["train.steps=8", "ckpt.every=3", "ckpt.keep=0", "log.report=fa
 
 def _train_cmd(run_dir, cache, *extra):
     return [sys.executable, "-m", "rlvr.cli", "train", *RUN, f"run.dir={run_dir}", f"sft.cache_dir={cache}", *extra]
-
-
-def _logged_step(run_dir, step: int) -> bool:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return False
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:  # the line being written
-            continue
-        if row.get("step", 0) >= step and "reward/mean" in row:
-            return True
-    return False
 
 
 def _weights(path):
@@ -56,7 +42,7 @@ def killed_and_resumed(tmp_path_factory):
     # SIGKILL as soon as step 4 is logged: the checkpoint of step 3 is on disk, and the rows of
     # step 4 (and any later) were written by a process that is gone: they must not survive.
     deadline = time.time() + 180
-    while not _logged_step(run_dir, 4):
+    while not logged_step(run_dir, 4):
         assert victim.poll() is None, (base / "victim.log").read_text()[-2000:]
         assert time.time() < deadline, "step 4 never logged"
         time.sleep(0.005)
