@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from rlvr.configlib import ConfigError
+from rlvr.kernels import pin_cpu_kernels
 
 COMMANDS = {
     "train": "train a policy with GRPO (runs cold-start SFT first when needed)",
@@ -28,6 +29,7 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    pin_cpu_kernels()  # before torch loads: the same numbers on every AVX2 machine (rlvr.kernels)
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

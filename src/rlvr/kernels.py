@@ -1,0 +1,45 @@
+"""The same floating-point results on every x86-64 machine with AVX2: CPU kernels pinned to AVX2.
+
+torch on the CPU computes with whatever its libraries pick for the processor: MKL's GEMM kernels
+(by instruction set, and by vendor) and ATen's vectorised kernels (AVX2 or AVX-512). Each choice
+rounds differently, and 500 cold-start SFT steps amplify one ulp into a different checkpoint, so
+the same seed started at 25.4% held-out accuracy on one 2-core machine and 23.2% on another.
+Pinning the three choices before torch loads makes them the same everywhere AVX2 exists:
+
+    MKL_CBWR=AVX2              MKL's conditional numerical reproducibility mode
+    ATEN_CPU_CAPABILITY=avx2   ATen's kernel dispatch
+    ONEDNN_MAX_CPU_ISA=AVX2    oneDNN's
+
+On an AVX2 machine this is what torch picks anyway (the weights after SFT are bit-identical with
+and without the pins here); on an AVX-512 machine it trades some speed for the same numbers.
+A value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves all three alone.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import MutableMapping
+
+PINS = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def has_avx2(cpuinfo: str | None = None) -> bool:
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return False
+    return any(line.startswith("flags") and " avx2" in line for line in cpuinfo.splitlines())
+
+
+def pin_cpu_kernels(environ: MutableMapping[str, str] = os.environ, cpuinfo: str | None = None) -> dict[str, str]:
+    """Set the pins that are not set yet (call before torch is imported); returns what it set."""
+    if environ.get("RLVR_NATIVE_KERNELS") == "1" or platform.machine() not in ("x86_64", "AMD64"):
+        return {}
+    if not has_avx2(cpuinfo):
+        return {}
+    set_now = {k: v for k, v in PINS.items() if k not in environ}
+    environ.update(set_now)
+    return set_now
