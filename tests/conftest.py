@@ -1,3 +1,7 @@
+from rlvr.kernels import pin_cpu_kernels
+
+pin_cpu_kernels()  # before torch loads, as the `rlvr` command does: runs in this process and in its subprocesses agree
+
 import pytest
 from ops_tiny import OPS_TINY
 

@@ -1,18 +1,18 @@
-"""The same floating-point results on every x86-64 machine with AVX2: CPU kernels pinned to AVX2.
+"""The same CPU kernels on every x86-64 machine with AVX2: ATen's and oneDNN's dispatch pinned to AVX2.
 
-torch on the CPU computes with whatever its libraries pick for the processor: MKL's GEMM kernels
-(by instruction set, and by vendor) and ATen's vectorised kernels (AVX2 or AVX-512). Each choice
-rounds differently, and 500 cold-start SFT steps amplify one ulp into a different checkpoint, so
-the same seed started at 25.4% held-out accuracy on one 2-core machine and 23.2% on another.
-Pinning the three choices before torch loads makes them the same everywhere AVX2 exists:
+torch on the CPU computes with whatever its libraries pick for the processor: ATen's vectorised
+kernels (AVX2 or AVX-512), oneDNN's, and MKL's GEMM kernels (by instruction set and by vendor).
+Each choice rounds differently, and 500 cold-start SFT steps amplify one ulp into another
+checkpoint: the same seed started at 25.4% held-out accuracy on one 2-core machine and 23.2% on
+another. This pins the first two before torch loads:
 
-    MKL_CBWR=AVX2              MKL's conditional numerical reproducibility mode
     ATEN_CPU_CAPABILITY=avx2   ATen's kernel dispatch
     ONEDNN_MAX_CPU_ISA=AVX2    oneDNN's
 
-On an AVX2 machine this is what torch picks anyway (the weights after SFT are bit-identical with
-and without the pins here); on an AVX-512 machine it trades some speed for the same numbers.
-A value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves all three alone.
+On an AVX2 machine that is what torch picks anyway; on an AVX-512 machine it trades some speed
+for the AVX2 numbers. MKL's choice is not pinned yet: MKL_CBWR=AVX2 (its reproducibility mode)
+changes the numbers of a training run even on an AVX2 machine, so pinning it means re-measuring
+every figure. A value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves both alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import platform
 from collections.abc import MutableMapping
 
-PINS = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def has_avx2(cpuinfo: str | None = None) -> bool:
