@@ -1,5 +1,5 @@
-"""The built-in code task: worked solutions pass their tests, the teacher's slips fail them, the
-held-out split never trains, the tiny tokenizer spells every character, answers get the code format."""
+"""The built-in code task: worked solutions pass their tests, the teacher's misconceptions fail them,
+the held-out split never trains, the tiny tokenizer spells every character, answers get the code format."""
 
 from __future__ import annotations
 
@@ -15,13 +15,19 @@ from rlvr.tasks import build_task, needs_code_chars, teacher_solution
 from rlvr.tasks.code import FAMILIES, CodeTask
 
 
+def pair(p):
+    return p.metadata["family"], p.metadata["k"]
+
+
 def test_held_out_pairs_never_train_and_every_family_has_unusual_inputs():
     task = CodeTask(eval_size=500, seed=0)
     held = task.held_out()
-    assert len(held) == len({p.id.split(":", 1)[1] for p in held}) > 200
+    assert len(held) == len({p.id for p in held}) > 200 and len({p.tests["entry_point"] for p in held}) == 8
     train = list(itertools.islice(task.train_stream(seed=0), 3000))
-    assert not {p.id.split(":", 1)[1] for p in held} & {p.id.split(":", 1)[1] for p in train}
+    assert not {pair(p) for p in held} & {pair(p) for p in train}  # a held-out pair is unseen under every name
     assert {p.metadata["family"] for p in train} == {f.name for f in FAMILIES}
+    assert CodeTask(eval_size=500, seed=0).held_out() == held  # fixed by the seed
+    assert {pair(p) for p in CodeTask(eval_size=500, seed=1).held_out()} != {pair(p) for p in held}
     for f in FAMILIES:
         inputs = f.inputs(5)
         unusual = [x for x in inputs if x in (0, -7, 10**6, "", "a", [], [0]) or (isinstance(x, str) and " " in x)
@@ -29,15 +35,23 @@ def test_held_out_pairs_never_train_and_every_family_has_unusual_inputs():
         assert len(unusual) >= 3, f.name
 
 
-def test_worked_solutions_pass_and_the_teachers_slips_fail_in_the_sandbox():
+def test_worked_solutions_pass_and_every_misconception_fails_in_the_sandbox():
     cfg = load_config(None, ["task.name=code"])
-    problems = list(itertools.islice(build_task(cfg).train_stream(seed=1), 60))
-    rng = random.Random(0)
+    problems = [CodeTask()._problem(f.name, k, "g", "train") for f in FAMILIES for k in f.k_range]
     with build_reward(cfg.reward) as reward:
         gold = reward.score(problems, [p.metadata["solution"] for p in problems])
-        slips = reward.score(problems, [teacher_solution(p, 1.0, rng) for p in problems])
+        wrong = reward.score(problems, [teacher_solution(p, 2.0, random.Random(0)) for p in problems])
     assert all(r.valid and r.components == {"correct": 1.0, "format": 1.0} for r in gold)
-    assert all(r.valid and r.components["correct"] < 1.0 and r.components["format"] == 1.0 for r in slips)
+    assert all(r.valid and r.components["correct"] < 1.0 and r.components["format"] == 1.0 for r in wrong)
+
+
+def test_the_teacher_errs_more_often_on_harder_families():
+    rng = random.Random(0)
+    task = CodeTask()
+    for f in FAMILIES:
+        p = task._problem(f.name, f.k_range[0], "f", "train")
+        wrong = sum(teacher_solution(p, 0.6, rng) != p.metadata["solution"] for _ in range(400)) / 400
+        assert abs(wrong - 0.3 * f.level) < 0.08, (f.name, wrong)
 
 
 def test_the_tiny_tokenizer_spells_code_only_for_the_code_task():

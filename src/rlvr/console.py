@@ -74,7 +74,7 @@ class RunConsole:
             table.add_row(f"held-out accuracy (greedy, n={after['n']})",
                           f"{before['accuracy']:.1%} -> {after['accuracy']:.1%}")
         for key in ("reward_first", "reward_last"):
-            if key in summary:
+            if summary.get(key) is not None:  # None: no step ran (train.steps=0)
                 table.add_row(key.replace("_", " "), f"{summary[key]:.3f}")
         table.add_row("steps", str(summary.get("steps")))
         table.add_row("wall time", f"{summary.get('wall_time_s', 0):.0f} s")

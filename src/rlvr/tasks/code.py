@@ -1,20 +1,24 @@
 """Built-in code task (`task.name=code`): small Python functions of graded difficulty, generated locally.
 
-    Python: f(x) returns the larger of x and 42.
+    Python: g(x) returns the larger of x and 4.
     ->  ```python
-        def f(x):
-         return max(x,42)
+        def g(x):
+         return max(x,4)
         ```
 
-Twelve families in three levels (arithmetic on an int; comparisons and string functions; slicing
-and lists), each with a constant K, so held-out problems are (family, K) pairs training never
-sees. Tests are function-mode cases computed by a reference implementation: five inputs per
-problem, at least three of them unusual for the family (zero, negatives, a large number; the empty
-string, one character, spaces and capitals; the empty list, one element, negatives), and for the
-number families both neighbours of K, so a function with K - 1 or K + 1 fails. Worked
-solutions feed cold-start SFT; the imperfect teacher (`teacher_solution`) writes a wrong constant
-with probability sft.teacher_error, and RL against the tests is what corrects it. Completions are
-short (one-space indentation) so they fit rollout.max_new_tokens=48 of the tiny model.
+Fifteen families in three levels (arithmetic on an int; comparisons, remainders and string
+functions; slicing and lists), each with a one-digit constant K and a one-letter function name.
+Held-out problems come from (family, K) pairs that training never sees under any name. Tests are
+function-mode cases computed by a reference implementation: five inputs per problem, at least
+three of them unusual for the family (zero, negatives, a large number; the empty string, one
+character, spaces and capitals; the empty list, one element, negatives).
+
+Worked solutions feed cold-start SFT from an imperfect teacher (`teacher_solution`) with one
+misconception per family: it writes a plausible neighbouring expression (`min` for `max`, `s[K:]`
+for the first K characters, `x//K` for x modulo K, ...) with a probability that grows with the
+family's level, sft.teacher_error x level / 2 (0.3, 0.6 and 0.9 at the default 0.6). Every
+misconception fails at least one test, so RL against the tests is what corrects it. Completions
+are short (one-space indentation) so they fit rollout.max_new_tokens=48 of the tiny model.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from typing import Any
 from rlvr.records import Problem
 
 SOURCE = "code"
+VERSION = 2
+"""Bumped when the problems or the teacher change, so a cached cold start is not reused (rlvr.train.sft)."""
+NAMES = "fghpqrtu"
+"""Function names; not x or s, which are the parameters."""
+
 
 def INTS(k: int) -> list:  # noqa: N802 (input sets, by the family's constant)
     return [0, -7, 10**6, k - 1, k + 1]  # zero, a negative, a large number, and both sides of K
@@ -47,43 +56,53 @@ class Family:
     arg: str
     """The parameter's name: x (an int or a list) or s (a string)."""
     describe: str
-    """What f returns, with {k}."""
+    """What the function returns, with {k}."""
     body: str
     """The returned expression, with {k}."""
+    mistake: str
+    """The teacher's misconception: a neighbouring expression that fails some test, with {k}."""
     reference: Callable[[Any, int], Any]
     inputs: Callable[[int], list]
-    k_range: tuple[int, int]
+    k_range: tuple[int, int] = (1, 9)
 
 
 FAMILIES = [
-    Family("add", 1, "x", "x plus {k}", "x+{k}", lambda x, k: x + k, INTS, (1, 99)),
-    Family("sub", 1, "x", "x minus {k}", "x-{k}", lambda x, k: x - k, INTS, (1, 99)),
-    Family("mul", 1, "x", "x times {k}", "x*{k}", lambda x, k: x * k, INTS, (2, 99)),
-    Family("max", 2, "x", "the larger of x and {k}", "max(x,{k})", lambda x, k: max(x, k), INTS, (1, 99)),
-    Family("min", 2, "x", "the smaller of x and {k}", "min(x,{k})", lambda x, k: min(x, k), INTS, (1, 99)),
-    Family("mod", 2, "x", "x modulo {k}", "x%{k}", lambda x, k: x % k, INTS, (2, 99)),
-    Family("rep", 2, "s", "the string s repeated {k} times", "s*{k}", lambda s, k: s * k, STRS, (2, 9)),
-    Family("len", 2, "s", "the length of s plus {k}", "len(s)+{k}", lambda s, k: len(s) + k, STRS, (1, 99)),
-    Family("head", 3, "s", "the first {k} characters of s", "s[:{k}]", lambda s, k: s[:k], STRS, (1, 9)),
-    Family("tail", 3, "s", "the last {k} characters of s", "s[-{k}:]", lambda s, k: s[-k:], STRS, (1, 9)),
-    Family("sum", 3, "x", "the sum of the list x plus {k}", "sum(x)+{k}", lambda x, k: sum(x) + k, LISTS, (1, 99)),
-    Family("cnt", 3, "x", "how many times {k} is in the list x", "x.count({k})", lambda x, k: x.count(k), LISTS,
-           (0, 9)),
+    Family("add", 1, "x", "x plus {k}", "x+{k}", "x-{k}", lambda x, k: x + k, INTS),
+    Family("sub", 1, "x", "x minus {k}", "x-{k}", "{k}-x", lambda x, k: x - k, INTS),
+    Family("mul", 1, "x", "x times {k}", "x*{k}", "x**{k}", lambda x, k: x * k, INTS, (2, 9)),
+    Family("sq", 1, "x", "x squared plus {k}", "x*x+{k}", "x*2+{k}", lambda x, k: x * x + k, INTS),
+    Family("max", 2, "x", "the larger of x and {k}", "max(x,{k})", "min(x,{k})", lambda x, k: max(x, k), INTS),
+    Family("min", 2, "x", "the smaller of x and {k}", "min(x,{k})", "max(x,{k})", lambda x, k: min(x, k), INTS),
+    Family("mod", 2, "x", "x modulo {k}", "x%{k}", "x//{k}", lambda x, k: x % k, INTS, (2, 9)),
+    Family("dist", 2, "x", "the distance between x and {k}", "abs(x-{k})", "x-{k}", lambda x, k: abs(x - k), INTS),
+    Family("rep", 2, "s", "the string s repeated {k} times", "s*{k}", "[s]*{k}", lambda s, k: s * k, STRS, (2, 9)),
+    Family("len", 2, "s", "the length of s plus {k}", "len(s)+{k}", "len(s)*{k}", lambda s, k: len(s) + k, STRS),
+    Family("head", 3, "s", "the first {k} characters of s", "s[:{k}]", "s[{k}:]", lambda s, k: s[:k], STRS),
+    Family("tail", 3, "s", "the last {k} characters of s", "s[-{k}:]", "s[:-{k}]", lambda s, k: s[-k:], STRS),
+    Family("sum", 3, "x", "the sum of the list x plus {k}", "sum(x)+{k}", "len(x)+{k}", lambda x, k: sum(x) + k,
+           LISTS),
+    Family("cnt", 3, "x", "how many times {k} is in the list x", "x.count({k})", "x.index({k})",
+           lambda x, k: x.count(k), LISTS, (0, 9)),
+    Family("app", 3, "x", "the list x with {k} appended", "x+[{k}]", "[{k}]+x", lambda x, k: x + [k], LISTS),
 ]
 BY_NAME = {f.name: f for f in FAMILIES}
 
 
-def solution(family: Family, k: int) -> str:
-    return f"```python\ndef f({family.arg}):\n return {family.body.format(k=k)}\n```"
+def solution(family: Family, k: int, name: str = "f", body: str | None = None) -> str:
+    return f"```python\ndef {name}({family.arg}):\n return {(body or family.body).format(k=k)}\n```"
+
+
+def mistake_rate(family: Family, error_rate: float) -> float:
+    """How often the teacher writes the family's misconception: error_rate x level / 2, at most 1."""
+    return min(1.0, error_rate * family.level / 2)
 
 
 def teacher_solution(problem: Problem, error_rate: float, rng: random.Random) -> str:
-    """A cold-start demonstration: the right function, except that with `error_rate` the teacher
-    writes a neighbouring constant (K - 1 or K + 1)."""
-    name, k = problem.metadata["family"], problem.metadata["k"]
-    if rng.random() < error_rate:
-        k = k + rng.choice((-1, 1)) if k > 0 else k + 1
-    return solution(BY_NAME[name], k)
+    """A cold-start demonstration: the right function, or the family's misconception with
+    probability `mistake_rate`."""
+    fam, k, name = BY_NAME[problem.metadata["family"]], problem.metadata["k"], problem.tests["entry_point"]
+    wrong = rng.random() < mistake_rate(fam, error_rate)
+    return solution(fam, k, name, fam.mistake if wrong else None)
 
 
 @dataclass(frozen=True)
@@ -91,29 +110,34 @@ class CodeTask:
     eval_size: int = 200
     seed: int = 0
 
-    def _space(self) -> list[tuple[str, int]]:
+    def _pairs(self) -> list[tuple[str, int]]:
         return [(f.name, k) for f in FAMILIES for k in range(f.k_range[0], f.k_range[1] + 1)]
 
-    def _problem(self, name: str, k: int, split: str) -> Problem:
-        fam = BY_NAME[name]
+    def _problem(self, family: str, k: int, name: str, split: str) -> Problem:
+        fam = BY_NAME[family]
         cases = [{"args": [x], "expected": fam.reference(x, k)} for x in fam.inputs(k)]
-        return Problem(id=f"{split}:{name}:{k}", source=SOURCE, verifier="code",
-                       prompt=f"Python: f({fam.arg}) returns {fam.describe.format(k=k)}.\n",
-                       tests={"type": "function", "entry_point": "f", "cases": cases},
-                       metadata={"solution": solution(fam, k), "family": name, "k": k, "level": fam.level})
+        return Problem(id=f"{split}:{family}:{k}:{name}", source=SOURCE, verifier="code",
+                       prompt=f"Python: {name}({fam.arg}) returns {fam.describe.format(k=k)}.\n",
+                       tests={"type": "function", "entry_point": name, "cases": cases},
+                       metadata={"solution": solution(fam, k, name), "family": family, "k": k, "level": fam.level})
+
+    def _held_pairs(self) -> set[tuple[str, int]]:
+        """A quarter of the (family, K) pairs, fixed by the seed: held out under every name."""
+        pairs = self._pairs()
+        return set(random.Random(f"code-heldout-{self.seed}").sample(pairs, len(pairs) // 4))
 
     def held_out(self) -> list[Problem]:
-        """`eval_size` distinct (family, K) pairs (at most a quarter of them all), fixed by the seed."""
-        space = self._space()
-        rng = random.Random(f"code-heldout-{self.seed}")
-        picked = rng.sample(space, min(self.eval_size, len(space) // 4))
-        return [self._problem(name, k, "eval") for name, k in picked]
+        """`eval_size` problems (at most all of them) from the held-out pairs, fixed by the seed."""
+        held = sorted(self._held_pairs())
+        space = [(family, k, name) for family, k in held for name in NAMES]
+        picked = random.Random(f"code-heldout-names-{self.seed}").sample(space, min(self.eval_size, len(space)))
+        return [self._problem(family, k, name, "eval") for family, k, name in picked]
 
     def train_stream(self, seed: int) -> Iterator[Problem]:
         """Endless training problems from the pairs the held-out split does not hold."""
-        held = {(p.metadata["family"], p.metadata["k"]) for p in self.held_out()}
-        train = [pair for pair in self._space() if pair not in held]
+        held = self._held_pairs()
+        train = [pair for pair in self._pairs() if pair not in held]
         rng = random.Random(f"code-train-{self.seed}-{seed}")
         while True:
-            name, k = rng.choice(train)
-            yield self._problem(name, k, "train")
+            family, k = rng.choice(train)
+            yield self._problem(family, k, rng.choice(NAMES), "train")

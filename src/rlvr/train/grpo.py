@@ -338,7 +338,9 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
     rewards = state.history["reward"]
 
     def figures(ev: dict | None) -> dict | None:
-        return None if ev is None else {"accuracy": ev["accuracy"], "n": ev["n"]}
+        if ev is None:
+            return None
+        return {"accuracy": ev["accuracy"], "n": ev["n"]} | ({"by_source": ev["by_source"]} if "by_source" in ev else {})
 
     summary = {
         "status": status, "steps": state.step, "wall_time_s": round(time.time() - run.t_start, 2), "seed": cfg.seed,

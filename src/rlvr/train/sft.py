@@ -46,6 +46,9 @@ def base_model_path(cfg: Config) -> Path:
 def sft_cache_path(cfg: Config) -> Path:
     settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
                 "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
+    if needs_code_chars(cfg):  # the code task's generator has changed since it shipped; arithmetic keys stay
+        from rlvr.tasks.code import VERSION
+        settings["code_task"] = VERSION
     return Path(cfg.sft.cache_dir) / f"sft-{_digest(settings)}"
 
 
