@@ -118,3 +118,10 @@ def test_evaluation_reports_each_source_and_counts_code_only_when_every_test_pas
     assert ev["by_source"] == {"arithmetic": 1.0, "code": sum(i % 2 == 0 for i in code) / len(code)}
     m = eval_metrics(ev)
     assert m["eval/accuracy/code"] == ev["by_source"]["code"] and m["eval/accuracy"] == ev["accuracy"]
+
+
+def test_the_code_preset_is_a_valid_config_of_the_code_task():
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "code.yaml")
+    assert cfg.task.name == "code" and cfg.rollout.batch_size == 16 and cfg.train.lr_schedule == "cosine"
