@@ -134,7 +134,8 @@ class SFTConfig:
     examples: int = 20000
     """Worked examples generated for cold-start SFT (disjoint from the held-out set)."""
     teacher_error: float = 0.6
-    """Chance that a cold-start demonstration forgets each carry/borrow (an imperfect teacher)."""
+    """The imperfect teacher's error rate: the chance that an arithmetic demonstration forgets each
+    carry/borrow; a code demonstration writes its family's misconception with this x level / 2."""
     cache_dir: str = ".cache/sft"
     """SFT checkpoints are cached here keyed by their config, so a second run reuses them."""
 
