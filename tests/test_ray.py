@@ -216,3 +216,24 @@ def test_trainer_replicas_need_fsdp():
     with pytest.raises(ConfigError, match="train.world_size"):
         load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2", "train.strategy=fsdp",
                            "train.world_size=3"])
+
+
+def test_published_weights_are_streamed_one_tensor_at_a_time(cluster, monkeypatch):
+    # the publisher puts each tensor in the object store before it asks for the next one, so
+    # weights gathered from the shards one at a time are never whole in the trainer's memory
+    from rlvr.deploy.ray import sync
+
+    puts = []
+    real_put = sync.ray.put
+    monkeypatch.setattr(sync.ray, "put", lambda obj: puts.append(obj) or real_put(obj))
+
+    def gathered():
+        for i in range(4):
+            assert len(puts) == i, "the tensors before this one should be in the object store already"
+            yield f"w{i}", torch.full((3,), float(i))
+
+    handle = sync.WeightPublisher().publish(gathered(), version=7)
+    assert handle.version == 7 and handle.names == ("w0", "w1", "w2", "w3") and len(handle.refs) == 4
+    got = sync.fetch_weights(handle)
+    assert list(got) == ["w0", "w1", "w2", "w3"]
+    assert all(torch.equal(got[f"w{i}"], torch.full((3,), float(i))) for i in range(4))

@@ -327,33 +327,45 @@ class LocalBatches:
             self.speculative = None
 
 
-class _FullWeights:
-    """What a batch source reads of the policy (`state_dict()`), holding weights gathered from the shards."""
+class _GatheredWeights:
+    """What a batch source reads of the policy (`state_dict().items()`): the weights all-gathered from
+    the shards one tensor at a time while it iterates, so no rank holds more than one full tensor."""
 
-    def __init__(self, weights: dict) -> None:
-        self.weights = weights
+    def __init__(self, par: Parallel, model) -> None:
+        self.it = par.full_weights(model)  # a collective per tensor: every rank must walk it to the end
+        self.seconds = 0.0
 
-    def state_dict(self) -> dict:
-        return self.weights
+    def state_dict(self) -> "_GatheredWeights":
+        return self
+
+    def items(self):
+        while True:
+            t0 = time.time()
+            item = next(self.it, None)
+            self.seconds += time.time() - t0
+            if item is None:
+                return
+            yield item
+
+    def drain(self) -> None:
+        for _ in self.items():
+            pass
 
 
 @dataclass
 class RankZeroBatches:
-    """A trainer group's batches from a source outside it (the Ray pools): rank 0 collects them
-    with the weights gathered from every rank's shards (to rank 0 only, one tensor at a time, on
-    the CPU), and every rank trains on the batch it broadcasts."""
+    """A trainer group's batches from a source outside it (the Ray pools): rank 0 collects them,
+    publishing the weights as they are gathered from every rank's shards, one tensor at a time
+    (the other ranks take part in each gather), and every rank trains on the batch it broadcasts."""
 
     inner: BatchSource | None
     """Rank 0's source; None on the other ranks."""
     par: Parallel
 
     def collect(self, model, sampler, step: int) -> StepBatch:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        t0 = time.time()
-        weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        gather_s = time.time() - t0
-        batch = self.inner.collect(_FullWeights(weights), sampler, step) if self.par.main else None
+        weights = _GatheredWeights(self.par, model)
+        batch = self.inner.collect(weights, sampler, step) if self.par.main else None
+        weights.drain()  # every rank gathers every tensor, in order, whether rank 0 published them or not
         batch = self.par.broadcast(batch)
-        batch.metrics["time/weight_gather_s"] = gather_s
+        batch.metrics["time/weight_gather_s"] = weights.seconds
         return batch

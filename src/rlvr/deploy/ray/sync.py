@@ -19,8 +19,10 @@ class WeightHandle:
     version: int
     """Updates applied to the policy these weights belong to (Completion.policy_version)."""
     refs: list[Any] = field(default_factory=list)
-    """Object refs of the payload, inside a list so Ray does not fetch it when the worker already
-    holds this version (top-level ObjectRef arguments are always resolved)."""
+    """Object refs of the payload, one per tensor, inside a list so Ray does not fetch them when the
+    worker already holds this version (top-level ObjectRef arguments are always resolved)."""
+    names: tuple[str, ...] = ()
+    """The parameter name of each ref."""
     transport: str = "object_store"
 
 
@@ -35,9 +37,14 @@ class WeightPublisher:
         return None if self.handle is None else self.handle.version
 
     def publish(self, named_tensors, version: int) -> WeightHandle:
-        """Put a CPU copy of the weights (parameter name -> tensor) in the object store as `version`."""
-        state = {k: v.detach().to("cpu", copy=True) for k, v in named_tensors}
-        self.handle = WeightHandle(version, [ray.put(state)])
+        """Put a CPU copy of the weights ((parameter name, tensor) pairs) in the object store as
+        `version`, one object per tensor as they come: the trainer holds one tensor's copy at a time,
+        so weights gathered from shards one tensor at a time are never whole in its memory."""
+        names, refs = [], []
+        for name, tensor in named_tensors:
+            names.append(name)
+            refs.append(ray.put(tensor.detach().to("cpu", copy=True)))
+        self.handle = WeightHandle(version, refs, tuple(names))
         return self.handle
 
 
@@ -46,4 +53,4 @@ def fetch_weights(handle: WeightHandle) -> dict:
     if handle.transport != "object_store":
         raise ValueError(f"weight transport {handle.transport!r} is unknown; this build ships 'object_store' "
                          "(CPU); NCCL/CUDA-IPC transports plug in here")
-    return ray.get(handle.refs[0])
+    return dict(zip(handle.names, ray.get(handle.refs), strict=True))
