@@ -2,8 +2,8 @@
 
     python bench/gpu_vllm_sleep.py [--model DIR] [--prompts 64] [--group 8] [--max-new-tokens 256] [--json FILE]
 
-On a CUDA machine, one process: rlvr's VLLMEngine (enable_sleep_mode) samples a batch; the engine
-sleeps (level 1: weights offloaded, KV cache freed) while the policy takes one bf16 AdamW step on the
+On a CUDA machine, one process: rlvr's VLLMEngine (sleep_level=1, as rollout.vllm.sleep_level=1) samples a batch;
+the engine sleeps (level 1: weights offloaded, KV cache freed) while the policy takes one bf16 AdamW step on the
 GPU; it wakes, takes the new weights through load_weights, and samples again. Reported side by side:
 rollout tokens/s of that cycle against vLLM alone on the same prompts (no sleep, no update), the
 sleep / wake / weight-sync seconds, and peak GPU memory during the update with the engine asleep.
@@ -76,11 +76,11 @@ def main() -> int:
     del engine
     torch.cuda.empty_cache()
 
-    engine = VLLMEngine(path, tok, dtype="bfloat16", seed=0, gpu_memory_utilization=0.4, sleep_mode=True)
+    engine = VLLMEngine(path, tok, dtype="bfloat16", seed=0, gpu_memory_utilization=0.4, sleep_level=1)
     engine.generate(problems[:4], params)
     first, first_s = tokens_per_s(engine, problems, params)
     t0 = time.perf_counter()
-    engine.llm.sleep(level=1)
+    engine.sleep()
     sleep_s = time.perf_counter() - t0
     torch.cuda.reset_peak_memory_stats()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -96,17 +96,17 @@ def main() -> int:
     update_s = time.perf_counter() - t0
     peak_update_gb = torch.cuda.max_memory_allocated() / 2**30
     t0 = time.perf_counter()
-    engine.llm.wake_up()
-    wake_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    engine.load_weights(model.state_dict().items(), version=1)
+    engine.load_weights(model.state_dict().items(), version=1)  # wakes the weights' memory, then loads
     sync_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine._wake("kv_cache")  # what generate does first
+    wake_s = time.perf_counter() - t0
     second, second_s = tokens_per_s(engine, problems, params)
     result = {"model": path, "prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,
               "vllm_alone_tok_s": round(alone, 1), "with_sleep_cycle_tok_s": round(second, 1),
               "ratio": round(second / alone, 3), "before_sleep_tok_s": round(first, 1),
-              "sleep_s": round(sleep_s, 3), "update_s": round(update_s, 3), "wake_s": round(wake_s, 3),
-              "weight_sync_s": round(sync_s, 3), "peak_update_gb_engine_asleep": round(peak_update_gb, 2),
+              "sleep_s": round(sleep_s, 3), "update_s": round(update_s, 3), "wake_kv_s": round(wake_s, 3),
+              "wake_weights_and_sync_s": round(sync_s, 3), "peak_update_gb_engine_asleep": round(peak_update_gb, 2),
               "rollout_s": {"alone": round(alone_s, 2), "first": round(first_s, 2), "after_wake": round(second_s, 2)},
               "device": torch.cuda.get_device_name()}
     print(json.dumps(result, indent=1))

@@ -150,6 +150,10 @@ class VLLMConfig:
     """Share of GPU memory vLLM may take (weights + KV cache); the trainer needs the rest when colocated."""
     max_model_len: int | None = None
     """Longest prompt + completion; None: the model's own limit."""
+    sleep_level: Literal[0, 1, 2] = 0
+    """Colocated with the trainer on a GPU: vLLM sleeps after each rollout, so the update has its
+    memory (1: weights to host memory, KV cache freed; 2: both freed, the new weights reload them),
+    and wakes for the next (weights first, then the KV cache). 0: always awake. CUDA only."""
 
     def __post_init__(self) -> None:
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
@@ -216,6 +220,8 @@ class RolloutConfig:
                 f"rollout.engine={self.engine} samples with the trainer's own weights, so they are never stale; "
                 "sync_every > 1 needs rollout.engine=vllm")
         require(self.sync_timeout_s > 0, "sync_timeout_s", f"must be > 0, got {self.sync_timeout_s}")
+        require(self.vllm.sleep_level < 2 or self.sync_every == 1, "vllm.sleep_level",
+                "level 2 frees vLLM's weights after every rollout, so each step loads them: rollout.sync_every must be 1")
         require(self.speculative.method == "none" or self.engine in ("vllm", "loop"), "speculative.method",
                 f"speculative decoding runs in the vllm and loop engines; rollout.engine={self.engine} has none "
                 "(set rollout.engine=loop or vllm, or rollout.speculative.method=none)")
@@ -486,6 +492,9 @@ class Config:
         # settings that span two sections
         require(not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)), "rollout.engine",
                 "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop")
+        require(not self.rollout.vllm.sleep_level or (self.rollout.engine == "vllm" and self.deploy.backend == "embedded"),
+                "rollout.vllm.sleep_level", "puts the trainer's own vLLM engine to sleep during the update: it needs "
+                "rollout.engine=vllm and deploy.backend=embedded (a Ray rollout pool has GPUs of its own)")
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
             require(self.train.world_size in (0, trainers), "train.world_size",

