@@ -290,7 +290,7 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 120
+    steps: int = 60
     lr: float = 1e-4
     ppo_epochs: int = 2
     """mu: policy updates per rollout batch, using the stored old log-probs."""
