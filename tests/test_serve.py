@@ -377,8 +377,10 @@ def test_ab_arms_are_sticky_and_the_report_matches_the_verified_responses(models
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
 def test_rlvr_serve_command_answers_like_transformers(models, engine):
+    psutil = None
     if engine == "vllm":
         pytest.importorskip("vllm")
+        import psutil  # a vLLM dependency
     _, sft, overrides = models
     want, _ = greedy(sft, "3+4=", 24)
     proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "serve", sft, "--port", "0", *overrides,
@@ -402,6 +404,11 @@ def test_rlvr_serve_command_answers_like_transformers(models, engine):
         streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=24, temperature=0, stream=True))
         assert streamed == want
+        children = psutil.Process(proc.pid).children(recursive=True) if psutil else []  # vLLM's engine core
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    if psutil:
+        assert children, "vLLM runs its engine core in a process of its own"
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"rlvr serve left {[p.name() for p in alive]} running after SIGTERM"

