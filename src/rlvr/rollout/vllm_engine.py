@@ -105,7 +105,7 @@ class VLLMEngine:
         load_weights: the version is reset so the trainer's next sync loads the current ones."""
         self.llm = None  # the old engine's memory goes before the new one is allocated
         self.speculative, self.llm = None, self._start(None)
-        self.version, self.speculative_stats = -1, {}
+        self.version, self.speculative_stats, self._asleep = -1, {}, set()  # a new engine starts awake
 
     def _spec_counts(self) -> dict[str, float]:
         if not self.speculative:

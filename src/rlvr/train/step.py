@@ -307,12 +307,12 @@ class LocalBatches:
         batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
                               ref=self.ref, par=self.par)
         batch.metrics["time/weight_sync_s"] = sync_s
+        if self.speculative is not None:
+            self._watch_speculation(batch, step)
         if getattr(self.engine, "sleep_level", 0):  # vLLM on the trainer's GPU: its memory goes to the update
             t0 = time.time()
             self.engine.sleep()
             batch.metrics["time/engine_sleep_s"] = time.time() - t0
-        if self.speculative is not None:
-            self._watch_speculation(batch, step)
         return batch
 
     def _watch_speculation(self, batch: StepBatch, step: int) -> None:
