@@ -85,8 +85,11 @@ def test_kill9_after_a_checkpoint_then_resume_matches_the_uninterrupted_run(kill
     assert [r["step"] for r in rows_run] == [0, *range(1, 9), 8]
     assert rows_run == rows_ref
     assert (ref / "samples.jsonl").read_text() == (run / "samples.jsonl").read_text()
+    # the evaluation before RL survives the kill: the same per-problem rows and the same paired test
+    assert (ref / "eval.jsonl").read_text() == (run / "eval.jsonl").read_text()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 8
+    assert summary["eval_change"] == json.loads((ref / "summary.json").read_text())["eval_change"] is not None
 
 
 def test_corrupt_and_half_written_checkpoints_are_skipped(killed_and_resumed, tmp_path):

@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 
 from rlvr.cli import main
 from rlvr.config import load_config
+from rlvr.stats import mcnemar_exact
 from rlvr.train.grpo import train
 from rlvr.train.sft import run_sft
 
@@ -36,6 +37,17 @@ def test_grpo_steps_change_parameters_and_write_the_run_dir(tiny_overrides):
     for key in ["status", "steps", "wall_time_s", "eval_before", "eval_after"]:
         assert key in saved
     assert set(saved["eval_after"]) == {"accuracy", "n"} and saved["eval_after"]["n"] == 24
+    # eval.jsonl: each evaluation's outcome per problem; the summary's paired test is computed from them
+    evals = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    first, last = [r for r in evals if r["step"] == 0], [r for r in evals if r["step"] == 3]
+    assert len(first) == len(last) == 24 and [r["id"] for r in first] == [r["id"] for r in last]
+    assert sum(r["correct"] for r in last) / 24 == saved["eval_after"]["accuracy"]
+    only_before = sum(a["correct"] and not b["correct"] for a, b in zip(first, last))
+    only_after = sum(b["correct"] and not a["correct"] for a, b in zip(first, last))
+    change = saved["eval_change"]
+    assert (change["only_before"], change["only_after"]) == (only_before, only_after)
+    assert change["diff"] == pytest.approx((only_after - only_before) / 24)
+    assert change["mcnemar_p"] == pytest.approx(mcnemar_exact(only_before, only_after))
     # the final weights differ from the starting point
     before = load_file(start / "model.safetensors")
     after = load_file(run / "model" / "model.safetensors")

@@ -73,6 +73,10 @@ class RunConsole:
         if before and after:
             table.add_row(f"held-out accuracy (greedy, n={after['n']})",
                           f"{before['accuracy']:.1%} -> {after['accuracy']:.1%}")
+        change = summary.get("eval_change")
+        if change:
+            table.add_row("change [95% CI], McNemar p", f"{change['diff']:+.1%} [{change['ci95'][0]:+.1%}, "
+                          f"{change['ci95'][1]:+.1%}], p = {change['mcnemar_p']:.2g}")
         for key in ("reward_first", "reward_last"):
             if summary.get(key) is not None:  # None: no step ran (train.steps=0)
                 table.add_row(key.replace("_", " "), f"{summary[key]:.3f}")

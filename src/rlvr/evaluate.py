@@ -14,8 +14,9 @@ from rlvr.stats import majority_correct, pass_at_k
 
 def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
              batch_size: int = 500) -> dict[str, float]:
-    """{"accuracy", "n", "format", "len_mean"} over `problems`, decoding greedily with `engine`,
-    `batch_size` problems per engine call; with several sources also "by_source" (accuracy of each)."""
+    """{"accuracy", "n", "format", "len_mean", "problems"} over `problems`, decoding greedily with
+    `engine`, `batch_size` problems per engine call; "problems" is each one's {"id", "source",
+    "correct"} (for paired tests); with several sources also "by_source" (accuracy of each)."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     completions = [c for start in range(0, len(problems), batch_size)
                    for c in engine.generate(problems[start:start + batch_size], params)]
@@ -27,6 +28,7 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
         "n": n,
         "format": sum(r.components.get("format", 0.0) for r in results) / n,
         "len_mean": sum(len(c.token_ids) for c in completions) / n,
+        "problems": [{"id": p.id, "source": p.source, "correct": ok} for p, ok in zip(problems, passes)],
     }
     sources = sorted({p.source for p in problems})
     if len(sources) > 1:

@@ -1,13 +1,16 @@
 """The run directory: resolved config, metrics, events, samples, summary.
 
-    runs/<name>/config.yaml  metrics.jsonl  events.jsonl  samples.jsonl
+    runs/<name>/config.yaml  metrics.jsonl  events.jsonl  samples.jsonl  eval.jsonl
                 summary.json checkpoints/   model/        tensorboard/   report.html
+
+eval.jsonl holds every held-out evaluation's outcome per problem (step, id, source, correct), so
+two evaluations of a run can be compared pair by pair.
 
 Every file is append-only JSONL (one object per line) so a killed run
 leaves readable files; each line is flushed as it is written. Metrics also
 fan out to the configured sinks (TensorBoard, W&B, MLflow, Prometheus:
 `rlvr.ops.sinks`). `rewind(step)` drops the metric and sample rows after
-`step`, for a resume or a rollback to a checkpoint of that step, so
+`step` (and evaluation rows), for a resume or a rollback to a checkpoint of that step, so
 metrics.jsonl always describes the weights that survive; events.jsonl
 keeps everything that happened, rollbacks and resumes included.
 """
@@ -59,7 +62,7 @@ class RunLog:
             self.rewind(resume_step)
 
     def _open(self, mode: str) -> None:
-        self._files = {name: open(self.dir / f"{name}.jsonl", mode) for name in ("metrics", "events", "samples")}
+        self._files = {name: open(self.dir / f"{name}.jsonl", mode) for name in ("metrics", "events", "samples", "eval")}
 
     def _write(self, name: str, obj: dict[str, Any]) -> None:
         f = self._files[name]
@@ -82,9 +85,14 @@ class RunLog:
         for row in rows:
             self._write("samples", {"step": step, **row})
 
+    def evaluation(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """One held-out evaluation's per-problem outcomes, to eval.jsonl."""
+        for row in rows:
+            self._write("eval", {"step": step, **row})
+
     def rewind(self, step: int) -> None:
-        """Drop metric and sample rows of steps after `step` (a partial last line too)."""
-        for name in ("metrics", "samples"):
+        """Drop metric, sample and evaluation rows of steps after `step` (a partial last line too)."""
+        for name in ("metrics", "samples", "eval"):
             self._files[name].close()
             path = self.dir / f"{name}.jsonl"
             kept = [line for line in _complete_lines(path) if json.loads(line).get("step", 0) <= step]

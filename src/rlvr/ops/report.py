@@ -61,7 +61,9 @@ def _headline(summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int
         acc = f"{before['accuracy']:.1%}"
         if after.get("accuracy") is not None:
             acc += f" &rarr; {after['accuracy']:.1%}"
-        cells.append(("held-out accuracy", acc + f" (n={after.get('n') or before.get('n')})"))
+        change = summary.get("eval_change")
+        p = f", McNemar p = {change['mcnemar_p']:.2g}" if change else ""
+        cells.append(("held-out accuracy", acc + f" (n={after.get('n') or before.get('n')}{p})"))
     cells += [("alerts", n_alerts), ("rollbacks", n_rollbacks)]
     if rec:
         cells.append(("recommended max_new_tokens", rec["tokens"]))

@@ -33,6 +33,7 @@ from rlvr.records import Problem
 from rlvr.rewards import build_reward
 from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.runlog import RunLog
+from rlvr.stats import paired_report
 from rlvr.tasks import build_task, has_worked_solutions
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
@@ -86,6 +87,8 @@ class Run:
         sync_weights(self.engine, state.model, state.step, state.step, self.par)
         result = evaluate(self.engine, problems, self.reward, max_new_tokens=self.cfg.rollout.max_new_tokens,
                           batch_size=self.cfg.eval.batch_size) if self.par.main else None
+        if self.par.main:  # eval.jsonl: every evaluation's per-problem outcomes, for paired tests
+            self.log.evaluation(state.step, result["problems"])
         return self.par.broadcast(result)
 
     @property
@@ -316,6 +319,20 @@ def _train(run: Run, state: TrainerState) -> dict:
     return summary if status == "failed" else finish(run, state, status)
 
 
+def eval_change(before: dict | None, after: dict | None) -> dict | None:
+    """Held-out after against before on the same problems: the difference with its 95% paired-
+    bootstrap interval and the exact McNemar p-value (rlvr.stats.paired_report)."""
+    if not before or not after or "problems" not in before:  # a resumed run from before per-problem outcomes
+        return None
+    if [r["id"] for r in before["problems"]] != [r["id"] for r in after["problems"]]:
+        return None
+    a = [float(r["correct"]) for r in before["problems"]]
+    b = [float(r["correct"]) for r in after["problems"]]
+    report = paired_report(a, b, alpha=0.05, iterations=10000, seed=0)
+    return {"diff": report["diff"], "ci95": report["ci"], "mcnemar_p": report["mcnemar_p"],
+            "only_before": report["only_a"], "only_after": report["only_b"]}
+
+
 def finish(run: Run, state: TrainerState, status: str) -> dict:
     """The end of every run: a completed one is checkpointed, evaluated and exported; then the
     summary, the report and the closed log, whichever way it ended."""
@@ -345,6 +362,7 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
     summary = {
         "status": status, "steps": state.step, "wall_time_s": round(time.time() - run.t_start, 2), "seed": cfg.seed,
         "eval_before": figures(state.eval_before), "eval_after": figures(eval_after),
+        "eval_change": eval_change(state.eval_before, eval_after),
         "reward_first": float(np.mean(rewards[:10])) if rewards else None,
         "reward_last": float(np.mean(rewards[-10:])) if rewards else None,
         "start_from": str(run.start_path), "rollbacks": run.guard.rollbacks,
