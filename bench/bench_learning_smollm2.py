@@ -16,8 +16,8 @@ rlvr's sampler draws in the same order, G, completion length, temperature, learn
 betas, micro-batch with accumulation over the whole batch, no KL, fp32, rlvr's reward function,
 one torch thread) for the same number of steps, started at the same time as rlvr's run so the two
 share the 2 cores one each; its model is then evaluated by `rlvr eval` on the same held-out
-problems with the same greedy decoding and reward. TRL's wall time is reported, not compared: it
-runs with `rlvr eval` and rlvr's run on the same cores.
+problems with the same greedy decoding and reward. TRL's wall time is reported with that caveat:
+it shares the cores with rlvr's run (and with whatever runs after it), so it is not a clean ratio.
 """
 
 from __future__ import annotations
