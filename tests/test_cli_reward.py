@@ -20,8 +20,8 @@ def _write(path, rows):
 def test_score_pathological_file_every_verdict_within_budget(tmp_path, capsys):
     rows = [
         {"completion": "<think>2+5=7</think><answer>357</answer>", "answer": "357", "source": "arith"},
-        {"completion": r"\boxed{9^{9^{9^9}}}", "answer": "5", "source": "evil"},
-        {"completion": r"\boxed{" + "(" * 2000 + "1" + ")" * 2000 + "}", "answer": "1", "source": "evil"},
+        {"completion": r"\boxed{(x+1)^{10000}}", "answer": "5", "source": "evil"},
+        {"completion": r"\boxed{\sin(x)^{300} + \cos(x)^{300}}", "answer": "1", "source": "evil"},
         {"completion": r"\boxed{\frac{1}{\sqrt2}}", "answer": r"\frac{\sqrt2}{2}", "source": "math"},
         {"completion": "def f(): pass", "tests": {"cases": []}, "verifier": "code", "source": "code"},
     ]
@@ -30,6 +30,8 @@ def test_score_pathological_file_every_verdict_within_budget(tmp_path, capsys):
     assert rc == 0
     scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert [s["source"] for s in scored] == [r["source"] for r in rows]  # input repeated, same order
+    assert [s["answer"] for s in scored[:4]] == [r["answer"] for r in rows[:4]]  # the gold is kept
+    assert scored[0]["extracted"] == ["357"] and scored[2]["extracted"] == [r"\sin(x)^{300} + \cos(x)^{300}"]
     assert [s["valid"] for s in scored] == [True, False, False, True, False]
     assert [s["components"]["correct"] for s in scored] == [1.0, 0.0, 0.0, 1.0, 0.0]
     assert scored[0]["reward"] == 1.1 and scored[3]["reward"] == 1.0

@@ -11,7 +11,8 @@ from rlvr.configlib import ConfigError
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards import RewardMonitor, build_reward, compose, normalize_groups, reward_metrics
 from rlvr.rewards.config import FormatConfig, RewardConfig
-from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, extract, find_boxed, hedges, parse_gold
+from rlvr.rewards.answers import Context, analyse, gold_text
+from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, extract, find_boxed
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.process import process_score
 
@@ -42,12 +43,13 @@ def test_last_number_is_opt_in():
     assert extract("so it is 12 and then 13", ["boxed", "last_number"]).answers == ["13"]
 
 
-def test_gold_markers_and_hedges():
-    assert parse_gold("约为3.14") == parse_gold(r"\approx 3.14") == parse_gold("approximately 3.14")
-    assert parse_gold("约为3.14").decimals == 2 and parse_gold("3.14").decimals is None
-    assert parse_gold(r"\boxed{12}").text == "12" and parse_gold("#### 1,000").text == "1000"
-    assert hedges("2 or 3", "2") and hedges("1, 2, 3", "2") and not hedges("1, 2", "1, 2")
-    assert not hedges("1000", "1000")
+def test_gold_markers_and_candidates():
+    def gold(a):
+        return analyse(gold_text(a), Context(), trusted=True)
+    assert gold("约为3.14") == gold(r"\approx 3.14") == gold("approximately 3.14")
+    assert gold("约为3.14").cands[0].decimals == 2 and gold("3.14").cands[0].decimals is None
+    assert gold(r"\boxed{12}").cands[0].text == "12" and gold("#### 1,000").cands[0].text == "1000"
+    assert [len(analyse(a).cands) for a in ("2 or 3", "1, 2, 3", "1,000", r"\{1, 2\}", "(1, 2)")] == [2, 3, 1, 2, 1]
 
 
 # --- format ------------------------------------------------------------------------------

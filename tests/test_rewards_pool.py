@@ -15,7 +15,9 @@ from rlvr.rewards import build_reward
 from rlvr.rewards.config import MathConfig, RewardConfig
 from rlvr.rewards.math_verifier import MathVerifier
 
-PATHOLOGICAL = [r"9^{9^{9^9}}", "(" * 2000 + "1" + ")" * 2000]
+# answers that reach math-verify and do not come back (power towers and deep nesting are
+# refused before that: see test_math_adversarial.py)
+PATHOLOGICAL = [r"(x+1)^{10000}", r"\sin(x)^{300} + \cos(x)^{300}"]
 BUDGET = 1.0
 
 
@@ -55,7 +57,7 @@ def test_a_worker_that_dies_mid_task_gives_an_invalid_sample_not_a_crash(verifie
         slow.verify([Problem(id="w", prompt="", answer="x")], [r"\boxed{x}"])
         pid = slow.pool.pids[0]
         threading.Timer(0.5, os.kill, (pid, 9)).start()
-        res = slow.verify([Problem(id="p", prompt="", answer="5")], [r"\boxed{9^{9^{9^9}}}"])
+        res = slow.verify([Problem(id="p", prompt="", answer="5")], [r"\boxed{(x+1)^{10000}}"])
         assert not res[0].valid and "crashed" in res[0].error
         again = slow.verify([Problem(id="q", prompt="", answer="x")], [r"\boxed{2x/2}"])
         assert again[0].valid and again[0].components["correct"] == 1.0

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlvr.records import Problem
-from rlvr.rewards.extract import normalise
+from rlvr.rewards.answers import normalise
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.stats import majority_correct, pass_at_k
 

@@ -41,9 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def written_as_model(answer: str, cfg: Any) -> str:
     """The gold as a model following the configured format would write it."""
-    from rlvr.rewards.extract import parse_gold
+    from rlvr.rewards.answers import gold_text
 
-    text = parse_gold(answer).text
+    text = gold_text(answer)
     policies = cfg.math.extract
     if "answer_tag" in policies and cfg.format.kind in ("think_answer", "answer", "none"):
         return f"<think>The result follows.</think><answer>{text}</answer>"

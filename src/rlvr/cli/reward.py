@@ -1,9 +1,10 @@
 """`rlvr reward score INPUT.jsonl [key=value ...] [--out OUT.jsonl] [--repeat N]`
 
 Each input line: `completion`, the gold `answer` (or `tests` for code), optional
-`verifier` (default math), `source`, `id`. Each output line repeats the input
-and adds `reward`, `components`, `valid`, `error`, `flag`, and where known the
-extracted `answer` and the seconds spent in a verification worker (`verify_s`). A per-source
+`prompt` (its words are the count labels an answer may carry: `12 apples`),
+`verifier` (default math), `source`, `id`. Each output line repeats every input
+field unchanged and adds `reward`, `components`, `valid`, `error`, `flag`, the
+`extracted` answers and the seconds spent in a verification worker (`verify_s`). A per-source
 summary table follows on stderr. `--repeat 2` scores the file again with fresh
 workers and reports every sample whose reward changed (exit status 1).
 """
@@ -104,9 +105,10 @@ def print_table(title: str, rows: list[dict[str, Any]], file: TextIO) -> None:
 
 
 def _output(obj: dict[str, Any], r: RewardResult) -> dict[str, Any]:
-    extra = {k: r.info[k] for k in ("answer", "verify_s") if r.info.get(k) is not None}
-    return {**obj, "reward": r.total, "components": r.components, "valid": r.valid, "error": r.error,
-            "flag": r.info.get("flag"), **extra}
+    """The input line with the verdict beside it; every input field is kept as it was."""
+    out = {"reward": r.total, "components": r.components, "valid": r.valid, "error": r.error,
+           "flag": r.info.get("flag"), "extracted": r.info.get("extracted"), "verify_s": r.info.get("verify_s")}
+    return {**obj, **{k: v for k, v in out.items() if k not in obj}}
 
 
 def run(args: argparse.Namespace) -> int:

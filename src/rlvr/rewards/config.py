@@ -23,14 +23,19 @@ class MathConfig:
     abs_tol: float = 0.0
     """Absolute tolerance added to rel_tol (0: tiny numbers are never equal to each other by accident)."""
     timeout_s: float = 5.0
-    """Hard wall-clock budget for verifying one completion; past it the worker is killed
-    and the sample is marked invalid with reward 0."""
+    """Hard wall-clock budget per completion, extraction and equivalence together: what extraction
+    took in this process is charged first, and the worker verifying the rest is killed when the
+    budget runs out; the sample is then marked invalid (reward 0, flag `timeout`)."""
     workers: int = 2
     """Verification worker processes (started lazily, only when an answer needs math-verify)."""
     worker_memory_mb: int = 2048
     """Address-space limit of each worker, so a pathological answer cannot exhaust memory."""
     max_answer_chars: int = 10000
     """An extracted answer longer than this is a parse failure, not a verification."""
+    max_chars: int = 400_000
+    """A completion longer than this (about 100k tokens of English) scores 0 with flag `too_long`,
+    counted in `reward/too_long_frac`, without being searched. Extraction is linear in the length
+    (about 15 ms per 200 KB), so this bounds the work per completion, not a slow path."""
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.extract if p not in EXTRACT_POLICIES]
@@ -40,6 +45,8 @@ class MathConfig:
             raise ValueError("rel_tol and abs_tol must be >= 0")
         if self.timeout_s <= 0 or self.workers < 1:
             raise ValueError("timeout_s must be > 0 and workers >= 1")
+        if self.max_chars < 1 or self.max_answer_chars < 1:
+            raise ValueError("max_chars and max_answer_chars must be >= 1")
 
 
 @dataclass

@@ -29,7 +29,10 @@ from math_verify import grader, parse, parser, verify
 from sympy import And, Basic, Eq, Float
 from sympy.core.relational import Relational
 
+from rlvr.rewards.answers import Cand, Parsed, judge
+from rlvr.rewards.fastpath import cand_equal, scaled
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
+from rlvr.rewards.units import plans, preload
 
 _original_numeric_eq = grader.sympy_numeric_eq
 _original_compare_relational = grader.sympy_compare_relational
@@ -63,20 +66,14 @@ def _value(x: Basic) -> tuple[Fraction, str] | None:
     return Fraction(str(v)), kind
 
 
-def _percent_values(x: Basic) -> list[Basic]:
-    """50% may be meant as 0.5 or as 50: try both, as math-verify does."""
-    pct = grader.get_pct_val(x)
-    return [x] if pct is None else [x, pct]
-
-
 def numeric_eq(a: Basic, b: Basic, float_rounding: int = 6, numeric_precision: int = 15) -> bool:
     if isinstance(a, (sympy.MatrixBase, sympy.MatrixExpr)) and isinstance(b, (sympy.MatrixBase, sympy.MatrixExpr)):
         return _original_numeric_eq(a, b, float_rounding, numeric_precision)  # recurses into this leaf
-    for ga in _percent_values(a):
-        for pb in _percent_values(b):
-            va, vb = _value(ga), _value(pb)
-            if va is not None and vb is not None and numbers_equal(va[0], va[1], vb[0], vb[1], _tolerance):
-                return True
+    # A percentage inside a structure is its value (50% is 0.5, never 50): math-verify's
+    # parse keeps X% as X * 1/100, which _value evaluates.
+    va, vb = _value(a), _value(b)
+    if va is not None and vb is not None and numbers_equal(va[0], va[1], vb[0], vb[1], _tolerance):
+        return True
     # Non-real numbers (complex) have no order: equal only if they simplify to the same.
     if getattr(a, "is_number", False) and getattr(b, "is_number", False) and (_value(a) is None or _value(b) is None):
         try:
@@ -134,25 +131,59 @@ def _false_numeric_equality(expr: Basic) -> bool:
     return False
 
 
-def verify_sample(gold: str, decimals: int | None, preds: list[str], rel_tol: float, abs_tol: float) -> tuple[bool, str | None]:
-    """Is every candidate answer equivalent to the gold? Returns (correct, flag)."""
+def _sympy_number(x: Fraction, inexact: bool) -> Basic:
+    return sympy.Float(str(float(x)), 17) if inexact else sympy.Rational(x.numerator, x.denominator)
+
+
+def _equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float, flags: list[str], fast: bool) -> bool:
+    """gold == pred under some reading of their units, by math-verify (after the fast path)."""
     global _tolerance
-    install()
-    _tolerance = Tolerance(rel_tol, abs_tol, decimals)
-    g = parse_answer(gold)
+    verdict = cand_equal(gold, pred, rel_tol, abs_tol) if fast else None
+    if verdict is not None:
+        return verdict
+    if not plans(gold.unit, pred.unit):
+        return False
+    _tolerance = Tolerance(rel_tol, abs_tol, gold.decimals)
+    g = parse_answer(gold.text)
     if not g or not _is_math(g[0]):
-        raise GoldParseError(f"gold answer {gold!r} does not parse as mathematics")
-    for pred in preds:
-        q = parse_answer(pred)
-        if not q or not _is_math(q[0]):
-            # math-verify would fall back to comparing raw strings; an answer we cannot
-            # read is a parse failure, never a string match.
-            return False, "parse_failed"
-        if isinstance(q[0], Basic) and _false_numeric_equality(q[0]):
-            return False, "false_equation"
-        if not verify([g[0]], [q[0]], timeout_seconds=None):
-            return False, None
-    return True, None
+        raise GoldParseError(f"gold answer {gold.text!r} does not parse as mathematics")
+    q = parse_answer(pred.text)
+    if not q or not _is_math(q[0]):
+        # math-verify would fall back to comparing raw strings; an answer we cannot
+        # read is a parse failure, never a string match.
+        flags.append("parse_failed")
+        return False
+    if isinstance(q[0], Basic) and _false_numeric_equality(q[0]):
+        flags.append("false_equation")
+        return False
+    for plan in plans(gold.unit, pred.unit):
+        mul, add, inexact = scaled(plan, gold, pred)
+        value = q[0]
+        if (mul, add) != (1, 0):
+            if not isinstance(value, sympy.Expr) or isinstance(value, Relational):
+                continue
+            value = value * _sympy_number(mul, inexact) + _sympy_number(add, inexact)
+            if inexact:  # a rounded factor: compare the numbers within rel_tol, whatever their kinds
+                vg, vp = _value(g[0]), _value(value)
+                if vg is not None and vp is not None:
+                    if numbers_equal(vg[0], vg[1], vp[0], "conv", _tolerance):
+                        return True
+                    continue
+        if verify([g[0]], [value], timeout_seconds=None):
+            return True
+    return False
+
+
+def judge_sample(gold: Parsed, pred: Parsed, rel_tol: float, abs_tol: float,
+                 conversions: tuple = (), fast: bool = True) -> tuple[bool, str | None]:
+    """The verdict on one completion (rlvr.rewards.answers.judge with math-verify behind the fast
+    path): (correct, flag). `conversions` are the unit conversions it needs, computed by the caller;
+    `fast=False` skips the fast path (to test that the two agree)."""
+    install()
+    preload(dict(conversions))
+    flags: list[str] = []
+    ok, flag = judge(gold, pred, lambda g, p: _equal(g, p, rel_tol, abs_tol, flags, fast))
+    return bool(ok), flag or (flags[0] if flags and not ok else None)
 
 
 def _is_math(x: object) -> bool:

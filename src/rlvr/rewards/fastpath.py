@@ -1,10 +1,13 @@
 """The fast path: answers simple enough to compare exactly without sympy or a worker.
 
-Plain numbers (integers, decimals, a/b, \\frac{a}{b}), percentages, simple
-radicals (c\\sqrt{n}/d), `x = <number>`, sets, tuples and intervals of those
-cover most answers of arithmetic, GSM8K-style and many MATH problems. They get the same verdict math-verify (with our fixes) would
-give, at a hundredth of the cost; anything else returns None and goes to the
-worker pool. A given input always takes the same path, so scores stay deterministic.
+Plain numbers (integers, decimals, a/b, \\frac{a}{b}), simple radicals
+(c\\sqrt{n}/d), `x = <number>`, sets, tuples and intervals of those cover most
+answers of arithmetic, GSM8K-style and many MATH problems. They get the same
+verdict math-verify (with our fixes) would give, at a hundredth of the cost;
+anything else returns None and goes to the worker pool. A given input always
+takes the same path, so scores stay deterministic. Percent signs and units never
+reach here: rlvr.rewards.answers reads them off, and a unit conversion arrives as
+a Plan applied to the prediction's value.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ import re
 from fractions import Fraction
 from math import isqrt
 
+from rlvr.rewards.answers import Cand
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
+from rlvr.rewards.units import Plan, plans
 
-_NUM_RE = re.compile(r"^(-?)(?:(\d+)(\.\d+)?|(\d+)/(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\}|\.(\d+))(\\?%)?$")
+_NUM_RE = re.compile(r"^(-?)(?:(\d{1,1000})(\.\d{1,1000})?|(\d{1,1000})/(\d{1,1000})|\\[dt]?frac\{(\d{1,1000})\}\{(\d{1,1000})\}"
+                     r"|\.(\d{1,1000}))$")
+IDENTITY: Plan = (Fraction(1), Fraction(0), False)
 _ASSIGN_RE = re.compile(r"^([a-zA-Z])=(.+)$")
 _SET_RE = re.compile(r"^\\\{(.*)\\\}$")
 _SEQ_RE = re.compile(r"^([(\[])(.*,.*)([)\]])$")
@@ -25,7 +32,7 @@ _RADICAL_RE = re.compile(
     r"|\\[dt]?frac\{(\d+)\}\{\\sqrt\{(\d+)\}\})$")      # \frac{c}{\sqrt{n}}
 _MAX_RADICAND = 10 ** 8  # square-free reduction by trial division stays cheap
 
-Number = tuple[Fraction, str, bool]  # (value, kind for numbers_equal, written as a percentage)
+Number = tuple[Fraction, str]  # (value, kind for numbers_equal)
 Radical = tuple[Fraction, int]  # q * sqrt(m), m > 1 square-free
 
 
@@ -68,7 +75,7 @@ def plain_number(s: str) -> Number | None:
     m = _NUM_RE.match(s.replace(" ", ""))
     if not m:
         return None
-    sign, whole, dec, num, den, fnum, fden, bare_dec, pct = m.groups()
+    sign, whole, dec, num, den, fnum, fden, bare_dec = m.groups()
     if whole is not None:
         val, kind = Fraction(whole + (dec or "")), ("int" if dec is None else "dec")
     elif bare_dec is not None:
@@ -78,17 +85,25 @@ def plain_number(s: str) -> Number | None:
         if int(d) == 0:
             return None
         val, kind = Fraction(int(n), int(d)), "exact"
-    return (-val if sign else val), kind, pct is not None
-
-
-def _alternatives(x: Number) -> list[tuple[Fraction, str]]:
-    """50% may mean 0.5 or 50 (as in math-verify): try both."""
-    value, kind, pct = x
-    return [(value / 100, "exact" if kind == "int" else kind), (value, kind)] if pct else [(value, kind)]
+    return (-val if sign else val), kind
 
 
 def _num_equal(g: Number, p: Number, tol: Tolerance) -> bool:
-    return any(numbers_equal(gv, gk, pv, pk, tol) for gv, gk in _alternatives(g) for pv, pk in _alternatives(p))
+    return numbers_equal(g[0], g[1], p[0], p[1], tol)
+
+
+def _apply(plan: Plan, v: object) -> object | None:
+    """The prediction's value read in the gold's unit: v * mul + add."""
+    mul, add, inexact = plan
+    if plan == IDENTITY or v is None:
+        return v
+    if v[0] == "rad":  # type: ignore[index]
+        q, m = v[1]  # type: ignore[index]
+        return None if add or inexact else ("rad", (q * mul, m))
+    value, kind = v  # type: ignore[misc]
+    value = value * mul + add
+    kind = "conv" if inexact else ("exact" if kind == "int" and value.denominator != 1 else kind)
+    return value, kind
 
 
 def _value(s: str) -> Number | tuple[str, Radical] | None:
@@ -97,7 +112,7 @@ def _value(s: str) -> Number | tuple[str, Radical] | None:
         return n
     r = radical(s)
     if isinstance(r, Fraction):  # \sqrt{4} is the integer 2
-        return r, ("int" if r.denominator == 1 else "exact"), False
+        return r, ("int" if r.denominator == 1 else "exact")
     return ("rad", r) if r is not None else None
 
 
@@ -114,12 +129,12 @@ def _parse(s: str) -> tuple[str, object] | None:
     m = _SET_RE.match(s)
     if m and m.group(1):
         items = [plain_number(x) for x in m.group(1).split(",")]
-        if all(i is not None and not i[2] for i in items):
+        if all(i is not None for i in items):
             return "set", items
     m = _SEQ_RE.match(s)
     if m:
         items = [plain_number(x) for x in m.group(2).split(",")]
-        if all(i is not None and not i[2] for i in items):
+        if all(i is not None for i in items):
             return "seq", (m.group(1) + m.group(3), items)
     return None
 
@@ -137,18 +152,46 @@ def _value_equal(g: object, p: object, tol: Tolerance) -> bool:
     if g_rad and p_rad:
         return g[1] == p[1]  # type: ignore[index]  # canonical forms: exact
     r, n = (g[1], p) if g_rad else (p[1], g)  # type: ignore[index]
-    if n[2]:  # type: ignore[index]
-        return False  # a radical is never a percentage
     return numbers_equal(_approx(r), "irr", n[0], n[1], tol) if g_rad else \
         numbers_equal(n[0], n[1], _approx(r), "irr", tol)  # type: ignore[index]
 
 
-def fast_equal(gold: str, pred: str, tol: Tolerance) -> bool | None:
-    """The verdict for simple answers; None when math-verify must decide."""
+_BASED_RE = re.compile(r"^([0-9A-Za-z]+)_\{?(\d+)\}?$")
+
+
+def _based(s: str) -> int | None:
+    """The value of a numeral written in a base, `1011_2` or `12_{15}`; -1 when its digits do
+    not fit the base; None when it is not such a numeral."""
+    m = _BASED_RE.match(s.replace(" ", ""))
+    if not m or not m.group(1)[0].isdigit():
+        return None
+    base = int(m.group(2))
+    try:
+        return int(m.group(1), base) if 2 <= base <= 36 else -1
+    except ValueError:
+        return -1
+
+
+def fast_equal(gold: str, pred: str, tol: Tolerance, plan: Plan = IDENTITY) -> bool | None:
+    """The verdict for simple answers; None when math-verify must decide. `plan` converts
+    the prediction's value into the gold's unit (rlvr.rewards.units). A numeral in a base
+    (`12_{15}`) equals only the same value written in the same base (math-verify drops
+    the subscript)."""
+    gb, pb = _based(gold), _based(pred)
+    if gb is not None or pb is not None:
+        same_base = _BASED_RE.match(gold.replace(" ", "")) and _BASED_RE.match(pred.replace(" ", "")) and \
+            int(_BASED_RE.match(gold.replace(" ", "")).group(2)) == int(_BASED_RE.match(pred.replace(" ", "")).group(2))
+        return bool(same_base and gb == pb and gb != -1 and plan == IDENTITY)
     g, p = _parse(gold), _parse(pred)
     if g is None or p is None:
         return None
     (gk, gv), (pk, pv) = g, p
+    if plan != IDENTITY:
+        if pk in ("set", "seq"):
+            return None
+        pv = (pv[0], _apply(plan, pv[1])) if pk == "assign" else _apply(plan, pv)  # type: ignore[index]
+        if pv is None or (pk == "assign" and pv[1] is None):  # type: ignore[index]
+            return None
     if gk in ("set", "seq") or pk in ("set", "seq"):
         if gk != pk:
             return None
@@ -166,3 +209,23 @@ def fast_equal(gold: str, pred: str, tol: Tolerance) -> bool | None:
     gn = gv[1] if gk == "assign" else gv  # type: ignore[index]
     pn = pv[1] if pk == "assign" else pv  # type: ignore[index]
     return _value_equal(gn, pn, tol)
+
+
+def scaled(plan: Plan, gold: Cand, pred: Cand) -> Plan:
+    """`plan` with both candidates' scale words folded in: gold * g.scale = pred * p.scale * mul + add."""
+    mul, add, inexact = plan
+    return mul * pred.scale / gold.scale, add / gold.scale, inexact
+
+
+def cand_equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float) -> bool | None:
+    """Equal under some reading of their units (rlvr.rewards.units.plans), decided here; None
+    when a reading needs math-verify. No reading at all (different dimensions): False."""
+    tol = Tolerance(rel_tol, abs_tol, gold.decimals)
+    out: bool | None = False
+    for plan in plans(gold.unit, pred.unit):
+        v = fast_equal(gold.text, pred.text, tol, scaled(plan, gold, pred))
+        if v:
+            return True
+        if v is None:
+            out = None
+    return out

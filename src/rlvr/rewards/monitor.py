@@ -36,7 +36,8 @@ def _block(prefix: str, results: list[RewardResult], out: dict[str, float]) -> N
     n = max(1, len(results))
     out[f"{prefix}invalid_frac"] = sum(not r.valid for r in results) / n
     out[f"{prefix}parse_failed_frac"] = sum(bool(r.info.get("parse_failed")) for r in results) / n
-    out[f"{prefix}multiple_answers_frac"] = sum(r.info.get("flag") == "multiple_answers" for r in results) / n
+    for flag in ("multiple_answers", "too_long", "relation", "words"):
+        out[f"{prefix}{flag}_frac"] = sum(r.info.get("flag") == flag for r in results) / n
     names = sorted({c for r in results for c in r.components})
     for c in names:
         out[f"{prefix}{c}/mean"], out[f"{prefix}{c}/std"] = _mean_std([r.components.get(c, 0.0) for r in valid])

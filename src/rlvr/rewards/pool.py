@@ -57,7 +57,7 @@ def _worker_main(conn_in: Connection, conn: Connection, memory_mb: int) -> None:
             pass  # not every platform lets us; the wall-clock limit still holds
     from rlvr.rewards import equivalence  # the slow import, done once per worker
     equivalence.install()
-    functions = {"verify_sample": equivalence.verify_sample}
+    functions = {"judge_sample": equivalence.judge_sample}
     conn.send(("ready",))
     while True:
         try:
@@ -126,9 +126,6 @@ class VerifyPool:
     def __init__(self, workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048) -> None:
         self.size = max(1, workers)
         self.timeout_s = timeout_s
-        # Waking up and killing takes a few ms on a loaded machine; start early enough
-        # that the verdict is back within timeout_s, which is a hard bound.
-        self._kill_after = timeout_s - min(0.1, 0.02 * timeout_s)
         self.memory_mb = memory_mb
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()  # one batch at a time: workers are not shared between calls
@@ -156,14 +153,17 @@ class VerifyPool:
             raise RuntimeError("a verification worker died while starting (its traceback, if any, is on "
                                "stderr; is reward.math.worker_memory_mb too small?)") from None
 
-    def run(self, name: str, tasks: list[tuple]) -> list[Outcome]:
+    def run(self, name: str, tasks: list[tuple], budgets: list[float] | None = None) -> list[Outcome]:
         """Run `name(*args)` for every args tuple; one Outcome per task, same order.
-        A task's budget starts when a ready worker receives it, so worker start-up
-        (imports, replacement after a kill) is never charged to a task."""
+        A task's budget (`budgets[i]`, default timeout_s) starts when a ready worker receives
+        it, so worker start-up (imports, replacement after a kill) is never charged to a task."""
+        # Waking up and killing takes a few ms on a loaded machine; start early enough
+        # that the verdict is back within the budget, which is a hard bound.
+        kill_after = [b - min(0.1, 0.02 * b) for b in (budgets or [self.timeout_s] * len(tasks))]
         with self._lock:
-            return self._run(name, tasks)
+            return self._run(name, tasks, kill_after)
 
-    def _run(self, name: str, tasks: list[tuple]) -> list[Outcome]:
+    def _run(self, name: str, tasks: list[tuple], kill_after: list[float]) -> list[Outcome]:
         results: list[Outcome | None] = [None] * len(tasks)
         pending = deque(range(len(tasks)))
         busy: dict[_Worker, tuple[int, float]] = {}
@@ -185,7 +185,7 @@ class VerifyPool:
             now = time.monotonic()
             if starting and not busy and now > startup_deadline:
                 raise RuntimeError(f"verification workers did not start within {_STARTUP_S:.0f} s")
-            deadlines = [start + self._kill_after for _, start in busy.values()] or [startup_deadline]
+            deadlines = [start + kill_after[i] for i, start in busy.values()] or [startup_deadline]
             ready = wait([w.conn for w in busy] + [w.conn for w in starting],
                          timeout=max(0.0, min(deadlines) - now))
             now = time.monotonic()
@@ -205,7 +205,7 @@ class VerifyPool:
                         continue
                     results[i] = (Outcome("ok", payload, seconds=now - start) if status == "ok"
                                   else Outcome("error", error=payload, seconds=now - start))
-                elif now - start >= self._kill_after:
+                elif now - start >= kill_after[i]:
                     del busy[w]
                     results[i] = Outcome("timeout", error=f"verification exceeded {self.timeout_s:g} s",
                                          seconds=now - start)

@@ -20,20 +20,23 @@ class Tolerance:
 
 def numbers_equal(gold: Fraction, gold_kind: str, pred: Fraction, pred_kind: str, tol: Tolerance) -> bool:
     """Compare two values. Kinds: 'int' (an integer), 'exact' (a fraction), 'irr' (an exact
-    irrational such as pi or sqrt(2), given here to 60 digits) and 'dec' (a decimal as
-    written, i.e. already rounded).
+    irrational such as pi or sqrt(2), given here to 60 digits), 'dec' (a decimal as
+    written, i.e. already rounded) and 'conv' (a value converted into the gold's unit by a
+    rounded factor, such as degrees to radians).
 
     - approximate gold: |gold - pred| <= half a unit of the gold's last stated decimal;
     - both exact: equal, nothing else (1/2^99 and 1/2^98 differ; an irrational may
       differ from its exact equal only in the 60-digit evaluation noise);
     - an integer against a decimal: equal exactly (1000000 vs 1000001.0 differ);
-    - otherwise a decimal is involved: within rel_tol (relative) or abs_tol.
+    - otherwise a decimal or a rounded conversion is involved: within rel_tol (relative) or abs_tol.
     """
     diff = abs(gold - pred)
     if tol.decimals is not None:
         # a hair of slack for the binary representation of the bound itself
         half_unit = Fraction(1, 2) * Fraction(10) ** -tol.decimals
         return diff <= half_unit * (1 + Fraction(1, 10 ** 9))
+    if "conv" in (gold_kind, pred_kind):
+        return diff <= max(Fraction(repr(tol.rel)) * max(abs(gold), abs(pred)), Fraction(repr(tol.abs)))
     if gold_kind != "dec" and pred_kind != "dec":
         if "irr" in (gold_kind, pred_kind):
             return diff <= Fraction(1, 10 ** 40) * max(abs(gold), abs(pred))

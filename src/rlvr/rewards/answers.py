@@ -1,0 +1,615 @@
+"""What an answer states: its candidate values with their units, or why it cannot be graded.
+
+    gold = analyse(r"2000 \\text{ m}", trusted=True)   # Parsed(cands=(Cand('2000', 'meter'),))
+    pred = analyse(r"2 \\text{ km}")                    # Parsed(cands=(Cand('2', 'kilometer'),))
+    judge(gold, pred, eq)                              # (True, None); eq compares two Cands
+
+One notion for each way an answer can say more (or less) than one value, applied
+to golds and predictions alike and decided without looking at the gold:
+
+- **Several candidates.** Every list separator and range form, Latin and CJK, at the
+  top level (not inside brackets): `,` `;` `、` `，` `or` `and` `或` `和` `\\lor`, ranges
+  `\\sim` `~` `–` `to` `至` `到`, `\\pm`, a set `\\{a, b\\}`. A gold of one value needs every
+  candidate to equal it; a gold of several needs the same set.
+- **A relation that is not equality** (`\\ne` `<` `\\le` `\\in` ≠ ≤ "not" "at least" 不 大于 ...):
+  never equal to a value; only a gold that is itself a relation or an interval compares with it.
+- **Hedge words** ("maybe", "one of", 可能): several answers in disguise.
+- **Units** are read with pint and compared, never dropped (see rlvr.rewards.units);
+  scale words multiply (`6 thousand`, `3万`); a word after a number that is no unit is
+  allowed only as a count label naming what the problem counts (`12 apples` where the
+  prompt says apples); any other word makes the answer unreadable (`6 is wrong`).
+- **Approximations**: `A \\approx B` states A, and B must agree with A at B's precision.
+
+Everything here is linear in the answer's length (answers are capped upstream).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, brace_pairs, clean_answer, find_boxed
+from rlvr.rewards.units import cjk_unit, parse_unit
+
+RELATION = "relation"
+WORDS = "words"
+MAX_CANDIDATES = 64
+MAX_DEPTH = 64
+"""Brackets nested deeper than this make an answer unreadable (parse_failed), not something to parse."""
+
+
+@dataclass(frozen=True)
+class Cand:
+    """One value an answer states."""
+
+    text: str
+    """The mathematical expression, without unit, percent sign or scale word."""
+    unit: str | None = None
+    """pint's canonical name of the unit ('kilometer', 'percent', 'dollar'); None: a bare value."""
+    scale: Fraction = Fraction(1)
+    """Scale words multiply the value: `6 thousand` is Cand('6', scale=1000)."""
+    decimals: int | None = None
+    """Stated to this many decimals (an approximate gold, or B in `A \\approx B`): compare at that precision."""
+    approx: Cand | None = None
+    """`A \\approx B`: B, which must agree with A at its own precision."""
+
+
+@dataclass(frozen=True)
+class Parsed:
+    cands: tuple[Cand, ...] = ()
+    flag: str | None = None
+    """None, or why the answer cannot score: PARSE_FAILED, RELATION, WORDS, MULTIPLE_ANSWERS (hedge words)."""
+    relation: bool = False
+    """It states a relation other than equality (for a gold: or an interval, which a relation may describe)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the problem allows as a count label after a number: the words of its prompt."""
+
+    words: frozenset[str] = frozenset()
+    text: str = field(default="", compare=False, hash=False)
+    key: str = ""
+    """The prompt itself, which is what makes two contexts the same."""
+
+
+# --- canonical text ------------------------------------------------------------------------
+
+_CHAR_MAP = str.maketrans({
+    "²": "^2", "³": "^3", "¹": "^1", "⁄": "/", "−": "-", "‐": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ",
+    "√": "\\sqrt", "π": "\\pi ", "∞": "\\infty ", "±": "\\pm ", "∓": "\\mp ", "∶": ":",
+    "\u200b": "", "\u200c": "", "\u200d": "", "\u200e": "", "\u200f": "", "\u2060": "", "\ufeff": "", "\u00ad": ""})
+_LATEX_SUBS = [
+    (re.compile(r"\\!|\\left(?![a-zA-Z])\.?|\\right(?![a-zA-Z])\.?|\\[bB]ig+[lr]?(?![a-zA-Z])|\\displaystyle|\\limits"), ""),
+    (re.compile(r"\\[dt]frac(?![a-zA-Z])"), "\\\\frac"),
+    (re.compile(r"\{,\}"), ","),
+    (re.compile(r"\^\{?\\circ\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])"), "°"),
+]
+_SPACING_RE = re.compile(r"\\(?:,|;|:| )|\\q?quad(?![a-zA-Z])")
+_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\\,)\d{3})+(?![\d,])(?!\.\d*,)"
+                           r"|(?<![\d.,] )(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,]| \d)")  # 12,345 12\,345 12 345
+_SCI_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
+_TILDE_SPACE_RE = re.compile(r"~(?=\s*[A-Za-z\\])")
+_SPACES_RE = re.compile(r"\s+")
+_PROGRAM_RE = re.compile(r"\*\*|(?<![\\A-Za-z])(?:sqrt|cbrt|exp|abs|pi)(?![A-Za-z])")
+_WORD_FUNC_RE = re.compile(r"(?<![\\A-Za-z])(sqrt|cbrt|exp|abs)\s*\(")
+
+
+def _program_to_latex(s: str) -> str:
+    """`3**(1/3)`, `sqrt(5) - 2`, `2*pi`: Python syntax as LaTeX math-verify reads."""
+    s = s.replace("**", "^")
+    out, i = [], 0
+    pairs = None
+    for m in _WORD_FUNC_RE.finditer(s):
+        if m.start() < i:
+            continue
+        if pairs is None:
+            pairs = _paren_pairs(s)
+        close = pairs.get(m.end() - 1)
+        if close is None:
+            continue
+        arg = s[m.end():close - 1]
+        name = m.group(1)
+        out.append(s[i:m.start()])
+        out.append({"sqrt": f"\\sqrt{{{arg}}}", "cbrt": f"\\sqrt[3]{{{arg}}}", "exp": f"e^{{{arg}}}",
+                    "abs": f"\\left|{arg}\\right|"}[name])
+        i = close
+    out.append(s[i:])
+    s = "".join(out)
+    s = re.sub(r"\^\(([^()]*)\)", r"^{(\1)}", s)  # 3^(1/3) -> 3^{(1/3)}
+    s = re.sub(r"(?<![\\A-Za-z])pi(?![A-Za-z])", r"\\pi ", s)
+    return s.replace("*", " \\cdot ")
+
+
+def _paren_pairs(s: str) -> dict[int, int]:
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(s):
+        if ch == "(":
+            stack.append(i)
+        elif ch == ")" and stack:
+            pairs[stack.pop()] = i + 1
+    return pairs
+
+
+_INVISIBLE_CMD_RE = re.compile(r"\\(phantom|hphantom|vphantom|hspace|vspace|color|textcolor|colorbox)\s*\{")
+
+
+def _drop_invisible(s: str) -> str:
+    """What renders nothing goes: `\\phantom{13}`, `\\hspace{1em}`, the colour of `\\color{red}`
+    and `\\textcolor{red}{12}` (which keeps 12)."""
+    if not _INVISIBLE_CMD_RE.search(s):
+        return s
+    pairs = brace_pairs(s)
+    out, i = [], 0
+    for m in _INVISIBLE_CMD_RE.finditer(s):
+        close = pairs.get(m.end() - 1)
+        if m.start() < i or close is None:
+            continue
+        out.append(s[i:m.start()])
+        i = close
+        if m.group(1) in ("textcolor", "colorbox") and s[i:i + 1] == "{" and i in pairs:
+            out.append(s[i + 1:pairs[i] - 1])
+            i = pairs[i]
+    out.append(s[i:])
+    return "".join(out)
+
+
+def canonical(s: str) -> str:
+    """One spelling for what renders the same: Unicode forms (fullwidth, superscripts,
+    invisible characters), LaTeX spacing and sizing, thousands separators (`12,\\!345`,
+    `1{,}000`), `1e-3`, degree signs, and Python syntax (`3**(1/3)`)."""
+    s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
+    s = _drop_invisible(s)
+    for pattern, repl in _LATEX_SUBS:
+        s = pattern.sub(repl, s)
+    s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\\,|[, ]", "", m.group(0)), s)  # before `\,` is a space
+    s = _SPACING_RE.sub(" ", s)
+    s = _SCI_RE.sub(r"\1\\times 10^{\2}", s)
+    s = _TILDE_SPACE_RE.sub(" ", s)
+    if _PROGRAM_RE.search(s):
+        s = _program_to_latex(s)
+    return _SPACES_RE.sub(" ", s).strip()
+
+
+_GSM8K_GOLD_RE = re.compile(r"####[ \t]*([^\n]+)")
+
+
+def gold_text(answer: str) -> str:
+    """The gold as a data set writes it, unwrapped: `#### 72` -> `72`, `\\boxed{5}` -> `5`."""
+    s = answer.strip()
+    m = _GSM8K_GOLD_RE.search(s)
+    if m:
+        s = m.group(1)
+    boxes, _ = find_boxed(s)
+    if len(boxes) == 1:
+        s = boxes[0]
+    return clean_answer(s)
+
+
+def normalise(ans: str) -> str:
+    """The canonical text of an answer (for majority voting and display)."""
+    return canonical(ans)
+
+
+# --- relations, hedges, separators ----------------------------------------------------------
+
+_RELATION_RE = re.compile(
+    r"\\(?:ne|neq|not|lt|gt|le|leq|leqq|leqslant|ge|geq|geqq|geqslant|ll|gg|nless|ngtr|nleq|ngeq|lesssim|gtrsim"
+    r"|in|notin|ni|subset|subseteq|supset|supseteq|prec|succ|nsim|ncong|neg|lnot|cancel|bcancel|xcancel|sout)(?![a-zA-Z])"
+    r"|[<>≠≤≥≦≧≨≩≪≫≮≯≰≱≲≳⩽⩾∈∉⊂⊃⊆⊇¬]|!=|=/="
+    r"|(?<![A-Za-z])(?:not|isn't|aren't|never|neither|nor|except|unequal|less|more|greater|fewer|smaller|larger"
+    r"|bigger|least|most|exceeds?|over|under|above|below|beyond|excluding|without|cannot|can't)(?![A-Za-z])"
+    r"|不|非|没|無|无|大于|小于|多于|少于|超过|以上|以下|至少|至多|最多|最少|低于|高于|除了", re.IGNORECASE)
+_HEDGE_RE = re.compile(
+    r"(?<![A-Za-z])(?:one of|either|maybe|perhaps|possibly|probably|likely|guess|depending|unsure)(?![A-Za-z])"
+    r"|可能|也许|或许|大概|之一", re.IGNORECASE)
+_INTERVAL_RE = re.compile(r"\\cup|\\cap|\\infty|\\emptyset|\\varnothing")
+_SPLIT_TOKEN_RE = re.compile(
+    r"\\[{}]|\\[A-Za-z]+|\\.|[()\[\]{}]|[,;、]|[~–—]|(?<![A-Za-z])(?:or|and|to)(?![A-Za-z])|或者|以及|或|和|与|及|至|到",
+    re.IGNORECASE)
+_SEP_COMMANDS = {"\\sim", "\\lor", "\\vee", "\\land", "\\wedge", "\\to"}
+_OPEN, _CLOSE = {"(", "[", "{", "\\{"}, {")", "]", "}", "\\}"}
+
+
+def split_candidates(s: str) -> list[str] | None:
+    """The parts of `s` between separators at the top level (not inside any bracket);
+    None when brackets nest deeper than MAX_DEPTH."""
+    parts, depth, start = [], 0, 0
+    for m in _SPLIT_TOKEN_RE.finditer(s):
+        tok = m.group()
+        if tok in _OPEN:
+            depth += 1
+            if depth > MAX_DEPTH:
+                return None
+        elif tok in _CLOSE:
+            depth = max(0, depth - 1)
+        elif depth == 0 and (tok[0] != "\\" or tok in _SEP_COMMANDS):
+            parts.append(s[start:m.start()])
+            start = m.end()
+    parts.append(s[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _set_content(s: str) -> str | None:
+    """`\\{a, b\\}` (the whole answer) -> `a, b`."""
+    if s.startswith("\\{") and s.endswith("\\}"):
+        depth = 0
+        for m in re.finditer(r"\\[{}]", s):
+            depth += 1 if m.group() == "\\{" else -1
+            if depth == 0 and m.end() != len(s):
+                return None
+        return s[2:-2]
+    return None
+
+
+_PM_RE = re.compile(r"\\pm(?![a-zA-Z])|\\mp(?![a-zA-Z])")
+
+
+def _expand_pm(part: str) -> list[str] | None:
+    """`x = \\pm 2` -> `x = +2`, `x = -2`; None when there are several."""
+    found = _PM_RE.findall(part)
+    if not found:
+        return [part]
+    if len(found) > 1:
+        return None
+    return [_SPACES_RE.sub(" ", _PM_RE.sub(sign, part)).strip() for sign in (" + ", " - ")]
+
+
+# --- approximations ------------------------------------------------------------------------
+
+_APPROX_RE = re.compile(
+    r"\\approx(?![a-zA-Z])|≈|\\simeq(?![a-zA-Z])|≃|\\sim(?![a-zA-Z])|约为|大约|约|(?<![A-Za-z])(?:approximately|approx\.?"
+    r"|about|around|roughly|nearly|almost)(?![A-Za-z])", re.IGNORECASE)
+_VAR_RE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$")
+
+
+def stated_decimals(text: str) -> int | None:
+    """The precision a value states: `3.14` -> 2, `300` -> 0, `1.2 \\times 10^{3}` -> -2."""
+    sci = re.search(r"(\d+)(?:\.(\d+))?\s*\\times\s*10\^\{?(-?\d+)\}?\s*$", text[-64:])
+    if sci:
+        return len(sci.group(2) or "") - int(sci.group(3))
+    m = None
+    for m in re.finditer(r"\d+(?:\.(\d+))?", text):
+        pass
+    return None if m is None else len(m.group(1) or "")
+
+
+# --- quantities: value, unit, scale, label -------------------------------------------------
+
+_TEXT_CMD_RE = re.compile(r"\\(?:text|mathrm|textrm|mbox|textit|mathit|operatorname|textnormal|mathsf|textsf|rm)\s*\{")
+_PERCENT_RE = re.compile(r"(?:\\%|%|‰)$")
+_CURRENCY_RE = re.compile(r"^(-?)\s*(\\\$|\$|US\$|¥|€|£)\s*")
+_QTY_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\\.|[A-Za-zµμΩ]+|[\u3400-\u9fff]+|\d+|\s+|.", re.DOTALL)
+_WORDISH = re.compile(r"^(?:[A-Za-zµμΩ]+|[\u3400-\u9fff]+)$")
+_UNIT_JOINERS = {"/", "*", "\\cdot", ".", "°", "-"}
+_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10 ** 6, "billion": 10 ** 9, "trillion": 10 ** 12,
+                "dozen": 12, "thousands": 1000, "millions": 10 ** 6, "billions": 10 ** 9, "hundreds": 100}
+_CJK_SCALE = {"十": 10, "百": 100, "千": 1000, "万": 10 ** 4, "亿": 10 ** 8, "兆": 10 ** 12}
+_CLASSIFIERS = set("个只本人名件条张辆棵头块次份位朵支匹间座颗把根台双岁页道题分盒箱瓶杯袋包枝粒片首部架艘层")
+_MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "lg", "exp", "sqrt", "det", "gcd", "lcm",
+               "mod", "max", "min", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "pi", "infty", "inf"}
+_STOP_LABELS = {
+    "is", "are", "was", "were", "be", "been", "not", "no", "none", "wrong", "incorrect", "false", "true", "right",
+    "correct", "maybe", "perhaps", "possibly", "probably", "likely", "or", "and", "but", "either", "neither",
+    "nor", "than", "more", "less", "fewer", "least", "most", "at", "over", "under", "above", "below", "exactly",
+    "only", "just", "the", "a", "an", "of", "to", "in", "on", "for", "by", "per", "times", "squared", "cubed",
+    "half", "halves", "third", "thirds", "quarter", "quarters", "tenth", "tenths", "hundredth", "hundredths",
+    "thousandth", "thousandths", "negative", "minus", "plus", "percent", "point", "answer", "final", "total",
+    "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}
+_LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+)\s*=\s*(?=\S)")
+_WORD_RE = re.compile(r"(?<![\dA-Za-z])[A-Za-z]{2,}|[\u3400-\u9fff]")  # a word, not letters glued to a number (2xy)
+_LONG_DIGITS_RE = re.compile(r"\d{1001}")
+_SPACED_DIGITS_RE = re.compile(r"\d\s+[-+]?\d")
+_TOWER_RE = re.compile(r"\d+(?:\s*\^\s*\{?\s*\d+)+")
+MAX_POWER_DIGITS = 100_000
+"""An integer power with more digits than this (`9^{9^{9}}`, `2^{10^{6}}`) is not computed: parse_failed."""
+
+
+def _too_large(text: str) -> bool:
+    """A power of integer literals whose value has more than MAX_POWER_DIGITS digits."""
+    import math
+
+    for m in _TOWER_RE.finditer(text):
+        nums = [int(x) for x in re.findall(r"\d+", m.group())[-8:]]
+        value = nums[-1]
+        for base in reversed(nums[:-1]):
+            if base > 1 and value * math.log10(base) > MAX_POWER_DIGITS:
+                return True
+            value = base ** value if base > 1 else base
+    return False
+_COMMANDS_RE = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}|\\[A-Za-z]+")
+
+
+def _forms(word: str) -> set[str]:
+    """A word and its singular guesses: apples -> {apples, apple, appl}."""
+    w = word.lower()
+    out = {w}
+    if w.endswith("s") and len(w) > 2:
+        out.add(w[:-1])
+        if w.endswith("es") and len(w) > 3:
+            out.add(w[:-2])
+    return out
+
+
+def context_of(prompt: object) -> Context:
+    """The count labels a problem's prompt allows (its words), from text or chat messages."""
+    if isinstance(prompt, list):
+        text = " ".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    else:
+        text = str(prompt or "")
+    return _context(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _context(text: str) -> Context:
+    stop = {f for w in _STOP_LABELS for f in _forms(w)}
+    words = frozenset(f for w in re.findall(r"[A-Za-z]{2,}", text) for f in _forms(w) if w.lower() not in stop)
+    return Context(words, text, text)
+
+
+def _flatten_text(s: str) -> tuple[str, bool]:
+    """`5\\text{ cm}` -> `5 cm`: the content of text commands, set apart by a space.
+    Returns the text and whether any text command was there."""
+    if not _TEXT_CMD_RE.search(s):
+        return s, False
+    pairs = brace_pairs(s)
+    out, i = [], 0
+    for m in _TEXT_CMD_RE.finditer(s):
+        if m.start() < i:
+            continue
+        close = pairs.get(m.end() - 1)
+        if close is None:
+            continue
+        out += [s[i:m.start()], " ", s[m.end():close - 1]]
+        i = close
+    out.append(s[i:])
+    flat = "".join(out)
+    return (_flatten_text(flat)[0] if flat != s else flat), True
+
+
+def _exponent_start(toks: list[str], end: int) -> int | None:
+    """Index where an exponent `^2`, `^-1`, `^{2}` ending at toks[end-1] starts, else None."""
+    j = end
+    if j > 0 and toks[j - 1] == "}":
+        j -= 1
+        closing = True
+    else:
+        closing = False
+    if j == 0 or not toks[j - 1].isdigit():
+        return None
+    j -= 1
+    if j > 0 and toks[j - 1] == "-":
+        j -= 1
+    if closing:
+        if j == 0 or toks[j - 1] != "{":
+            return None
+        j -= 1
+    return j - 1 if j > 0 and toks[j - 1] == "^" else None
+
+
+def _split_suffix(part: str) -> tuple[str, str]:
+    """(value, trailing words): `5 cm^2` -> ('5', 'cm^2'); ('x^2 + 1', '') when no words trail."""
+    toks = _QTY_TOKEN_RE.findall(part)
+    i = len(toks)
+    while i > 0:
+        t = toks[i - 1]
+        if _WORDISH.match(t) or t.isspace() or t in _UNIT_JOINERS:
+            i -= 1
+            continue
+        k = _exponent_start(toks, i)
+        if k is not None and k > 0 and (_WORDISH.match(toks[k - 1]) or toks[k - 1] == "°"):
+            i = k
+            continue
+        break
+    while i < len(toks) and not (_WORDISH.match(toks[i]) or toks[i] == "°"):
+        i += 1  # the unit starts with a word (or a degree sign)
+    return "".join(toks[:i]).strip(), "".join(toks[i:]).strip()
+
+
+def _value_end_ok(value: str) -> bool:
+    return bool(value) and (value[-1] in "0123456789})]|!" or value.endswith("\\pi"))
+
+
+def _cjk_suffix(value: str, suffix: str, ctx: Context, trusted: bool) -> Cand | str | None:
+    scale = Fraction(1)
+    rest = suffix
+    while rest and rest[0] in _CJK_SCALE and cjk_unit(rest) is None:
+        scale *= _CJK_SCALE[rest[0]]
+        rest = rest[1:].strip()
+    if not rest:
+        return Cand(value, None, scale)
+    spelled = cjk_unit(rest)
+    unit = parse_unit(spelled if spelled is not None else rest)
+    if unit is not None:
+        return Cand(value, unit, scale)
+    if rest[0] in _CLASSIFIERS:
+        rest = rest[1:]
+    if not rest or trusted or rest in ctx.text:  # `12个`, `12个苹果` where the prompt says 苹果
+        return Cand(value, None, scale)
+    return WORDS
+
+
+def _quantity(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | str:
+    """One candidate: a value with its unit, scale and label read off; or a flag."""
+    unit = None
+    m = _PERCENT_RE.search(part)
+    if m:
+        unit, part = parse_unit(m.group()), part[:m.start()].strip()
+    m = _CURRENCY_RE.match(part)
+    if m and unit is None:
+        unit, part = parse_unit(m.group(2)), m.group(1) + part[m.end():]
+    value, suffix = _split_suffix(part)
+    if suffix and unit is None and _value_end_ok(value):
+        glued = not (spaced or part[len(value):len(value) + 1].isspace())
+        got = _read_suffix(value, suffix, ctx, trusted, glued)
+        if isinstance(got, str):
+            return got
+        if got is not None:
+            return _checked(got, trusted)
+    return _checked(Cand(part, unit), trusted)
+
+
+def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bool) -> Cand | str | None:
+    """What trails a number: scale words, then a unit or a count label. None: it is mathematics
+    (`2x`, `3 y`), not a quantity; WORDS: words that are neither."""
+    if re.match(r"[\u3400-\u9fff]", suffix):
+        return _cjk_suffix(value, suffix, ctx, trusted)
+    words = suffix.split()
+    scale = Fraction(1)
+    while words and words[0].lower() in _SCALE_WORDS:
+        scale *= _SCALE_WORDS[words.pop(0).lower()]
+    rest = " ".join(words)
+    if not rest:
+        return Cand(value, None, scale)
+    unit = parse_unit(rest, spaced=not glued)
+    if unit is not None:
+        return Cand(value, unit, scale)
+    alpha = re.findall(r"[A-Za-zµμΩ]+", rest)
+    if all(len(w) == 1 for w in alpha) or (glued and scale == 1 and not trusted):
+        return None  # single letters, or letters glued to the number: variables (2x, 3ab)
+    if trusted or all(_forms(w) & ctx.words for w in alpha):
+        return Cand(value, None, scale)
+    return WORDS
+
+
+def _checked(c: Cand, trusted: bool) -> Cand | str:
+    """A value with digits may not carry words (`maybe 12`); a value without digits is text
+    (`\\text{(B)}`, `Monday`), which math-verify compares."""
+    text = _LHS_RE.sub("", c.text) if re.search(r"\d", c.text) else c.text  # `Area = 12` states 12
+    if not text or _LONG_DIGITS_RE.search(text) or _too_large(text):
+        return PARSE_FAILED
+    if re.search(r"\d", text) and not trusted:
+        if _SPACED_DIGITS_RE.search(text):  # `12 15`: two answers, a product, or digits run together?
+            return PARSE_FAILED
+        for w in _WORD_RE.findall(_COMMANDS_RE.sub(" ", text)):
+            if w.lower() not in _MATH_WORDS:
+                return WORDS
+    return replace(c, text=text)
+
+
+# --- the whole answer ----------------------------------------------------------------------
+
+def analyse(answer: str, ctx: Context = Context(), *, trusted: bool = False) -> Parsed:
+    """The candidates `answer` states, or the flag that keeps it from scoring. `trusted` (a gold
+    answer): words after a number are labels, and an approximation marker sets the precision."""
+    return _analyse(answer, ctx, trusted)
+
+
+@functools.lru_cache(maxsize=65536)
+def _analyse(answer: str, ctx: Context, trusted: bool) -> Parsed:
+    s = canonical(answer)
+    if not s:
+        return Parsed(flag=PARSE_FAILED)
+    relation = bool(_RELATION_RE.search(s))
+    if trusted:  # a gold interval may be answered with an inequality
+        relation = relation or bool(_INTERVAL_RE.search(s)) or (s[0] in "([" and s[-1] in ")]" and "," in s)
+    elif _HEDGE_RE.search(s):
+        return Parsed(flag=MULTIPLE_ANSWERS, relation=relation)
+    flat, had_text = _flatten_text(s)
+    content = _set_content(flat)
+    parts = split_candidates(content if content is not None else flat)
+    if parts is None or "\\boxed" in flat or "\\fbox" in flat:  # nested too deep, or boxes left inside
+        return Parsed(flag=PARSE_FAILED, relation=relation)
+    cands: list[Cand] = []
+    for part in parts:
+        expanded = _expand_pm(part)
+        if expanded is None:
+            return Parsed(flag=PARSE_FAILED, relation=relation)
+        for p in expanded:
+            c = _candidate(p, ctx, trusted, had_text)
+            if isinstance(c, str):
+                return Parsed(flag=c, relation=relation)
+            cands.append(c)
+            if len(cands) > MAX_CANDIDATES:
+                return Parsed(flag=PARSE_FAILED, relation=relation)
+    if not cands:
+        return Parsed(flag=PARSE_FAILED, relation=relation)
+    return Parsed(tuple(dict.fromkeys(cands)), None, relation)
+
+
+def _candidate(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | str:
+    m = _APPROX_RE.search(part)
+    if m is None:
+        return _quantity(part, ctx, trusted, spaced)
+    a, b = part[:m.start()].strip().rstrip("=").strip(), part[m.end():].strip()
+    if not b:
+        return PARSE_FAILED
+    approx = _quantity(b, ctx, trusted, spaced)
+    if isinstance(approx, str):
+        return approx
+    approx = replace(approx, decimals=stated_decimals(approx.text))
+    if not a or _VAR_RE.match(a):  # `≈ 3.14`, `x \approx 3.14`: B is the value
+        value = approx if trusted else replace(approx, decimals=None)
+        return replace(value, text=f"{a} = {value.text}") if a else value
+    exact = _quantity(a, ctx, trusted, spaced)
+    if isinstance(exact, str) or trusted:
+        return exact
+    return replace(exact, approx=approx)
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+Eq = Callable[[Cand, Cand], "bool | None"]
+"""eq(gold value, pred value) -> equal; None when it cannot be told here (the worker can)."""
+
+
+def _any3(vals: Iterable[bool | None]) -> bool | None:
+    out: bool | None = False
+    for v in vals:
+        if v:
+            return True
+        if v is None:
+            out = None
+    return out
+
+
+def _all3(vals: Iterable[bool | None]) -> bool | None:
+    out: bool | None = True
+    for v in vals:
+        if v is False:
+            return False
+        if v is None:
+            out = None
+    return out
+
+
+def _match(g: Cand, p: Cand, eq: Eq) -> bool | None:
+    """`A \\approx B` is judged by A, the value it states; B must agree with A at its own
+    precision (a right rounding beside a wrong value earns nothing, nor a wrong one beside a right)."""
+    if p.approx is None:
+        return eq(g, p)
+    exact = replace(p, approx=None)
+    stated = eq(g, exact)
+    if stated is False:
+        return False
+    return _all3([stated, eq(p.approx, exact)])
+
+
+def judge(gold: Parsed, pred: Parsed, eq: Eq) -> tuple[bool | None, str | None]:
+    """(correct, flag); correct is None when `eq` could not decide a comparison that matters."""
+    if pred.flag is not None:
+        return False, pred.flag
+    if gold.flag is not None:
+        raise ValueError(f"gold answer cannot be graded ({gold.flag})")
+    if pred.relation and not gold.relation:
+        return False, RELATION
+    several = MULTIPLE_ANSWERS if len(pred.cands) > 1 else None
+    if len(gold.cands) == 1:
+        verdicts = []
+        for p in pred.cands:
+            v = _match(gold.cands[0], p, eq)
+            if v is False:
+                return False, several
+            verdicts.append(v)
+        ok = _all3(verdicts)
+        return ok, (None if ok is not False else several)
+    table = [[_match(g, p, eq) for p in pred.cands] for g in gold.cands]
+    every_pred = _all3(_any3(row[j] for row in table) for j in range(len(pred.cands)))
+    every_gold = _all3(_any3(row) for row in table)
+    ok = _all3([every_pred, every_gold])
+    return ok, None
