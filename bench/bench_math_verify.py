@@ -1,35 +1,37 @@
-"""Throughput of the math verifier against calling math-verify directly, side by side in one run.
+"""Throughput of the math verifier, side by side in one run, and its worst case on attacks.
 
-    .venv/bin/python bench/bench_math_verify.py [--n 2000] [--workers 2] [--batch 128] [--seed 0]
+    .venv/bin/python bench/bench_math_verify.py [--n 2000] [--baseline REV] [--rounds 3] [--json FILE]
+    .venv/bin/python bench/bench_math_verify.py --attacks [--json FILE]
 
-A "typical" mix of MATH/GSM8K-style answers (integers, fractions vs decimals,
-radicals and pi, percentages, sets/intervals/tuples, equations, polynomials),
-half right and half wrong, every value fresh so no cache can help either side.
+Three mixes of MATH/GSM8K-style answers (integers, fractions vs decimals, radicals and pi,
+percentages, sets/intervals/tuples, equations, polynomials), half right and half wrong:
 
-- direct: `verify(parse(gold), parse(completion))` in this process, one by one,
-  math-verify's defaults (its signal timeout) — what a trainer without a
-  reward module would do;
-- ours: `MathVerifier.verify` in batches of --batch (a trainer step), plain
-  numbers on the in-process fast path, the rest in --workers worker processes
-  with a hard wall-clock limit. Worker start-up is measured separately.
+- unique pairs: every gold and answer fresh, so no cache helps (worst case);
+- GRPO-shaped: groups of --group completions per gold, as a training step sees them;
+- math-verify path only: answers the fast path cannot decide.
 
-Prints verifications/s for both, the ratio, the fast-path share, and every
-verdict on which the two disagree (our fixes of math-verify show up there).
+Each mix is scored by `MathVerifier.verify` in batches of --batch (worker start-up timed
+apart) and by math-verify called directly (`verify(parse(gold), parse(answer))`, one by
+one). With --baseline REV the same cases are also scored by the verifier of git revision
+REV (its src/ exported to a temporary folder), each side in a fresh interpreter, the two
+sides alternating for --rounds rounds; the best time of each side is kept and the ratio
+printed. --attacks times extraction + verdict of adversarial completions of 50-400 KB
+(marker + whitespace, unclosed boxes and tags, nesting, separators) in this process.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from rlvr.records import Problem  # noqa: E402
-from rlvr.rewards.config import MathConfig  # noqa: E402
-from rlvr.rewards.math_verifier import MathVerifier  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def case(rng: random.Random, wrong: bool | None = None, style: random.Random | None = None) -> tuple[str, str]:
@@ -76,15 +78,30 @@ def grouped(rng: random.Random, n: int, g: int) -> list[tuple[str, str]]:
     return out
 
 
-def direct(cases: list[tuple[str, str]]) -> tuple[float, list[bool]]:
-    from math_verify import parse, verify
+def mixes(n: int, group: int, seed: int) -> dict[str, list[tuple[str, str]]]:
+    """The three mixes. The math-verify-only one keeps the pairs whose answer is not a plain
+    number, radical or `x = number` (what every version's fast path decides)."""
+    import re
 
-    t = time.perf_counter()
-    out = [bool(verify(parse(g if g.startswith("#") else f"${g}$"), parse(p))) for g, p in cases]
-    return time.perf_counter() - t, out
+    rng = random.Random(seed)
+    simple = re.compile(r"\\boxed\{(-?[\d.]+|x=-?[\d.]+|\\frac\{\d+\}\{\d+\}|\d*\\sqrt\{\d+\}|-?\d+\\%"
+                        r"|\\\{[-\d, ]+\\\}|[(\[][-\d, ]+[)\]])\}$|####")
+    unique = [case(rng) for _ in range(n)]
+    hard = list(dict.fromkeys(c for c in (case(rng) for _ in range(20 * n)) if not simple.search(c[1])))[:n // 4]
+    return {"unique": unique, "grpo": grouped(rng, n, group), "math_verify_only": hard}
 
 
-def ours(cases: list[tuple[str, str]], workers: int, batch: int) -> tuple[float, float, list[bool], float]:
+TITLES = {"unique": "unique pairs (every gold and answer fresh: worst case)",
+          "grpo": "GRPO-shaped (groups of completions per gold)",
+          "math_verify_only": "math-verify path only (answers the fast path cannot decide)"}
+
+
+def ours(cases: list[tuple[str, str]], workers: int, batch: int) -> dict:
+    """Runs in the interpreter of the side being measured (its rlvr on sys.path)."""
+    from rlvr.records import Problem
+    from rlvr.rewards.config import MathConfig
+    from rlvr.rewards.math_verifier import MathVerifier
+
     v = MathVerifier(MathConfig(workers=workers))
     t = time.perf_counter()
     v.verify([Problem(id="w", prompt="", answer="x")], [r"\boxed{x}"])  # start the workers
@@ -97,8 +114,122 @@ def ours(cases: list[tuple[str, str]], workers: int, batch: int) -> tuple[float,
         results += v.verify(problems[s:s + batch], texts[s:s + batch])
     elapsed = time.perf_counter() - t
     v.close()
-    fast = sum(r.info.get("path") == "fast" for r in results) / len(results)
-    return elapsed, startup, [r.components.get("correct") == 1.0 for r in results], fast
+    return {"seconds": elapsed, "startup_s": startup, "correct": [r.components.get("correct") == 1.0 for r in results],
+            "fast": sum(r.info.get("path") == "fast" for r in results) / len(results)}
+
+
+def direct(cases: list[tuple[str, str]]) -> tuple[float, list[bool]]:
+    from math_verify import parse, verify
+
+    t = time.perf_counter()
+    out = [bool(verify(parse(g if g.startswith("#") else f"${g}$"), parse(p))) for g, p in cases]
+    return time.perf_counter() - t, out
+
+
+def side(src: Path, cases_file: Path, workers: int, batch: int) -> dict:
+    """Score every mix with the verifier of `src` in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, __file__, "--child", str(cases_file), "--workers", str(workers),
+                          "--batch", str(batch)], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def export(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
+def throughput(args: argparse.Namespace) -> dict:
+    runs = mixes(args.n, args.group, args.seed)
+    report: dict = {"n": args.n, "workers": args.workers, "batch": args.batch, "mixes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        cases_file = Path(tmp) / "cases.json"
+        cases_file.write_text(json.dumps(runs))
+        sides = {"current": ROOT / "src"}
+        if args.baseline:
+            sides[f"baseline {args.baseline}"] = export(args.baseline, Path(tmp))
+        best: dict[str, dict] = {}
+        for r in range(args.rounds):
+            for name, src in (sides.items() if r % 2 == 0 else reversed(sides.items())):
+                got = side(src, cases_file, args.workers, args.batch)
+                for mix, res in got.items():
+                    key = f"{name}/{mix}"
+                    if key not in best or res["seconds"] < best[key]["seconds"]:
+                        best[key] = res
+        sys.path.insert(0, str(ROOT / "src"))
+        for mix, cases in runs.items():
+            n = len(cases)
+            t_direct, v_direct = direct(cases)
+            print(f"{TITLES[mix]}: {n} verifications, {args.workers} workers, batches of {args.batch}")
+            print(f"  direct math-verify      : {n / t_direct:8.1f} /s  ({t_direct:.2f} s)")
+            row = {"n": n, "direct_per_s": round(n / t_direct, 1)}
+            for name in sides:
+                res = best[f"{name}/{mix}"]
+                print(f"  {name:24}: {n / res['seconds']:8.1f} /s  ({res['seconds']:.2f} s, best of {args.rounds}; "
+                      f"start-up {res['startup_s']:.2f} s apart; {res['fast']:.0%} fast path)")
+                row[name] = {"per_s": round(n / res["seconds"], 1), "fast": round(res["fast"], 3)}
+            cur = best[f"current/{mix}"]
+            if args.baseline:
+                base = best[f"baseline {args.baseline}/{mix}"]
+                ratio = base["seconds"] / cur["seconds"]
+                changed = sum(a != b for a, b in zip(cur["correct"], base["correct"]))
+                print(f"  current / baseline      : {ratio:8.2f}x   (verdicts that differ: {changed} of {n})")
+                row["current_over_baseline"], row["verdicts_changed"] = round(ratio, 3), changed
+            diff = sum(a != b for a, b in zip(cur["correct"], v_direct))
+            print(f"  current / direct        : {t_direct / cur['seconds']:8.2f}x   (verdicts that differ: {diff} of {n})")
+            row["current_over_direct"] = round(t_direct / cur["seconds"], 3)
+            report["mixes"][mix] = row
+    return report
+
+
+ATTACKS = {  # name -> (head, unit, tail): head + unit * k + tail, k chosen for the size
+    "marker + spaces": ("Answer:", " ", ""),
+    "marker + newlines + value": ("Answer:", "\n", "13"),
+    "unclosed boxes": ("", "\\boxed{", "12"),
+    "unclosed answer tags": ("", "<answer>", "12"),
+    "nested boxes": ("", "\\boxed{", "12"),
+    "answer sentences": ("", "The answer is ", "12"),
+    "newlines + GSM8K marker": ("", "\n", "####"),
+    "unclosed braces + box": ("", "{", "\\boxed{13}"),
+    "commas in a box": ("\\boxed{12", ",", "13}"),
+    "Chinese answer markers": ("", "答案：", "12"),
+    "repeated boxes": ("", "\\boxed{12} ", ""),
+    "dollar signs": ("", "$", "\\boxed{12}"),
+    "long reasoning then a box": ("", "Step: 12 + 345 = 357, carry 1.\n", "\\boxed{12}"),
+}
+
+
+def attacks(sizes_kb: list[int]) -> dict:
+    sys.path.insert(0, str(ROOT / "src"))
+    from rlvr.records import Problem
+    from rlvr.rewards.config import MathConfig
+    from rlvr.rewards.math_verifier import MathVerifier
+
+    v = MathVerifier(MathConfig())
+    problem = Problem(id="a", prompt="", answer="12")
+    v.verify([problem], [r"\boxed{12}"])  # warm the caches of the code, not of the inputs
+    report: dict = {}
+    print(f"{'attack':28}" + "".join(f"{kb:>9} KB" for kb in sizes_kb) + "   verdict")
+    for name, (head, unit, tail) in ATTACKS.items():
+        row = {}
+        for kb in sizes_kb:
+            k = kb * 1000 // len(unit.encode())
+            text = head + unit * k + tail + ("}" * k if name == "nested boxes" else "")
+            best = float("inf")
+            for _ in range(3):
+                t = time.perf_counter()
+                r = v.verify([problem], [text])[0]
+                best = min(best, time.perf_counter() - t)
+            row[f"{kb}KB_ms"] = round(best * 1000, 2)
+        row["verdict"] = {"correct": r.components["correct"], "flag": r.info.get("flag"), "path": r.info.get("path")}
+        report[name] = row
+        print(f"{name:28}" + "".join(f"{row[f'{kb}KB_ms']:9.2f} ms" for kb in sizes_kb) +
+              f"   {r.components['correct']:.0f} {r.info.get('flag')} ({r.info.get('path')})")
+    v.close()
+    worst = max(row["200KB_ms"] for row in report.values())
+    print(f"worst case at 200 KB: {worst:.2f} ms")
+    return {"sizes_kb": sizes_kb, "attacks": report, "worst_200KB_ms": worst}
 
 
 def main() -> None:
@@ -108,35 +239,22 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--group", type=int, default=8, help="G for the GRPO-shaped run")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline", default=None, help="git revision to score the same cases with, side by side")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per side; the best time is kept")
+    ap.add_argument("--attacks", action="store_true", help="time adversarial completions instead")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rng = random.Random(args.seed)
-    from rlvr.rewards.extract import extract, normalise, parse_gold
-    from rlvr.rewards.fastpath import fast_equal
-    from rlvr.rewards.tolerance import Tolerance
-
-    def needs_sympy(c: tuple[str, str]) -> bool:
-        answers = extract(c[1], ["answer_tag", "boxed", "answer_line", "gsm8k"]).answers
-        return any(fast_equal(parse_gold(c[0]).text, normalise(a), Tolerance()) is None for a in answers)
-
-    unique = [case(rng) for _ in range(args.n)]
-    # distinct pairs only, so neither side's caches help
-    hard = list(dict.fromkeys(c for c in (case(rng) for _ in range(20 * args.n)) if needs_sympy(c)))[:args.n // 4]
-    runs = {"unique pairs (every gold and answer fresh: worst case)": unique,
-            f"GRPO-shaped (groups of {args.group} completions per gold)": grouped(rng, args.n, args.group),
-            "math-verify path only (answers the fast path cannot decide)": hard}
-    for title, cases in runs.items():
-        n = len(cases)
-        t_ours, startup, v_ours, fast = ours(cases, args.workers, args.batch)
-        t_direct, v_direct = direct(cases)
-        print(f"{title}: {n} verifications, {args.workers} workers, batches of {args.batch}")
-        print(f"  direct math-verify : {n / t_direct:8.1f} /s  ({t_direct:.2f} s)")
-        print(f"  rlvr MathVerifier  : {n / t_ours:8.1f} /s  ({t_ours:.2f} s; worker start-up {startup:.2f} s "
-              f"not included; {fast:.0%} on the fast path)")
-        print(f"  ratio ours/direct  : {t_direct / t_ours:8.2f}x")
-        diff = [(c, a, b) for c, a, b in zip(cases, v_ours, v_direct) if a != b]
-        print(f"  verdicts that differ: {len(diff)} of {n}")
-        for (g, p), a, b in diff[:10]:
-            print(f"    gold {g!r} completion {p!r}: ours {a}, math-verify {b}")
+    if args.child:  # one side's run, in its own interpreter
+        runs = json.loads(args.child.read_text())
+        print(json.dumps({mix: ours([tuple(c) for c in cases], args.workers, args.batch) for mix, cases in runs.items()}))
+        return
+    report = attacks([50, 100, 200, 400]) if args.attacks else throughput(args)
+    if args.json:
+        old = json.loads(args.json.read_text()) if args.json.exists() else {}
+        old["attacks" if args.attacks else "throughput"] = {"date": time.strftime("%Y-%m-%d"),
+                                                             "command": " ".join(sys.argv), **report}
+        args.json.write_text(json.dumps(old, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ class Cand:
     """Stated to this many decimals (an approximate gold, or B in `A \\approx B`): compare at that precision."""
     approx: Cand | None = None
     """`A \\approx B`: B, which must agree with A at its own precision."""
+    textual: bool = False
+    """Words, not mathematics (`Monday`, `\\text{no solution}`): compared as text (case, spaces and
+    brackets aside), here, never by math-verify (whose parser reads words as products of symbols)."""
 
 
 @dataclass(frozen=True)
@@ -483,13 +486,21 @@ def _checked(c: Cand, trusted: bool) -> Cand | str:
     text = _LHS_RE.sub("", c.text) if re.search(r"\d", c.text) else c.text  # `Area = 12` states 12
     if not text or _LONG_DIGITS_RE.search(text) or _too_large(text):
         return PARSE_FAILED
-    if re.search(r"\d", text) and not trusted:
-        if _SPACED_DIGITS_RE.search(text):  # `12 15`: two answers, a product, or digits run together?
-            return PARSE_FAILED
-        for w in _WORD_RE.findall(_COMMANDS_RE.sub(" ", text)):
-            if w.lower() not in _MATH_WORDS:
-                return WORDS
-    return replace(c, text=text)
+    digits = bool(re.search(r"\d", text))
+    if digits and not trusted and _SPACED_DIGITS_RE.search(text):  # `12 15`: two answers, a product, or one number?
+        return PARSE_FAILED
+    words = any(w.lower() not in _MATH_WORDS for w in _WORD_RE.findall(_COMMANDS_RE.sub(" ", text)))
+    if words and digits and not trusted:
+        return WORDS
+    return replace(c, text=text, textual=words and not digits)
+
+
+_TEXT_KEY_RE = re.compile(r"[\s(){}\[\]$.,:;!?\"'`]|\\[A-Za-z]+")
+
+
+def text_key(text: str) -> str:
+    """What two textual answers must share: `\\text{(B) Monday.}` and `b monday` differ, `Monday` and `monday` do not."""
+    return _TEXT_KEY_RE.sub("", text).casefold()
 
 
 # --- the whole answer ----------------------------------------------------------------------

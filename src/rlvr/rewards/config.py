@@ -30,8 +30,9 @@ class MathConfig:
     """Verification worker processes (started lazily, only when an answer needs math-verify)."""
     worker_memory_mb: int = 2048
     """Address-space limit of each worker, so a pathological answer cannot exhaust memory."""
-    max_answer_chars: int = 10000
-    """An extracted answer longer than this is a parse failure, not a verification."""
+    max_answer_chars: int = 1000
+    """An extracted answer longer than this is a parse failure, not a verification: math answers are
+    short, and math-verify's parser takes seconds on a few thousand characters of junk."""
     max_chars: int = 400_000
     """A completion longer than this (about 100k tokens of English) scores 0 with flag `too_long`,
     counted in `reward/too_long_frac`, without being searched. Extraction is linear in the length

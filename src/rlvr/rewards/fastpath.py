@@ -16,7 +16,7 @@ import re
 from fractions import Fraction
 from math import isqrt
 
-from rlvr.rewards.answers import Cand
+from rlvr.rewards.answers import Cand, text_key
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
 from rlvr.rewards.units import Plan, plans
 
@@ -219,7 +219,10 @@ def scaled(plan: Plan, gold: Cand, pred: Cand) -> Plan:
 
 def cand_equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float) -> bool | None:
     """Equal under some reading of their units (rlvr.rewards.units.plans), decided here; None
-    when a reading needs math-verify. No reading at all (different dimensions): False."""
+    when a reading needs math-verify. No reading at all (different dimensions): False.
+    Words are compared as text, here: never equal to mathematics."""
+    if gold.textual or pred.textual:
+        return gold.textual and pred.textual and gold.unit == pred.unit and text_key(gold.text) == text_key(pred.text)
     tol = Tolerance(rel_tol, abs_tol, gold.decimals)
     out: bool | None = False
     for plan in plans(gold.unit, pred.unit):
