@@ -217,3 +217,15 @@ def test_tolerance_is_explicit_and_configurable_but_integers_stay_exact():
     assert correct(default, r"\frac{1}{3}", "0.33") == 0.0 and correct(loose, r"\frac{1}{3}", "0.33") == 1.0
     assert correct(absolute, "2.5", "2.509") == 1.0 and correct(absolute, "2.5", "2.52") == 0.0
     assert correct(loose, "100", "101") == 0.0 and correct(loose, "100", "100.5") == 0.0  # integers exact
+
+
+@pytest.mark.parametrize("answer", ["12", "-3.5", r"\frac{3}{4}", "3/4", r"2\sqrt{3}", r"\sqrt{5}", "x = 5", "x=-2",
+                                    r"50\%", r"-2.5\%", "(1, 2]", "[3,-4)", "(1, 2)"])
+@pytest.mark.parametrize("trusted", [False, True])
+def test_plain_forms_read_at_once_as_the_full_reading_would(monkeypatch, answer, trusted):
+    from rlvr.rewards import answers
+
+    fast = answers._analyse.__wrapped__(answer, Context(), trusted)
+    for name in ("_PLAIN_RE", "_PLAIN_PERCENT_RE", "_PLAIN_PAIR_RE"):
+        monkeypatch.setattr(answers, name, answers.re.compile("(?!)"))
+    assert answers._analyse.__wrapped__(answer, Context(), trusted) == fast

@@ -50,7 +50,7 @@ class Cand:
     """The mathematical expression, without unit, percent sign or scale word."""
     unit: str | None = None
     """pint's canonical name of the unit ('kilometer', 'percent', 'dollar'); None: a bare value."""
-    scale: Fraction = Fraction(1)
+    scale: Fraction | int = 1
     """Scale words multiply the value: `6 thousand` is Cand('6', scale=1000)."""
     decimals: int | None = None
     """Stated to this many decimals (an approximate gold, or B in `A \\approx B`): compare at that precision."""
@@ -96,7 +96,8 @@ _SPACING_RE = re.compile(r"\\(?:,|;|:| )|\\q?quad(?![a-zA-Z])")
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\\,)\d{3})+(?![\d,])(?!\.\d*,)"
                            r"|(?<![\d.,] )(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,]| \d)")  # 12,345 12\,345 12 345
 _SCI_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
-_TILDE_SPACE_RE = re.compile(r"~(?=\s*[A-Za-z\\])")
+# `~` is LaTeX's unbreakable space before a unit (`5~\text{cm}`); between two values it is a range (`2~3`)
+_TILDE_SPACE_RE = re.compile(r"~(?=\s*(?:[A-Za-z°]|\\(?:text|mathrm|textrm|mbox|operatorname)(?![A-Za-z])))")
 _SPACES_RE = re.compile(r"\s+")
 _PROGRAM_RE = re.compile(r"\*\*|(?<![\\A-Za-z])(?:sqrt|cbrt|exp|abs|pi)(?![A-Za-z])")
 _WORD_FUNC_RE = re.compile(r"(?<![\\A-Za-z])(sqrt|cbrt|exp|abs)\s*\(")
@@ -166,14 +167,20 @@ def canonical(s: str) -> str:
     """One spelling for what renders the same: Unicode forms (fullwidth, superscripts,
     invisible characters), LaTeX spacing and sizing, thousands separators (`12,\\!345`,
     `1{,}000`), `1e-3`, degree signs, and Python syntax (`3**(1/3)`)."""
-    s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
-    s = _drop_invisible(s)
-    for pattern, repl in _LATEX_SUBS:
-        s = pattern.sub(repl, s)
-    s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\\,|[, ]", "", m.group(0)), s)  # before `\,` is a space
-    s = _SPACING_RE.sub(" ", s)
-    s = _SCI_RE.sub(r"\1\\times 10^{\2}", s)
-    s = _TILDE_SPACE_RE.sub(" ", s)
+    if not s.isascii():  # every key of _CHAR_MAP is non-ASCII, and NFKC leaves ASCII alone
+        s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
+    if "\\" in s or "{" in s:
+        s = _drop_invisible(s)
+        for pattern, repl in _LATEX_SUBS:
+            s = pattern.sub(repl, s)
+    if "," in s or " " in s:
+        s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\\,|[, ]", "", m.group(0)), s)  # before `\,` is a space
+    if "\\" in s:
+        s = _SPACING_RE.sub(" ", s)
+    if "e" in s or "E" in s:
+        s = _SCI_RE.sub(r"\1\\times 10^{\2}", s)
+    if "~" in s:
+        s = _TILDE_SPACE_RE.sub(" ", s)
     if _PROGRAM_RE.search(s):
         s = _program_to_latex(s)
     return _SPACES_RE.sub(" ", s).strip()
@@ -288,6 +295,7 @@ _TEXT_CMD_RE = re.compile(r"\\(?:text|mathrm|textrm|mbox|textit|mathit|operatorn
 _PERCENT_RE = re.compile(r"(?:\\%|%|‰)$")
 _CURRENCY_RE = re.compile(r"^(-?)\s*(\\\$|\$|US\$|¥|€|£)\s*")
 _QTY_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\\.|[A-Za-zµμΩ]+|[\u3400-\u9fff]+|\d+|\s+|.", re.DOTALL)
+_UNIT_CHAR_RE = re.compile(r"[A-Za-zµμΩ°\u3400-\u9fff]")
 _WORDISH = re.compile(r"^(?:[A-Za-zµμΩ]+|[\u3400-\u9fff]+)$")
 _UNIT_JOINERS = {"/", "*", "\\cdot", ".", "°", "-"}
 _SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10 ** 6, "billion": 10 ** 9, "trillion": 10 ** 12,
@@ -307,7 +315,8 @@ _STOP_LABELS = {
 _LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+)\s*=\s*(?=\S)")
 _WORD_RE = re.compile(r"(?<![\dA-Za-z])[A-Za-z]{2,}|[\u3400-\u9fff]")  # a word, not letters glued to a number (2xy)
 _LONG_DIGITS_RE = re.compile(r"\d{1001}")
-_SPACED_DIGITS_RE = re.compile(r"\d\s+[-+]?\d")
+# two values with only a space between (`12 15`, `1 \frac{1}{3}`): two answers, a product, a mixed number?
+_SPACED_DIGITS_RE = re.compile(r"[\d})]\s+(?:[-+]?\d|\\frac(?![A-Za-z])|\()")
 _TOWER_RE = re.compile(r"\d+(?:\s*\^\s*\{?\s*\d+)+")
 MAX_POWER_DIGITS = 100_000
 """An integer power with more digits than this (`9^{9^{9}}`, `2^{10^{6}}`) is not computed: parse_failed."""
@@ -397,6 +406,8 @@ def _exponent_start(toks: list[str], end: int) -> int | None:
 
 def _split_suffix(part: str) -> tuple[str, str]:
     """(value, trailing words): `5 cm^2` -> ('5', 'cm^2'); ('x^2 + 1', '') when no words trail."""
+    if not _UNIT_CHAR_RE.search(part):
+        return part, ""
     toks = _QTY_TOKEN_RE.findall(part)
     i = len(toks)
     while i > 0:
@@ -419,7 +430,7 @@ def _value_end_ok(value: str) -> bool:
 
 
 def _cjk_suffix(value: str, suffix: str, ctx: Context, trusted: bool) -> Cand | str | None:
-    scale = Fraction(1)
+    scale: Fraction | int = 1
     rest = suffix
     while rest and rest[0] in _CJK_SCALE and cjk_unit(rest) is None:
         scale *= _CJK_SCALE[rest[0]]
@@ -463,7 +474,7 @@ def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bo
     if re.match(r"[\u3400-\u9fff]", suffix):
         return _cjk_suffix(value, suffix, ctx, trusted)
     words = suffix.split()
-    scale = Fraction(1)
+    scale: Fraction | int = 1
     while words and words[0].lower() in _SCALE_WORDS:
         scale *= _SCALE_WORDS[words.pop(0).lower()]
     rest = " ".join(words)
@@ -492,7 +503,8 @@ def _checked(c: Cand, trusted: bool) -> Cand | str:
     words = any(w.lower() not in _MATH_WORDS for w in _WORD_RE.findall(_COMMANDS_RE.sub(" ", text)))
     if words and digits and not trusted:
         return WORDS
-    return replace(c, text=text, textual=words and not digits)
+    textual = words and not digits
+    return c if (text, textual) == (c.text, c.textual) else replace(c, text=text, textual=textual)
 
 
 _TEXT_KEY_RE = re.compile(r"[\s(){}\[\]$.,:;!?\"'`]|\\[A-Za-z]+")
@@ -511,8 +523,22 @@ def analyse(answer: str, ctx: Context = Context(), *, trusted: bool = False) -> 
     return _analyse(answer, ctx, trusted)
 
 
+# Forms nothing below can change, read at once: a plain number, fraction or radical, `x = number`,
+# a percentage, a pair in brackets (a tuple or an interval: a gold interval may meet an inequality).
+_PLAIN_RE = re.compile(r"(?:[a-z] ?= ?)?-?(?:\d{1,30}(?:\.\d{1,30})?|\\frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}/\d{1,30}"
+                       r"|\d{0,30}\\sqrt\{\d{1,30}\})")
+_PLAIN_PERCENT_RE = re.compile(r"(-?\d{1,30}(?:\.\d{1,30})?) ?\\%")
+_PLAIN_PAIR_RE = re.compile(r"[(\[]-?\d{1,30}(?:\.\d{1,30})?, ?-?\d{1,30}(?:\.\d{1,30})?[)\]]")
+
+
 @functools.lru_cache(maxsize=65536)
 def _analyse(answer: str, ctx: Context, trusted: bool) -> Parsed:
+    if _PLAIN_RE.fullmatch(answer):
+        return Parsed((Cand(answer),))
+    if (m := _PLAIN_PERCENT_RE.fullmatch(answer)) is not None:
+        return Parsed((Cand(m.group(1), "percent"),))
+    if _PLAIN_PAIR_RE.fullmatch(answer):
+        return Parsed((Cand(answer),), relation=trusted)
     s = canonical(answer)
     if not s:
         return Parsed(flag=PARSE_FAILED)

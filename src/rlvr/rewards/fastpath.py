@@ -12,17 +12,17 @@ a Plan applied to the prediction's value.
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from math import isqrt
 
 from rlvr.rewards.answers import Cand, text_key
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
-from rlvr.rewards.units import Plan, plans
+from rlvr.rewards.units import IDENTITY, Plan, plans
 
 _NUM_RE = re.compile(r"^(-?)(?:(\d{1,1000})(\.\d{1,1000})?|(\d{1,1000})/(\d{1,1000})|\\[dt]?frac\{(\d{1,1000})\}\{(\d{1,1000})\}"
                      r"|\.(\d{1,1000}))$")
-IDENTITY: Plan = (Fraction(1), Fraction(0), False)
 _ASSIGN_RE = re.compile(r"^([a-zA-Z])=(.+)$")
 _SET_RE = re.compile(r"^\\\{(.*)\\\}$")
 _SEQ_RE = re.compile(r"^([(\[])(.*,.*)([)\]])$")
@@ -116,6 +116,7 @@ def _value(s: str) -> Number | tuple[str, Radical] | None:
     return ("rad", r) if r is not None else None
 
 
+@functools.lru_cache(maxsize=65536)
 def _parse(s: str) -> tuple[str, object] | None:
     """('num', value) | ('assign', (var, value)) | ('set', [Number]) | ('seq', ...) | None."""
     s = s.replace(" ", "")
@@ -177,7 +178,7 @@ def fast_equal(gold: str, pred: str, tol: Tolerance, plan: Plan = IDENTITY) -> b
     the prediction's value into the gold's unit (rlvr.rewards.units). A numeral in a base
     (`12_{15}`) equals only the same value written in the same base (math-verify drops
     the subscript)."""
-    gb, pb = _based(gold), _based(pred)
+    gb, pb = (_based(gold), _based(pred)) if "_" in gold or "_" in pred else (None, None)
     if gb is not None or pb is not None:
         same_base = _BASED_RE.match(gold.replace(" ", "")) and _BASED_RE.match(pred.replace(" ", "")) and \
             int(_BASED_RE.match(gold.replace(" ", "")).group(2)) == int(_BASED_RE.match(pred.replace(" ", "")).group(2))
@@ -194,6 +195,11 @@ def fast_equal(gold: str, pred: str, tol: Tolerance, plan: Plan = IDENTITY) -> b
             return None
     if gk in ("set", "seq") or pk in ("set", "seq"):
         if gk != pk:
+            other = gv if pk in ("set", "seq") else pv
+            structure = pv if pk in ("set", "seq") else gv
+            items = structure if isinstance(structure, list) else structure[1]  # type: ignore[index]
+            if len(items) > 1 and (gk == "num" or pk == "num") and other is not None:
+                return False  # several numbers are never one number
             return None
         if gk == "set":
             return _set_equal(gv, pv, tol)  # type: ignore[arg-type]
@@ -213,8 +219,10 @@ def fast_equal(gold: str, pred: str, tol: Tolerance, plan: Plan = IDENTITY) -> b
 
 def scaled(plan: Plan, gold: Cand, pred: Cand) -> Plan:
     """`plan` with both candidates' scale words folded in: gold * g.scale = pred * p.scale * mul + add."""
+    if gold.scale == pred.scale == 1:
+        return plan
     mul, add, inexact = plan
-    return mul * pred.scale / gold.scale, add / gold.scale, inexact
+    return Fraction(mul) * pred.scale / gold.scale, Fraction(add) / gold.scale, inexact
 
 
 def cand_equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float) -> bool | None:

@@ -11,6 +11,7 @@ together exceed `timeout_s`, gives an invalid result.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ class MathVerifier:
         return self._pool is not None
 
     @staticmethod
+    @functools.lru_cache(maxsize=65536)
     def gold(answer: str, ctx: Context = Context()) -> Parsed:
         return analyse(gold_text(answer), ctx, trusted=True)
 

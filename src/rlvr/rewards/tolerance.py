@@ -6,6 +6,7 @@ inside a set compared by math-verify get the same verdict.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -30,13 +31,15 @@ def numbers_equal(gold: Fraction, gold_kind: str, pred: Fraction, pred_kind: str
     - an integer against a decimal: equal exactly (1000000 vs 1000001.0 differ);
     - otherwise a decimal or a rounded conversion is involved: within rel_tol (relative) or abs_tol.
     """
+    if tol.decimals is None and gold_kind in _EXACT and pred_kind in _EXACT:
+        return gold == pred  # integers and fractions: equal or not, no tolerance
     diff = abs(gold - pred)
     if tol.decimals is not None:
         # a hair of slack for the binary representation of the bound itself
         half_unit = Fraction(1, 2) * Fraction(10) ** -tol.decimals
         return diff <= half_unit * (1 + Fraction(1, 10 ** 9))
     if "conv" in (gold_kind, pred_kind):
-        return diff <= max(Fraction(repr(tol.rel)) * max(abs(gold), abs(pred)), Fraction(repr(tol.abs)))
+        return diff <= max(_exactly(tol.rel) * max(abs(gold), abs(pred)), _exactly(tol.abs))
     if gold_kind != "dec" and pred_kind != "dec":
         if "irr" in (gold_kind, pred_kind):
             return diff <= Fraction(1, 10 ** 40) * max(abs(gold), abs(pred))
@@ -44,5 +47,13 @@ def numbers_equal(gold: Fraction, gold_kind: str, pred: Fraction, pred_kind: str
     if "int" in (gold_kind, pred_kind):
         return diff == 0
     scale = max(abs(gold), abs(pred))
-    # Fraction(repr(x)): 1e-6 means exactly 1/10**6, not its binary neighbour
-    return diff <= max(Fraction(repr(tol.rel)) * scale, Fraction(repr(tol.abs)))
+    return diff <= max(_exactly(tol.rel) * scale, _exactly(tol.abs))
+
+
+_EXACT = ("int", "exact")
+
+
+@functools.lru_cache(maxsize=64)
+def _exactly(x: float) -> Fraction:
+    """A tolerance as written: 1e-6 means exactly 1/10**6, not its binary neighbour."""
+    return Fraction(repr(x))

@@ -19,7 +19,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-Plan = tuple[Fraction, Fraction, bool]
+Plan = tuple["Fraction | int", "Fraction | int", bool]
 """(mul, add, inexact): the gold-unit value is pred * mul + add; inexact when pint's factor is a
 rounded float (1/3 of a yard per foot), so the comparison takes the decimal tolerance."""
 
@@ -54,6 +54,8 @@ _SYMBOLS = {  # written as pint's canonical names, so a percent needs no registr
     "°F": "degree_Fahrenheit", "℃": "degree_Celsius", "℉": "degree_Fahrenheit"}
 _UNIT_TEXT_RE = re.compile(r"[A-Za-zµμΩ°][A-Za-z0-9µμΩ°_ ^/*·.()\-]{0,47}")
 _ATOM_RE = re.compile(r"[A-Za-zµμΩ°_]+")
+IDENTITY: Plan = (1, 0, False)
+"""The plan of two values in the same unit (plain ints: the common case compares fast)."""
 PERCENT_LIKE = {"percent", "permille"}
 """Units that are plain numbers scaled (20% is 0.2): a bare number against them has two readings."""
 
@@ -137,7 +139,7 @@ def _base_factor(ureg: Any, unit: Any) -> tuple[Fraction, bool]:
 def conversion(pred: str, gold: str) -> tuple[Plan, ...]:
     """How a value in unit `pred` reads in unit `gold`: one Plan, or () across dimensions."""
     if pred == gold:
-        return ((Fraction(1), Fraction(0), False),)
+        return (IDENTITY,)
     if (pred, gold) in _KNOWN:
         return _KNOWN[pred, gold]
     if pred in _TEMPERATURE or gold in _TEMPERATURE:
@@ -166,7 +168,7 @@ def plans(gold: str | None, pred: str | None) -> tuple[Plan, ...]:
     - a pred with a unit against a bare gold: the number as written, except a percentage,
       which is its value (`20%` is 0.2, never 20).
     """
-    one = (Fraction(1), Fraction(0), False)
+    one = IDENTITY
     if gold == pred:
         return (one,)
     if gold is not None and pred is not None:
