@@ -15,7 +15,7 @@ apart) and by math-verify called directly (`verify(parse(gold), parse(answer))`,
 one). With --baseline REV the same cases are also scored by the verifier of git revision
 REV (its src/ exported to a temporary folder), each side in a fresh interpreter, the two
 sides alternating for --rounds rounds; the best time of each side is kept and the ratio
-printed. --attacks times extraction + verdict of adversarial completions of 50-400 KB
+printed. --attacks times extraction + verdict of adversarial completions of 50-390 KB
 (marker + whitespace, unclosed boxes and tags, nesting, separators) in this process.
 """
 
@@ -249,7 +249,7 @@ def main() -> None:
         runs = json.loads(args.child.read_text())
         print(json.dumps({mix: ours([tuple(c) for c in cases], args.workers, args.batch) for mix, cases in runs.items()}))
         return
-    report = attacks([50, 100, 200, 400]) if args.attacks else throughput(args)
+    report = attacks([50, 100, 200, 390]) if args.attacks else throughput(args)
     if args.json:
         old = json.loads(args.json.read_text()) if args.json.exists() else {}
         old["attacks" if args.attacks else "throughput"] = {"date": time.strftime("%Y-%m-%d"),

@@ -63,58 +63,77 @@ _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])[ \t]*")
 _TEX_TOKEN_RE = re.compile(r"[^\s$]+")
 
 
-def find_boxed(text: str) -> tuple[list[str], bool]:
-    """The contents of the outermost \\boxed{...} (and \\fbox) in order, and whether any box
-    was unbalanced. A box inside a box is part of the outer box's content."""
+def _match_from(text: str, start: int, max_len: int | None) -> int | None:
+    """Index just past the group opening at text[start] == '{', scanning at most max_len + 2
+    characters (a longer group is an answer refused anyway); None when it does not close there."""
+    stop = len(text) if max_len is None else min(len(text), start + max_len + 2)
+    depth = 0
+    for m in _BRACE_TOKEN_RE.finditer(text, start, stop):
+        ch = m.group()
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    return None
+
+
+def find_boxed(text: str, *, max_len: int | None = None, max_hits: int | None = None) -> tuple[list[str], bool]:
+    """The contents of the outermost \\boxed{...} (and \\fbox) in order, and whether a box was
+    unbalanced (or longer than max_len). A box inside a box is part of the outer box's content.
+    Either way the box policy refuses the completion, so the search stops at the first such box,
+    and after max_hits + 1 boxes: each box is matched from where it opens, and the work stays
+    linear however many boxes an attacker opens."""
     found: list[str] = []
-    broken = False
-    pairs: dict[int, int] | None = None
     outer_end = 0
     for m in _BOX_RE.finditer(text):
         if m.start() < outer_end:
             continue  # inside a box already taken
         i = m.end()
-        if i < len(text) and text[i] == "{":
-            if pairs is None:
-                pairs = brace_pairs(text)
-            end = pairs.get(i)
+        if text.startswith("{", i):
+            end = _match_from(text, i, max_len)
             if end is None:
-                broken = True
-                continue
+                return found, True
             found.append(text[i + 1:end - 1])
             outer_end = end
         elif i < len(text) and m.group(0) != m.group(0).rstrip():
             tok = _TEX_TOKEN_RE.match(text, i)  # `\boxed 5`: TeX takes the next token as the argument
             if tok:
                 found.append(tok.group(0))
-    return found, broken
+        if max_hits is not None and len(found) > max_hits:
+            break
+    return found, False
 
 
 # --- the policies ------------------------------------------------------------------------
 
-_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
 # `Answer: x` at the start of a line, or `the answer is x` anywhere. Each alternative ends where
 # the value begins, and no part of it can match the same run of characters two ways.
 _ANSWER_LINE_RE = re.compile(
-    r"^[ \t>*#-]{0,16}(?:final answer|answer)(?:\*\*)?\s*(?:is\s*)?[:：](?:\s|\*\*)*"
+    r"^[ \t>*#-]{0,16}(?:final answer|answer)(?:\*\*)?\s*(?:is\s*)?[:：][\s*]*"
     r"|(?P<sentence>the (?:final )?answer is)[:：]?\s*"
     r"|(?:最终答案|答案)(?:是|为|[:：])[:：]?[ \t]*", re.IGNORECASE | re.MULTILINE)
 _SENTENCE_END_RE = re.compile(r"\.\s|。")
-_GSM8K_RE = re.compile(r"^[ \t]*####\s*", re.MULTILINE)
+_BLANKS_RE = re.compile(r"\s*")
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
-def _answer_tags(text: str) -> list[str]:
-    """`<answer>...</answer>` blocks, each open tag paired with the next close tag after it."""
+_OPEN_TAG_RE = re.compile(r"<answer>", re.IGNORECASE)
+_CLOSE_TAG_RE = re.compile(r"</answer>", re.IGNORECASE)
+
+
+def _answer_tags(text: str, max_hits: int) -> list[str]:
+    """`<answer>...</answer>` blocks, each open tag paired with the next close tag after it
+    (an open tag with no close after it ends the search: no later one can have one)."""
     out: list[str] = []
-    start = None
-    for m in _TAG_RE.finditer(text):
-        if not m.group(1):
-            if start is None:
-                start = m.end()
-        elif start is not None:
-            out.append(text[start:m.start()])
-            start = None
+    pos = 0
+    while len(out) <= max_hits and (m := _OPEN_TAG_RE.search(text, pos)) is not None:
+        close = _CLOSE_TAG_RE.search(text, m.end())
+        if close is None:
+            break
+        out.append(text[m.end():close.start()])
+        pos = close.end()
     return out
 
 
@@ -123,10 +142,16 @@ def _line_end(text: str, pos: int) -> int:
     return len(text) if end < 0 else end
 
 
-def _answer_lines(text: str) -> list[str]:
+_ANSWER_WORD_RE = re.compile(r"answer|答案", re.IGNORECASE)
+
+
+def _answer_lines(text: str, max_hits: int) -> list[str]:
     out: list[str] = []
-    pos = 0
-    while (m := _ANSWER_LINE_RE.search(text, pos)) is not None:
+    found = _ANSWER_WORD_RE.search(text)  # cheap scan first: the line pattern tries every line start
+    if found is None:
+        return out
+    pos = text.rfind("\n", 0, found.start()) + 1
+    while len(out) <= max_hits and (m := _ANSWER_LINE_RE.search(text, pos)) is not None:
         start, end = m.end(), _line_end(text, m.end())
         if m.group("sentence"):  # `the answer is 5. Then ...`: the value ends with its sentence
             stop = _SENTENCE_END_RE.search(text, start, end)
@@ -139,12 +164,19 @@ def _answer_lines(text: str) -> list[str]:
     return out
 
 
-def _gsm8k(text: str) -> list[str]:
-    out = []
-    for m in _GSM8K_RE.finditer(text):
-        value = text[m.end():_line_end(text, m.end())].strip()
-        if value:
-            out.append(value)
+def _gsm8k(text: str, max_hits: int) -> list[str]:
+    """`#### x` lines: found with str.find (a regex anchored at line starts would try each of
+    100,000 empty lines), each checked for nothing but blanks before it on its line."""
+    out: list[str] = []
+    pos = text.find("####")
+    while pos >= 0 and len(out) <= max_hits:
+        line_start = text.rfind("\n", max(0, pos - 17), pos) + 1
+        if (line_start > 0 or pos <= 16) and not text[line_start:pos].strip(" \t"):
+            m = _BLANKS_RE.match(text, pos + 4)
+            value = text[m.end():_line_end(text, m.end())].strip()
+            if value:
+                out.append(value)
+        pos = text.find("####", pos + 4)
     return out
 
 
@@ -156,13 +188,13 @@ def _inner(candidate: str) -> list[str]:
 
 def _policy_hits(policy: str, text: str, max_chars: int) -> tuple[list[str], bool]:
     if policy == "boxed":
-        return find_boxed(text)
+        return find_boxed(text, max_len=max_chars, max_hits=MAX_ANSWERS)
     if policy == "answer_tag":
-        hits = _answer_tags(text)
+        hits = _answer_tags(text, MAX_ANSWERS)
     elif policy == "answer_line":
-        hits = _answer_lines(text)
+        hits = _answer_lines(text, MAX_ANSWERS)
     elif policy == "gsm8k":
-        return _gsm8k(text), False
+        return _gsm8k(text, MAX_ANSWERS), False
     elif policy == "last_number":
         m = None
         for m in _NUMBER_RE.finditer(text):
