@@ -16,6 +16,7 @@ from typing import Literal
 
 from rlvr import configlib
 from rlvr.configlib import ConfigError, require
+from rlvr.envs.config import EnvConfig
 from rlvr.ops.config import ROLLBACK_RULES, AlertsConfig, RollbackConfig
 from rlvr.rewards.config import RewardConfig
 from rlvr.serve.config import ServeConfig
@@ -477,6 +478,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -513,9 +515,23 @@ class Config:
                     "background checkpoint writes are not built for train.strategy=fsdp yet (ranks write their shards in step)")
             require(not self.model.lora.enabled, "model.lora.enabled",
                     "LoRA under train.strategy=fsdp is not built yet: train the adapter with train.strategy=single")
+        self._check_env()
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")
+
+    def _check_env(self) -> None:
+        """The environment exists, and reward.weights names only components someone computes."""
+        from rlvr.envs import env_class
+        from rlvr.rewards.config import BUILTIN_COMPONENTS
+
+        try:
+            env = env_class(self.env.name)
+        except ValueError as exc:
+            raise ConfigError(f"env.name: {exc}") from None
+        unknown = sorted(set(self.reward.weights) - BUILTIN_COMPONENTS - set(env.components))
+        require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
+                f"{', '.join(sorted(BUILTIN_COMPONENTS | set(env.components)))} (env.name={self.env.name})")
 
     @property
     def run_dir(self) -> Path:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from rlvr.records import Problem
 from rlvr.rewards.answers import normalise
+from rlvr.rewards.compose import env_kwargs
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.stats import majority_correct, pass_at_k
 
@@ -20,7 +21,7 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     completions = [c for start in range(0, len(problems), batch_size)
                    for c in engine.generate(problems[start:start + batch_size], params)]
-    results = reward.score(list(problems), [c.text for c in completions])
+    results = reward.score(list(problems), [c.text for c in completions], **env_kwargs(completions))
     n = len(problems)
     passes = _passes(results)  # a code answer counts when all its tests pass
     out = {
@@ -72,11 +73,13 @@ def score_problems(engine: RolloutEngine, problems: Sequence[Problem], reward, *
     out: list[Outcome] = []
     for start in range(0, len(problems), batch_size):
         chunk = list(problems[start:start + batch_size])
-        firsts = _passes(reward.score(chunk, [c.text for c in engine.generate(chunk, greedy)]))
+        greedy_runs = engine.generate(chunk, greedy)
+        firsts = _passes(reward.score(chunk, [c.text for c in greedy_runs], **env_kwargs(greedy_runs)))
         outcomes = [Outcome(p.id, p.source, ok) for p, ok in zip(chunk, firsts)]
         if samples:
             completions = engine.generate(chunk, sampled)  # group after group; group id = index in chunk
-            results = reward.score([chunk[c.group_id] for c in completions], [c.text for c in completions])
+            results = reward.score([chunk[c.group_id] for c in completions], [c.text for c in completions],
+                                   **env_kwargs(completions))
             for c, r, ok in zip(completions, results, _passes(results)):
                 answer = r.info.get("answer")
                 outcomes[c.group_id].passed.append(ok)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 Message = dict[str, str]  # {"role": "user" | "system" | "assistant", "content": str}
 
-VERIFIER_NAMES = frozenset({"math", "code"})
+VERIFIER_NAMES = frozenset({"math", "code", "env"})
 """The values of Problem.verifier: each names a verifier of rlvr.rewards (VERIFIERS)."""
 
 
@@ -29,25 +29,65 @@ class Problem:
     source: str = "default"
     """Data set or task name; metrics are reported per source."""
     verifier: str = "math"
-    """One of VERIFIER_NAMES."""
+    """One of VERIFIER_NAMES ('env': the episode's success, as the environment reports it)."""
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+FinishReason = Literal["stop", "length", "max_turns", "env_done"]
+
+
+@dataclass
+class Turn:
+    """One turn of a trajectory: what the policy sampled, or what an environment or tool appended."""
+
+    role: Literal["assistant", "env"]
+    start: int
+    """Span of the turn in Completion.token_ids: [start, end)."""
+    end: int
+    text: str
+    context_start: int = 0
+    """assistant turns: where in token_ids the context the policy saw for this turn begins (after the
+    prompt); 0 with the full history, later with env.history = k (the last k turns only)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """assistant turns: `tool_calls` [{name, arguments, ok, error, timeout}]; env turns: the step's
+    `components` and the environment's own info."""
 
 
 @dataclass
 class Completion:
+    """A trajectory: one or more assistant turns, with what an environment or tool answered in
+    between. A single-turn completion is a trajectory of one turn."""
+
     problem_id: str
     group_id: int
     """Completions of one prompt share a group id; groups are never found by prompt text."""
     index: int
     """Position within the group, 0..G-1."""
     text: str
+    """The last assistant turn's text: what the verifier grades (the whole completion for one turn)."""
     prompt_ids: list[int]
     token_ids: list[int]
-    """Generated tokens only, including the end-of-sequence token when it was produced."""
+    """Every token after the prompt: the ones the engine sampled (ending with the end-of-sequence token
+    when it was produced) and the ones environments appended, each exactly once, never re-tokenised."""
     logprobs: list[float]
-    """Behaviour-policy log-prob of each generated token (same length as token_ids)."""
-    finish_reason: Literal["stop", "length"]
+    """Behaviour-policy log-prob of each token of token_ids (0.0 on appended tokens)."""
+    finish_reason: FinishReason
+    """'stop' / 'length' (the last turn ended with eos / at its token budget), 'max_turns' (env.max_turns
+    reached), 'env_done' (the environment ended the episode after a turn it answered)."""
     policy_version: int = 0
+    loss_mask: list[int] | None = None
+    """Per token of token_ids: 1 = sampled by the policy (trained on), 0 = appended by an environment.
+    None: every token was sampled (a trajectory of one turn)."""
+    turns: list[Turn] = field(default_factory=list)
+    env_components: dict[str, float] = field(default_factory=dict)
+    """Reward components the environment gave, summed over the steps (weighted by reward.weights)."""
+    env_info: dict[str, Any] = field(default_factory=dict)
+    """What the environment reported at the end: `success` (for verifier 'env'), `return`, ..."""
+
+    @property
+    def mask(self) -> list[int]:
+        """1 on the tokens the policy sampled: what the loss and the behaviour log-probs cover."""
+        return self.loss_mask if self.loss_mask is not None else [1] * len(self.token_ids)
 
 
 @dataclass

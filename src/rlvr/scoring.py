@@ -63,8 +63,10 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
-def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int) -> TokenBatch:
-    """Prompt + completion token lists as right-padded training tensors."""
+def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+         masks: Sequence[Sequence[int]] | None = None) -> TokenBatch:
+    """Prompt + completion token lists as right-padded training tensors. masks: per completion token,
+    1 where it counts (a trajectory's sampled tokens; default every completion token)."""
     b = len(prompts)
     width = max(len(p) + len(c) for p, c in zip(prompts, completions))
     t = max(1, max(len(c) for c in completions))
@@ -79,7 +81,7 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
         attention_mask[i, : len(seq)] = 1
         if c:
             targets[i, : len(c)] = torch.tensor(list(c))
-            mask[i, : len(c)] = 1.0
+            mask[i, : len(c)] = 1.0 if masks is None else torch.tensor(list(masks[i]), dtype=torch.float32)
         starts[i] = len(p) - 1
     return TokenBatch(input_ids, attention_mask, targets, mask, starts)
 
@@ -120,12 +122,13 @@ def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: st
 @torch.no_grad()
 def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, temperature: float,
                         *, micro_batch: int = 64, dtype: str = "float32") -> torch.Tensor:
-    """logp (N, T) fp32 of each completion's tokens under `model`, right-padded with 0."""
+    """logp (N, T) fp32 of each completion's sampled tokens under `model`, 0 on padding and on the
+    tokens an environment appended."""
     t = max(1, max(len(c.token_ids) for c in completions))
     out = torch.zeros(len(completions), t)  # (N, T)
     for start in range(0, len(completions), micro_batch):
         chunk = completions[start:start + micro_batch]
-        batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
+        batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk])
         logp, _ = completion_scores(model, batch, temperature, dtype=dtype)  # (b, T')
         out[start:start + len(chunk), : logp.shape[1]] = logp.cpu() * batch.mask
     return out

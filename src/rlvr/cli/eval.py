@@ -68,12 +68,12 @@ def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
 
     from rlvr.evaluate import score_problems
     from rlvr.models import load_model
-    from rlvr.rollout import build_engine
+    from rlvr.rollout import build_engine, episode_spec
 
     path = model_dir(path)
     model, tokenizer = load_model(path, cfg.model.dtype)  # a missing directory: a one-line config error
     engine = build_engine(cfg.rollout, model, tokenizer, name=cfg.eval.engine, model_dir=path, seed=cfg.seed,
-                          dtype=cfg.model.dtype)  # eval.engine, else rollout.engine
+                          dtype=cfg.model.dtype, episodes=episode_spec(cfg))  # eval.engine, else rollout.engine
     with Progress(transient=True, console=_stderr()) as bar:
         task = bar.add_task(f"eval {label or path}", total=len(problems))
         return score_problems(engine, problems, reward, max_new_tokens=cfg.rollout.max_new_tokens,
@@ -90,12 +90,13 @@ def run(args) -> int:
     cfg = config_from_args(args)
     import torch
 
+    from rlvr.envs import env_components
     from rlvr.evaluate import summarize
     from rlvr.rewards import build_reward
 
     torch.manual_seed(cfg.seed)
     problems = problems_for(cfg, args)
-    with build_reward(cfg.reward) as reward:
+    with build_reward(cfg.reward, env_components(cfg)) as reward:
         outcomes = evaluate_model(cfg, args.model, problems, args, reward)
     report = {"model": model_dir(args.model), "samples": args.samples, "temperature": args.temperature,
               "by_source": summarize(outcomes, args.k),

@@ -53,6 +53,7 @@ class _Setup:
 
     def __init__(self, cfg, ui):
         from rlvr.models import load_policy
+        from rlvr.envs import env_components
         from rlvr.rewards import build_reward
         from rlvr.tasks import build_task
         from rlvr.train.grpo import starting_point
@@ -63,16 +64,17 @@ class _Setup:
             torch.set_num_threads(cfg.train.threads)
         self.start_path = starting_point(cfg, ui)
         self.model, self.tokenizer = load_policy(cfg.model, self.start_path)
-        self.reward = build_reward(cfg.reward)
+        self.reward = build_reward(cfg.reward, env_components(cfg))
         self.task = build_task(cfg)
         self.prompts = self.task.held_out()[:CHECK_PROMPTS]
         self.completions = None
 
     def engine(self, model=None):
         """The run's rollout engine (rollout.engine) on `model` (default: the loaded policy)."""
-        from rlvr.rollout import build_engine
+        from rlvr.rollout import build_engine, episode_spec
 
-        return build_engine(self.cfg.rollout, self.model if model is None else model, self.tokenizer)
+        return build_engine(self.cfg.rollout, self.model if model is None else model, self.tokenizer,
+                            episodes=episode_spec(self.cfg))
 
     def params(self, greedy: bool = False):
         from rlvr.rollout import sampling_params

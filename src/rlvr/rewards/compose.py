@@ -1,13 +1,15 @@
 """Composition: named components, weighted, optionally standardised within each group.
 
-    reward = build_reward(cfg.reward)
-    results = reward.score(problems, texts, group_ids=None)   # one RewardResult per text
+    reward = build_reward(cfg.reward, env_components)
+    results = reward.score(problems, texts, group_ids=None, env=None)   # one RewardResult per text
 
 Components: `format` (FormatCheck), `correct` (the outcome, from the problem's
-verifier), `process` (only when weighted). `total` is the weighted sum. Any
-exception or timeout in a component marks that sample invalid (total 0,
-excluded from the loss, counted in `reward/invalid_frac`); `score` never raises
-for a sample's sake.
+verifier), `process` (only when weighted), and the environment's own (summed over
+an episode's steps, `env` = [(components, info)] per text, rlvr.envs). `total` is the
+weighted sum. Verifier 'env' scores `correct` from the episode's `success`. Any
+exception or timeout in a component, or an environment that failed, marks that
+sample invalid (total 0, excluded from the loss, counted in `reward/invalid_frac`);
+`score` never raises for a sample's sake.
 """
 
 from __future__ import annotations
@@ -67,10 +69,51 @@ def normalize_groups(values: Sequence[float], group_ids: Sequence[Any], valid: S
     return out
 
 
+EnvOutcome = tuple[dict[str, float], dict[str, Any]]
+"""What an episode's environment reported: (summed reward components, final info)."""
+
+
+def env_outcomes(completions: Sequence[Any]) -> list[EnvOutcome] | None:
+    """Each trajectory's environment outcome, for `Reward.score(env=...)`; None when no environment
+    reported anything (single-turn episodes), so nothing more travels."""
+    out = [(c.env_components, c.env_info) for c in completions]
+    return out if any(comp or info for comp, info in out) else None
+
+
+def env_kwargs(completions: Sequence[Any]) -> dict[str, Any]:
+    """`env=` for Reward.score when an environment reported anything, else nothing (any scorer with
+    the plain `score(problems, texts, group_ids)` keeps working for single-turn rollouts)."""
+    outcomes = env_outcomes(completions)
+    return {} if outcomes is None else {"env": outcomes}
+
+
+class _EnvVerifier:
+    """Verifier 'env': `correct` is the episode's success, as its environment reported it."""
+
+    def verify(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
+        return self.verify_outcomes([None] * len(texts))
+
+    def verify_outcomes(self, outcomes: Sequence[EnvOutcome | None]) -> list[RewardResult]:
+        out = []
+        for o in outcomes:
+            if o is None:
+                out.append(RewardResult.invalid("verifier 'env' needs an episode: set env.name to an environment",
+                                                {"correct": 0.0}))
+            else:
+                value = 1.0 if o[1].get("success") else 0.0
+                out.append(RewardResult(value, {"correct": value}, info={"return": o[1].get("return")}))
+        return out
+
+
 class Reward:
-    def __init__(self, cfg: RewardConfig) -> None:
+    def __init__(self, cfg: RewardConfig, env_components: dict[str, float] | None = None) -> None:
         self.cfg = cfg
-        self.weights = dict(cfg.weights)
+        self.env_components = dict(env_components or {})
+        self.weights = {**self.env_components, **cfg.weights}  # the environment's defaults, overridden by yours
+        known = {"format", "correct", "process"} | set(self.env_components)
+        unknown = sorted(set(self.weights) - known)
+        if unknown:
+            raise ValueError(f"reward.weights: unknown component(s) {unknown}; the components are {', '.join(sorted(known))}")
         self.format = FormatCheck(cfg.format)
         self._verifiers: dict[str, Verifier] = {}
 
@@ -88,14 +131,18 @@ class Reward:
                         f"{'the code sandbox (rlvr.sandbox.verifier) is not installed' if name == 'code' else ''}")
         return self._verifiers[name]
 
-    def _outcomes(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
+    def _outcomes(self, problems: Sequence[Problem], texts: Sequence[str],
+                  env: Sequence[EnvOutcome] | None) -> list[RewardResult]:
         by_verifier: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(problems):
             by_verifier[p.verifier].append(i)
         out: list[RewardResult | None] = [None] * len(texts)
         for name, idx in by_verifier.items():
             try:
-                res = self.verifier(name).verify([problems[i] for i in idx], [texts[i] for i in idx])
+                if name == "env":
+                    res = self.verifier(name).verify_outcomes([env[i] if env else None for i in idx])
+                else:
+                    res = self.verifier(name).verify([problems[i] for i in idx], [texts[i] for i in idx])
                 if len(res) != len(idx):
                     raise RuntimeError(f"verifier {name!r} returned {len(res)} results for {len(idx)} texts")
             except Exception as exc:  # a verifier bug must not stop training: mark the samples
@@ -106,13 +153,14 @@ class Reward:
         return [r if r is not None else RewardResult.invalid("not scored") for r in out]
 
     def score(self, problems: Sequence[Problem], texts: Sequence[str],
-              group_ids: Sequence[Any] | None = None) -> list[RewardResult]:
-        """One result per text, same order. `group_ids` is needed only for
-        cfg.normalize == 'group'; without it each problem id is its own group."""
-        if len(problems) != len(texts):
-            raise ValueError(f"score: {len(problems)} problems for {len(texts)} texts")
-        results = self._outcomes(problems, texts)
-        for r, text, problem in zip(results, texts, problems):
+              group_ids: Sequence[Any] | None = None, env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
+        """One result per text, same order. `group_ids` is needed only for cfg.normalize ==
+        'group'; without it each problem id is its own group. `env`: each text's episode outcome
+        (env_outcomes), for the environment's components and verifier 'env'."""
+        if len(problems) != len(texts) or (env is not None and len(env) != len(texts)):
+            raise ValueError(f"score: {len(problems)} problems, {len(texts)} texts, {len(env or texts)} outcomes")
+        results = self._outcomes(problems, texts, env)
+        for i, (r, text, problem) in enumerate(zip(results, texts, problems)):
             try:
                 r.components["format"] = self.format(text, problem.verifier)
                 if "process" in self.weights:
@@ -120,6 +168,11 @@ class Reward:
             except Exception as exc:
                 r.valid, r.error = False, f"format check failed: {type(exc).__name__}: {exc}"
             r.components.setdefault("correct", 0.0)
+            components, info = env[i] if env is not None else ({}, {})
+            for name in self.env_components:
+                r.components[name] = float(components.get(name, 0.0))
+            if info.get("error"):  # the environment failed: no fair score for this episode
+                r.valid, r.error = False, str(info["error"])
             r.total = self._weighted(r.components) if r.valid else 0.0
         if self.cfg.normalize == "group":
             groups = list(group_ids) if group_ids is not None else [p.id for p in problems]
@@ -160,5 +213,10 @@ class Reward:
         self.close()
 
 
-def build_reward(cfg: RewardConfig | None = None) -> Reward:
-    return Reward(cfg if cfg is not None else RewardConfig())
+def build_reward(cfg: RewardConfig | None = None, env_components: dict[str, float] | None = None) -> Reward:
+    """The reward of `cfg` (a RewardConfig); env_components: the environment's components and their
+    default weights (rlvr.envs: env_class(cfg.env.name).components)."""
+    return Reward(cfg if cfg is not None else RewardConfig(), env_components)
+
+
+VERIFIERS["env"] = lambda cfg: _EnvVerifier()

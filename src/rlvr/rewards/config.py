@@ -9,6 +9,7 @@ from rlvr.sandbox.config import CodeConfig
 
 EXTRACT_POLICIES = ("answer_tag", "boxed", "answer_line", "gsm8k", "last_number")
 DEFAULT_WEIGHTS = {"format": 0.1, "correct": 1.0}
+BUILTIN_COMPONENTS = frozenset({"format", "correct", "process"})
 
 
 @dataclass
@@ -82,9 +83,10 @@ class MonitorConfig:
 class RewardConfig:
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     """Component name -> weight in the total. Format small, outcome dominant. Components:
-    'format', 'correct' (the outcome), and 'process' (computed only when weighted here).
-    Keys you give are merged over the defaults (`reward.weights.process=0.2` adds process;
-    `reward.weights.format=0` turns format off)."""
+    'format', 'correct' (the outcome), 'process' (computed only when weighted here), and the
+    environment's own (env.name; their defaults are the environment's). Keys you give are merged
+    over the defaults (`reward.weights.process=0.2` adds process; `reward.weights.format=0` turns
+    format off)."""
     normalize: Literal["none", "group"] = "none"
     """'group': standardise each component within its group (mean 0, std 1) before the
     weighted sum, so components with different ranges don't swamp each other."""
@@ -96,6 +98,3 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         self.weights = {**DEFAULT_WEIGHTS, **self.weights}
-        unknown = sorted(set(self.weights) - {"format", "correct", "process"})
-        if unknown:
-            raise ValueError(f"weights: unknown component {unknown}; components are format, correct, process")

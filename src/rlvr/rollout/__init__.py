@@ -9,14 +9,15 @@
 from __future__ import annotations
 
 from rlvr.rollout.engine import RolloutEngine, SamplingParams, render_prompt, sampling_params
+from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, episode_spec
 from rlvr.rollout.hf import HFEngine
 from rlvr.rollout.loop import LoopEngine
 
-__all__ = ["ENGINES", "HFEngine", "LoopEngine", "RolloutEngine", "SamplingParams", "build_engine", "render_prompt",
+__all__ = ["ENGINES", "HFEngine", "LoopEngine", "RolloutEngine", "SamplingParams", "build_engine", "episode_spec", "render_prompt",
            "sampling_params"]
 
 
-def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
+def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int, episodes) -> RolloutEngine:
     from rlvr.rollout.vllm_engine import VLLMEngine, speculative_config
 
     if model_dir is None:
@@ -31,26 +32,27 @@ def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_ro
     return VLLMEngine(model_dir, tokenizer, dtype=dtype if v.dtype == "auto" else v.dtype, seed=seed,
                       max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
                       sync_timeout_s=rollout.sync_timeout_s, speculative=speculative_config(rollout.speculative),
-                      sleep_level=v.sleep_level)
+                      sleep_level=v.sleep_level, episodes=episodes)
 
 
-def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
-    return HFEngine(model, tokenizer, max_rows=max_rows, dtype=dtype)
+def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int, episodes) -> RolloutEngine:
+    return HFEngine(model, tokenizer, max_rows=max_rows, dtype=dtype, episodes=episodes)
 
 
-def _loop(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int) -> RolloutEngine:
+def _loop(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int, episodes) -> RolloutEngine:
     spec = rollout.speculative
     return LoopEngine(model, tokenizer, max_rows=max_rows, dtype=dtype, lookup_max=spec.prompt_lookup_max,
-                      draft_tokens=spec.num_tokens if spec.method != "none" else 0)
+                      draft_tokens=spec.num_tokens if spec.method != "none" else 0, episodes=episodes)
 
 
 ENGINES = {"hf": _hf, "loop": _loop, "vllm": _vllm}
-"""rollout.engine -> builder(rollout config, model, tokenizer, *, model_dir, seed, dtype, max_rows)."""
+"""rollout.engine -> builder(rollout config, model, tokenizer, *, model_dir, seed, dtype, max_rows, episodes)."""
 
 
 def build_engine(rollout, model, tokenizer, *, name: str | None = None, model_dir=None, seed: int = 0,
-                 dtype: str = "float32", max_rows: int = 512) -> RolloutEngine:
+                 dtype: str = "float32", max_rows: int = 512, episodes: EpisodeSpec = SINGLE_TURN) -> RolloutEngine:
     """The engine `name` (default rollout.engine, a `RolloutConfig`). hf and loop sample with `model`
-    itself; vllm loads `model_dir` (model may be None) and takes new weights through load_weights."""
+    itself; vllm loads `model_dir` (model may be None) and takes new weights through load_weights.
+    episodes: what its rollouts run (rlvr.rollout.episodes.episode_spec(cfg)); one turn by default."""
     return ENGINES[name or rollout.engine](rollout, model, tokenizer, model_dir=model_dir, seed=seed, dtype=dtype,
-                                           max_rows=max_rows)
+                                           max_rows=max_rows, episodes=episodes)

@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from rlvr.records import Completion, Problem
+from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
 from rlvr.scoring import compute
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -61,26 +62,29 @@ class RolloutEngine(Protocol):
 
 
 def render_prompt(tokenizer, problem: Problem) -> list[int]:
-    if isinstance(problem.prompt, str):
-        return tokenizer(problem.prompt, add_special_tokens=False).input_ids
-    if getattr(tokenizer, "chat_template", None) is None:
+    """A problem's prompt as rollout feeds it: text as it is, chat messages through the chat template
+    with the generation prompt (rlvr.rollout.episodes.Renderer)."""
+    from rlvr.rollout.episodes import Renderer
+
+    if not isinstance(problem.prompt, str) and getattr(tokenizer, "chat_template", None) is None:
         from rlvr.configlib import ConfigError
         raise ConfigError(f"problem {problem.id!r} is a chat prompt but the model's tokenizer has no chat template; "
                           "use a chat model, or data.chat=false to feed text prompts as they are")
-    # return_dict=False: token ids as a list (newer transformers return a BatchEncoding by default)
-    return list(tokenizer.apply_chat_template(problem.prompt, add_generation_prompt=True, tokenize=True,
-                                              return_dict=False))
+    return Renderer(tokenizer).prompt(problem.prompt)
 
 
 class ModelEngine(ABC):
     """What the in-process engines share: a transformers model and its tokenizer, weights loaded
-    in place, `max_rows` sequences per forward batch, the compute precision (rlvr.scoring.compute)."""
+    in place, `max_rows` sequences per forward batch, the compute precision (rlvr.scoring.compute),
+    and the episodes its rollouts run (rlvr.rollout.episodes; one turn unless env.name says more)."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, version: int = 0, dtype: str = "float32") -> None:
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, version: int = 0, dtype: str = "float32",
+                 episodes: EpisodeSpec = SINGLE_TURN) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_rows = max_rows
         self.version = version
         self.dtype = dtype
+        self.episodes = episodes
 
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
         own = self.model.state_dict()
@@ -95,22 +99,15 @@ class ModelEngine(ABC):
 
     def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
                  group_offset: int = 0) -> list[Completion]:
-        prompts = [render_prompt(self.tokenizer, p) for p in problems]
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad(), compute(self.model, self.dtype):
-                return self._sample(problems, prompts, params, group_offset)
+                return run_episodes(self, problems, params, self.episodes, group_offset=group_offset)
         finally:
             self.model.train(was_training)
 
     @abstractmethod
-    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
-                group_offset: int) -> list[Completion]:
-        """Each engine's own decoding of the rendered prompts (model in eval mode, no grad)."""
-
-    def _completion(self, problem: Problem, group_id: int, index: int, prompt: list[int], ids: list[int],
-                    logps: list[float], finish: str) -> Completion:
-        return Completion(problem_id=problem.id, group_id=group_id, index=index,
-                          text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompt,
-                          token_ids=ids, logprobs=logps, finish_reason=finish, policy_version=self.version)
+    def sample(self, contexts: Sequence[Sequence[int]], params: SamplingParams, group_size: int) -> list[Sample]:
+        """`group_size` continuations of each token context, context after context (called by
+        run_episodes inside generate: model in eval mode, no grad)."""

@@ -11,25 +11,22 @@ from collections.abc import Sequence
 
 import torch
 
-from rlvr.records import Completion, Problem
 from rlvr.rollout.engine import ModelEngine, SamplingParams
+from rlvr.rollout.episodes import Sample
 from rlvr.scoring import left_pad
 
 
 class HFEngine(ModelEngine):
-    """transformers' `generate`, every prompt repeated G times, `max_rows` rows per call."""
+    """transformers' `generate`, every context repeated G times, `max_rows` rows per call."""
 
-    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
-                group_offset: int) -> list[Completion]:
-        g = 1 if params.greedy else params.group_size
-        rows = [(i, j) for i in range(len(problems)) for j in range(g)]  # group after group
-        out: list[Completion] = []
+    def sample(self, contexts: Sequence[Sequence[int]], params: SamplingParams, group_size: int) -> list[Sample]:
+        rows = [(i, j) for i in range(len(contexts)) for j in range(group_size)]  # group after group
+        out: list[Sample] = []
         for start in range(0, len(rows), self.max_rows):
-            out.extend(self._generate_chunk(problems, prompts, rows[start:start + self.max_rows], params,
-                                            group_offset))
+            out.extend(self._generate_chunk(contexts, rows[start:start + self.max_rows], params))
         return out
 
-    def _generate_chunk(self, problems, prompts, rows, params: SamplingParams, group_offset: int):
+    def _generate_chunk(self, prompts, rows, params: SamplingParams) -> list[Sample]:
         tok = self.tokenizer
         eos_id = tok.eos_token_id
         input_ids, attention_mask = left_pad([prompts[i] for i, _ in rows], tok.pad_token_id)  # (B, P)
@@ -45,13 +42,12 @@ class HFEngine(ModelEngine):
         # one step at a time: a (B, V) fp32 slice instead of (B, T, V) copies of every logit
         logp = torch.stack([torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
                             for t, step in enumerate(gen.logits)], dim=1)  # (B, T)
-        completions = []
-        for row, (i, j) in enumerate(rows):
+        samples: list[Sample] = []
+        for row in range(len(rows)):
             ids = new[row].tolist()
             finish = "length"
             if eos_id in ids:
                 ids = ids[: ids.index(eos_id) + 1]
                 finish = "stop"
-            completions.append(self._completion(problems[i], group_offset + i, j, prompts[i], ids,
-                                                logp[row, : len(ids)].tolist(), finish))
-        return completions
+            samples.append((ids, logp[row, : len(ids)].tolist(), finish))
+        return samples

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlvr.records import Completion, Problem
 from rlvr.rollout.decode import decode, supports_loop
 from rlvr.rollout.engine import ModelEngine, SamplingParams
+from rlvr.rollout.episodes import Sample
 from rlvr.rollout.lookup import decode_speculative
 
 
@@ -27,22 +27,19 @@ class LoopEngine(ModelEngine):
     def without_speculation(self) -> None:
         self.draft_tokens, self.speculative_stats = 0, {}
 
-    def _sample(self, problems: Sequence[Problem], prompts: list[list[int]], params: SamplingParams,
-                group_offset: int) -> list[Completion]:
-        g = 1 if params.greedy else params.group_size
-        out: list[Completion] = []
+    def sample(self, contexts: Sequence[Sequence[int]], params: SamplingParams, group_size: int) -> list[Sample]:
+        g = group_size
+        out: list[Sample] = []
         per_chunk = max(1, self.max_rows // g)  # whole groups per chunk
-        for start in range(0, len(problems), per_chunk):
-            idx = list(range(start, min(start + per_chunk, len(problems))))
+        for start in range(0, len(contexts), per_chunk):
+            idx = list(range(start, min(start + per_chunk, len(contexts))))
             kwargs = dict(max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                           greedy=params.greedy, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
             if self.draft_tokens:
                 samples, self.speculative_stats = decode_speculative(
-                    self.model, [prompts[i] for i in idx], g, draft_tokens=self.draft_tokens,
+                    self.model, [contexts[i] for i in idx], g, draft_tokens=self.draft_tokens,
                     lookup_max=self.lookup_max, **kwargs)
             else:
-                samples = decode(self.model, [prompts[i] for i in idx], g, **kwargs)
-            for k, (ids, logps, finish) in enumerate(samples):
-                i = idx[k // g]
-                out.append(self._completion(problems[i], group_offset + i, k % g, prompts[i], ids, logps, finish))
+                samples = decode(self.model, [contexts[i] for i in idx], g, **kwargs)
+            out.extend(samples)
         return out

@@ -38,7 +38,7 @@ def sample_stats(model, completions: Sequence[Completion], pad_id: int, temperat
     logp = completion_logprobs(model, completions, pad_id, temperature)  # (N, T)
     mask = torch.zeros_like(logp)  # (N, T)
     for i, c in enumerate(completions):
-        mask[i, : len(c.token_ids)] = 1.0
+        mask[i, : len(c.token_ids)] = torch.tensor(c.mask, dtype=torch.float32)
     n = int(mask.sum())
     return SampleStats(float((logp * mask).sum() / max(n, 1)), int(((logp < IMPLAUSIBLE_LOGP) & (mask > 0)).sum()), n)
 

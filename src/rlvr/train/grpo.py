@@ -31,7 +31,8 @@ from rlvr.ops.report import write_report_safely
 from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
 from rlvr.rewards import build_reward
-from rlvr.rollout import RolloutEngine, build_engine
+from rlvr.envs import env_components
+from rlvr.rollout import RolloutEngine, build_engine, episode_spec
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
 from rlvr.tasks import build_task, has_worked_solutions
@@ -162,13 +163,14 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     policy = model
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
         model = copy.deepcopy(policy)
-    reward = build_reward(cfg.reward)
+    reward = build_reward(cfg.reward, env_components(cfg))
     task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
     for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):
         if name is not None and name not in engines:
             engines[name] = build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=start_path,
-                                         seed=cfg.seed, dtype=cfg.model.dtype)  # hf, loop: the policy's own weights
+                                         seed=cfg.seed, dtype=cfg.model.dtype,  # hf, loop: the policy's own weights
+                                         episodes=episode_spec(cfg))
     task_held_out = task.held_out()[: cfg.eval.n]
     if source is None:
         engine = engines[cfg.rollout.engine]

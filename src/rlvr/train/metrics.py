@@ -14,7 +14,9 @@ def p90(values: Sequence[float]) -> float:
 
 
 def rollout_metrics(completions: Sequence[Completion], rewards: torch.Tensor, group_size: int) -> dict[str, float]:
-    lengths = [len(c.token_ids) for c in completions]
+    """Lengths count the tokens the policy sampled (a trajectory's appended ones aside); multi-turn
+    episodes add agent_metrics."""
+    lengths = [sum(c.mask) for c in completions]
     grouped = rewards.view(-1, group_size)  # (M, G)
     zero_std = (grouped.amax(1) == grouped.amin(1)).float()  # (M,)
     len_p90 = p90(lengths)
@@ -26,7 +28,30 @@ def rollout_metrics(completions: Sequence[Completion], rewards: torch.Tensor, gr
         "rollout/truncated_frac": sum(c.finish_reason == "length" for c in completions) / len(completions),
         "rollout/zero_std_frac": float(zero_std.mean()),
         "rollout/tokens": float(sum(lengths)),
+        **agent_metrics(completions),
     }
+
+
+def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
+    """Turns, tool use and how episodes ended, per trajectory (nothing for single-turn rollouts):
+    `rollout/turns_mean`, `rollout/tool_calls_mean`, `rollout/tool_failure_frac` and
+    `rollout/tool_timeout_frac` (of the calls), `rollout/traj_tokens_mean` (sampled + appended),
+    `rollout/finish/<reason>_frac`."""
+    if all(len(c.turns) <= 1 for c in completions) and not any(c.env_components or c.env_info for c in completions):
+        return {}
+    n = len(completions)
+    calls = [call for c in completions for t in c.turns for call in t.info.get("tool_calls", [])]
+    out = {"rollout/turns_mean": sum(sum(t.role == "assistant" for t in c.turns) for c in completions) / n,
+           "rollout/tool_calls_mean": len(calls) / n,
+           "rollout/tool_failure_frac": sum(not call["ok"] for call in calls) / max(1, len(calls)),
+           "rollout/tool_timeout_frac": sum(bool(call["timeout"]) for call in calls) / max(1, len(calls)),
+           "rollout/traj_tokens_mean": sum(len(c.token_ids) for c in completions) / n}
+    for reason in ("stop", "length", "max_turns", "env_done"):
+        out[f"rollout/finish/{reason}_frac"] = sum(c.finish_reason == reason for c in completions) / n
+    returns = [c.env_info["return"] for c in completions if "return" in c.env_info]
+    if returns:
+        out["rollout/episode_return_mean"] = sum(returns) / len(returns)
+    return out
 
 
 def shaping_metrics(completions: Sequence[Completion], overlong: torch.Tensor, kl_penalty: torch.Tensor,

@@ -35,7 +35,7 @@ import torch
 from rlvr.algos import group_advantages, kl_reward_penalty, overlong_penalty, zero_variance_groups
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
-from rlvr.rewards import reward_metrics
+from rlvr.rewards import env_kwargs, reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.rollout.engine import WeightSyncError
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
@@ -126,12 +126,13 @@ def loss_mask(s: _Samples, algo: AlgoConfig) -> torch.Tensor:
 
 
 def behaviour_logprobs(completions: list[Completion]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stored sampling-time log-probs (N, T), right-padded with 0, and their token mask (N, T)."""
+    """Stored sampling-time log-probs (N, T), right-padded with 0, and their token mask (N, T): 1 on
+    the tokens the policy sampled."""
     t = max(1, max(len(c.token_ids) for c in completions))
     logp, mask = torch.zeros(len(completions), t), torch.zeros(len(completions), t)  # (N, T)
     for i, c in enumerate(completions):
         logp[i, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
-        mask[i, : len(c.token_ids)] = 1.0
+        mask[i, : len(c.token_ids)] = torch.tensor(c.mask, dtype=torch.float32)
     return logp, mask
 
 
@@ -238,8 +239,8 @@ def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams
     times["time/rollout_s"] += time.time() - t0
     t1 = time.time()
     per_sample = [problems[i // g] for i in range(len(completions))]
-    results = (reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions])
-               if completions else [])
+    results = (reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions],
+                            **env_kwargs(completions)) if completions else [])
     times["time/reward_s"] += time.time() - t1
     if not par.sharded:
         return _Samples(per_sample, completions, results)

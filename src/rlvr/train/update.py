@@ -138,7 +138,7 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 active = mini[:micro_size * par.world]  # statistics; its gradient is exactly zero, as the full one is
             for micro, real in _micro_batches(active, micro_size, par):
                 chunk = [completions[i] for i in micro.tolist()]
-                batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id)
+                batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk])
                 width = batch.targets.shape[1]
                 logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None] * float(real)  # (b, W); a rank's padding step counts nothing
@@ -216,7 +216,9 @@ def _carries_gradient(advantages: torch.Tensor, loss_mask: torch.Tensor, loss: L
 
 
 def _token_mask(completions: Sequence[Completion], idx: torch.Tensor, t: int) -> torch.Tensor:
+    """(M, T) 1 on the tokens each completion's policy sampled (a trajectory's appended ones are 0)."""
     mask = torch.zeros(len(idx), t)  # (M, T)
     for row, i in enumerate(idx.tolist()):
-        mask[row, : len(completions[i].token_ids)] = 1.0
+        c = completions[i]
+        mask[row, : len(c.token_ids)] = 1.0 if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
     return mask

@@ -48,14 +48,14 @@ class RolloutWorker:
         t0 = time.time()
         if self.start_path != start_path:
             from rlvr.models import load_policy, load_tokenizer
-            from rlvr.rollout import build_engine
+            from rlvr.rollout import build_engine, episode_spec
             c = self.cfg
             if c.rollout.engine == "vllm":  # the engine loads the weights itself
                 model, tokenizer = None, load_tokenizer(start_path)
             else:
                 model, tokenizer = load_policy(c.model, start_path)
             self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
-                                       dtype=c.model.dtype)
+                                       dtype=c.model.dtype, episodes=episode_spec(c))  # environments live here
             self.start_path, self.version = start_path, None
         if self.version != weights.version:
             self.engine.load_weights(fetch_weights(weights).items(), weights.version)
@@ -72,17 +72,18 @@ class RewardWorker:
     """Rule rewards (math verification, the code sandbox) on CPU cores, whole groups at a time."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
+        from rlvr.envs import env_components
         from rlvr.rewards import build_reward
         _threads(threads)
-        self.reward = build_reward(cfg.reward)
+        self.reward = build_reward(cfg.reward, env_components(cfg))
 
     def pid(self) -> int:
         return os.getpid()
 
-    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[int]) -> dict:
+    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[int], env=None) -> dict:
         t0 = time.time()
         try:
-            results = self.reward.score(problems, texts, group_ids=group_ids)
+            results = self.reward.score(problems, texts, group_ids=group_ids, env=env)
         except Exception as exc:  # a reward failure degrades to invalid samples, never a stalled step
             results = [RewardResult.invalid(f"reward worker failed: {type(exc).__name__}: {exc}") for _ in texts]
         return _reply(t0, results=results)

@@ -130,12 +130,13 @@ class RemoteReward:
     def __init__(self, source: "RayBatchSource") -> None:
         self.source = source
 
-    def score(self, problems, texts, group_ids):
+    def score(self, problems, texts, group_ids, env=None):
         src, workers = self.source, self.source.workers["reward"]
         starts = [i for i in range(len(group_ids)) if i == 0 or group_ids[i] != group_ids[i - 1]]
         bounds = starts + [len(group_ids)]  # group m is rows bounds[m]:bounds[m + 1]
         parts = [(bounds[a], bounds[b]) for a, b in shards(len(starts), len(workers))]
-        calls = [lambda j=j, a=a, b=b: workers[j].score.remote(problems[a:b], texts[a:b], group_ids[a:b])
+        calls = [lambda j=j, a=a, b=b: workers[j].score.remote(problems[a:b], texts[a:b], group_ids[a:b],
+                                                                None if env is None else env[a:b])
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
         outs = []

@@ -1,0 +1,56 @@
+"""Configuration of episodes (section `env`, rlvr.envs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlvr.configlib import require
+
+
+@dataclass
+class EnvConfig:
+    name: str = "single_turn"
+    """The environment of each trajectory: 'single_turn' (one assistant turn, graded by the verifier),
+    'tools' (the model calls env.tools until it answers), 'frozenlake' and 'breakout' (gymnasium games,
+    rlvr.envs.gym), or a class of your own as 'module:Class' (a subclass of rlvr.envs.Environment)."""
+    max_turns: int = 0
+    """Assistant turns per trajectory; 0: the environment's own (single_turn 1, tools 4, frozenlake 12,
+    breakout 64). A trajectory that reaches it ends with finish reason 'max_turns'."""
+    max_tokens: int = 0
+    """Tokens after the prompt of a whole trajectory, sampled and appended; each turn samples at most
+    rollout.max_new_tokens of what is left. 0: max_turns x rollout.max_new_tokens."""
+    history: int = 0
+    """What each turn sees: 0, the whole trajectory; k, the prompt and the last k exchanges (Markov
+    environments such as games). With k the update scores each turn in the context it was sampled in."""
+    credit: Literal["trajectory", "turn"] = "trajectory"
+    """'trajectory': one group-normalised advantage for every token of a trajectory. 'turn': each turn's
+    tokens get the return from that turn on (its step rewards and the final verdict), baselined and
+    scaled by the group's total returns."""
+    tools: list[str] = field(default_factory=list)
+    """Tools of the 'tools' environment: 'calculator', 'python' (runs in the sandbox, reward.code's
+    limits), or 'module:function' for a typed function of your own."""
+    tool_format: Literal["hermes", "compact"] = "hermes"
+    """How the model writes a call: 'hermes', <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+    (chat templates with tools); 'compact', <tool_call>name(argument)</tool_call> (small models)."""
+    tool_timeout_s: float = 5.0
+    """A tool that does not answer in this time answers the model with a timeout error."""
+    step_wait_s: float = 0.05
+    """After a turn, trajectories whose environment has not answered in this time (a slow tool) are
+    left to catch up, and the others sample their next turn without them."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The environment's own settings (frozenlake: size, holes; breakout: frame_skip, ...)."""
+
+    def __post_init__(self) -> None:
+        require(self.max_turns >= 0, "max_turns", f"must be >= 0, got {self.max_turns}")
+        require(self.max_tokens >= 0, "max_tokens", f"must be >= 0, got {self.max_tokens}")
+        require(self.history >= 0, "history", f"must be >= 0 (0 = the whole trajectory), got {self.history}")
+        require(self.tool_timeout_s > 0 and self.step_wait_s >= 0, "tool_timeout_s",
+                "tool_timeout_s must be > 0 and step_wait_s >= 0")
+        require(not self.tools or self.name == "tools" or ":" in self.name, "tools",
+                f"tools are called in the 'tools' environment; env.name={self.name} has none of its own")
+        if self.name == "single_turn":
+            require(self.max_turns in (0, 1), "max_turns", "single_turn has one turn: set env.name=tools (or "
+                    "another multi-turn environment) for more")
+            require(self.history == 0 and self.max_tokens == 0 and self.credit == "trajectory", "history",
+                    "env.history, env.max_tokens and env.credit=turn act on multi-turn episodes: set env.name")
