@@ -529,6 +529,16 @@ class Config:
             env = env_class(self.env.name)
         except ValueError as exc:
             raise ConfigError(f"env.name: {exc}") from None
+        if "tool_arithmetic" in self.task.name.split("+"):
+            require(self.env.name == "tools" and "calculator" in self.env.tools and self.env.tool_format == "compact",
+                    "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
+                    "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them)")
+        by_turn = self.env.credit == "turn" or self.env.history > 0
+        require(not (by_turn and self.algo.kl_in_reward), "algo.kl_in_reward",
+                "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
+                "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")
+        require(not (self.env.credit == "turn" and self.reward.normalize == "group"), "env.credit",
+                "per-turn credit needs the raw step rewards; reward.normalize=group standardises the totals: use one")
         unknown = sorted(set(self.reward.weights) - BUILTIN_COMPONENTS - set(env.components))
         require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
                 f"{', '.join(sorted(BUILTIN_COMPONENTS | set(env.components)))} (env.name={self.env.name})")

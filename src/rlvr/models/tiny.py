@@ -17,11 +17,12 @@ SPECIAL = ["<|pad|>", "<|eos|>", "<|bos|>"]
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
 CHARS = list("0123456789+-*/=()., ?:bxyzabcdefghijklmnopqrstuvwABCDEFGHIJKLMNOPQRSTUVWXYZ#'\"!\n")
 CODE_CHARS = list("`%[]_<>")  # Python code (the code task); after the others, so arithmetic ids stay put
+TOOL_TAGS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]  # agent tasks: last, likewise
 
 
-def build_tokenizer(code_chars: bool = False) -> PreTrainedTokenizerFast:
+def build_tokenizer(code_chars: bool = False, tool_tags: bool = False) -> PreTrainedTokenizerFast:
     chars = list(dict.fromkeys(CHARS + (CODE_CHARS if code_chars else [])))  # keep order, drop repeats
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + TAGS + chars + ["<|unk|>"])}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + TAGS + chars + ["<|unk|>"] + (TOOL_TAGS if tool_tags else []))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|unk|>"))
     # one token per character; the tags are added tokens and stay whole
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -33,7 +34,7 @@ def build_tokenizer(code_chars: bool = False) -> PreTrainedTokenizerFast:
         bos_token="<|bos|>",
         unk_token="<|unk|>",
     )
-    fast.add_tokens(TAGS)
+    fast.add_tokens(TAGS + (TOOL_TAGS if tool_tags else []))
     return fast
 
 
@@ -56,8 +57,9 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: in
     return LlamaForCausalLM(config)
 
 
-def save_tiny(path: Path, hidden: int, layers: int, heads: int, seed: int = 0, code_chars: bool = False) -> Path:
-    tokenizer = build_tokenizer(code_chars)
+def save_tiny(path: Path, hidden: int, layers: int, heads: int, seed: int = 0, code_chars: bool = False,
+              tool_tags: bool = False) -> Path:
+    tokenizer = build_tokenizer(code_chars, tool_tags)
     model = build_tiny_model(tokenizer, hidden, layers, heads, seed=seed)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.code import CodeTask
+from rlvr.tasks.tool_arithmetic import ToolArithmeticTask
 
-BUILTIN = {"arithmetic", "code"}
+BUILTIN = {"arithmetic", "code", "tool_arithmetic"}
 
 
 def builtin_names(name: str) -> list[str] | None:
@@ -28,14 +29,20 @@ def data_paths(cfg) -> list[str]:
 
 def teacher_solution(problem, error_rate: float, rng):
     """The cold-start demonstration of a built-in task's problem, from its imperfect teacher."""
-    from rlvr.tasks import arithmetic, code
+    from rlvr.tasks import arithmetic, code, tool_arithmetic
 
-    return (code if problem.source == code.SOURCE else arithmetic).teacher_solution(problem, error_rate, rng)
+    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic}.get(problem.source, arithmetic)
+    return module.teacher_solution(problem, error_rate, rng)
 
 
 def needs_code_chars(cfg) -> bool:
     """Whether the tiny model's tokenizer needs the characters of Python code (the code task)."""
     return "code" in (builtin_names(cfg.task.name) or [])
+
+
+def needs_tool_tags(cfg) -> bool:
+    """Whether the tiny model's tokenizer needs the tool-call tags as tokens (the tool task)."""
+    return "tool_arithmetic" in (builtin_names(cfg.task.name) or [])
 
 
 def has_worked_solutions(cfg) -> bool:
@@ -67,6 +74,8 @@ def _builtin(name: str, cfg, eval_size: int):
     if name == "arithmetic":
         return ArithmeticTask(min_digits=t.min_digits, max_digits=t.max_digits, ops=tuple(t.ops),
                               eval_size=eval_size, seed=cfg.seed)
+    if name == "tool_arithmetic":
+        return ToolArithmeticTask(eval_size=eval_size, seed=cfg.seed)
     return CodeTask(eval_size=eval_size, seed=cfg.seed)
 
 

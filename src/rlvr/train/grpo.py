@@ -223,13 +223,14 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     batch = run.source.collect(state.model, state.sampler, state.step)
     state.consumed = batch.sampler_position
     anchor = None
-    if run.recompute and batch.completions:  # the trainer's log-probs of the batch, before any update
+    sequences, advantages, loss_mask = batch.update_inputs()
+    if run.recompute and sequences:  # the trainer's log-probs of the batch, before any update
         a = run.cfg.algo
-        anchor = recompute_anchor(state.model, batch.completions, batch.loss_mask, run.tokenizer.pad_token_id,
+        anchor = recompute_anchor(state.model, sequences, loss_mask, run.tokenizer.pad_token_id,
                                   run.settings.temperature, rollout_is=a.rollout_is, cap=a.rollout_is_cap,
                                   dtype=run.settings.dtype)
     t_update = time.time()
-    actor = policy_update(state.model, state.optimizer, batch.completions, batch.advantages, batch.loss_mask,
+    actor = policy_update(state.model, state.optimizer, sequences, advantages, loss_mask,
                           batch.ref_logp, run.tokenizer.pad_token_id, run.settings, generator=state.update_rng,
                           fault=run.guard.fault(state.step), anchor=anchor, par=run.par)
     lr = state.scheduler.get_last_lr()[0]  # the rate this update used

@@ -22,7 +22,7 @@ from rlvr.configlib import to_dict
 from rlvr.models import load_model, save_model
 from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
-from rlvr.tasks import build_task, needs_code_chars, teacher_solution
+from rlvr.tasks import build_task, needs_code_chars, needs_tool_tags, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 from rlvr.train.parallel import train_device
@@ -34,12 +34,13 @@ def base_model_path(cfg: Config) -> Path:
         from rlvr.models import resolve_model  # a directory, hub id, GGUF (dequantized once) or packaged model
         return Path(resolve_model(cfg.model))
     m = cfg.model
-    code = needs_code_chars(cfg)
+    code, tools = needs_code_chars(cfg), needs_tool_tags(cfg)
     shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
-    key = _digest(shape | ({"code_chars": True} if code else {}))  # the arithmetic model keeps its key
+    # the arithmetic model keeps its key
+    key = _digest(shape | ({"code_chars": True} if code else {}) | ({"tool_tags": True} if tools else {}))
     path = Path(cfg.sft.cache_dir) / f"tiny-{key}"
     if not (path / "config.json").exists():
-        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code)
+        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code, tool_tags=tools)
     return path
 
 
@@ -56,12 +57,21 @@ def _digest(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def sft_pairs(problems: list[Problem], tokenizer, solutions: list[str]) -> list[tuple[list[int], list[int]]]:
+def sft_pairs(problems: list[Problem], tokenizer, solutions: list) -> list[tuple[list[int], list[int], list[int]]]:
+    """(prompt, target, mask) per demonstration. A solution is a text (one turn), or a trajectory of
+    (text, sampled) segments: the model's turns end with eos and are learned (mask 1); what a tool or
+    environment appended is context (mask 0), tokenised alone, as rollout appends it."""
     pairs = []
+    eos = tokenizer.eos_token_id
     for p, solution in zip(problems, solutions):
         prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
-        target = tokenizer(solution, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-        pairs.append((prompt, target))
+        target: list[int] = []
+        mask: list[int] = []
+        for text, sampled in ([(solution, True)] if isinstance(solution, str) else solution):
+            ids = tokenizer(text, add_special_tokens=False).input_ids + ([eos] if sampled else [])
+            target += ids
+            mask += [int(sampled)] * len(ids)
+        pairs.append((prompt, target, mask))
     return pairs
 
 
@@ -76,7 +86,8 @@ def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float
     losses = []
     for step in range(steps):
         chunk = rng.sample(pairs, min(batch_size, len(pairs)))
-        batch = pack([p for p, _ in chunk], [c for _, c in chunk], tokenizer.pad_token_id).to(model.device)
+        batch = pack([p for p, _, _ in chunk], [c for _, c, _ in chunk], tokenizer.pad_token_id,
+                     [m for _, _, m in chunk]).to(model.device)
         with compute(model, dtype):
             logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
         logits = completion_logits(logits, batch).float()  # (B, T, V)

@@ -40,6 +40,7 @@ from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.rollout.engine import WeightSyncError
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 from rlvr.train.parallel import Parallel
+from rlvr.train.trajectories import TrainView, split_by_turn, training_view
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,19 @@ class StepBatch:
     shaped_rewards: torch.Tensor  # (N,) what the advantages come from: invalid filled, + overlong, - KL
     loss_mask: torch.Tensor  # (N,) float: 0 = out of the loss (invalid, or truncated with mask_truncated)
     advantages: torch.Tensor  # (N,)
-    ref_logp: torch.Tensor | None = None  # (N, T) reference log-probs, None without a reference model
+    ref_logp: torch.Tensor | None = None  # (S, T) reference log-probs of the update's sequences, None without a reference model
     metrics: dict[str, float] = field(default_factory=dict)
     sampler_position: int | None = None  # the sampler's position once this batch's prompts were drawn
     counts: SamplingCounts = field(default_factory=SamplingCounts)
+    view: TrainView | None = None
+    """The sequences the update trains on when trajectories split by turn (rlvr.train.trajectories);
+    None: one sequence per completion."""
+
+    def update_inputs(self) -> tuple[list[Completion], torch.Tensor, torch.Tensor]:
+        """(sequences, advantages (S,), loss mask (S,)) for policy_update and the anchor."""
+        if self.view is None:
+            return self.completions, self.advantages, self.loss_mask
+        return self.view.sequences, self.view.advantages, self.view.loss_mask
 
 
 @dataclass
@@ -144,7 +154,7 @@ def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
 
 
 def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, ref=None, par: Parallel | None = None) -> StepBatch:
+                  batch_size: int, ref=None, par: Parallel | None = None, credit: str = "trajectory") -> StepBatch:
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
     engine: samples the completions (a `RolloutEngine`, holding the current policy's weights);
@@ -181,7 +191,7 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
         "rollout/shortfall_groups": float(need),
         **getattr(reward, "metrics", dict)(),  # sandbox throughput and timeout rate under training load
     }
-    out = _shape(batch, ref, algo, params, times) if n_kept else _empty()
+    out = _shape(batch, ref, algo, params, times, credit, getattr(reward, "weights", {})) if n_kept else _empty()
     if par.sharded and algo.noise_std > 0:  # advantage noise comes from each rank's own stream: take rank 0's
         out.advantages = par.broadcast(out.advantages)
     out.metrics = {**metrics, **out.metrics, **times}
@@ -194,11 +204,14 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
     return out
 
 
-def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times: dict[str, float]) -> StepBatch:
-    """Reference log-probs, reward shaping, loss mask and advantages of the kept groups."""
+def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times: dict[str, float],
+           credit: str = "trajectory", weights: dict[str, float] | None = None) -> StepBatch:
+    """Reference log-probs, reward shaping, loss mask and advantages of the kept groups; trajectories
+    that train turn by turn get their sequences (rlvr.train.trajectories) and the reference scores those."""
     g = params.group_size
     t0 = time.time()
-    ref_logp = ref.logprobs(batch.completions) if ref is not None else None  # (N, T)
+    by_turn = any(split_by_turn(c, credit) for c in batch.completions)
+    ref_logp = ref.logprobs(batch.completions) if ref is not None and not by_turn else None  # (N, T)
     times["time/ref_s"] = time.time() - t0
     rewards, valid = batch.rewards, batch.valid  # (N,), (N,)
     overlong = length_shaping(batch.completions, algo, params.max_new_tokens)  # (N,)
@@ -212,13 +225,21 @@ def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times
     advantages = group_advantages(shaped, g, estimator=algo.advantage, scale=algo.scale, eps=algo.eps,
                                   noise_std=algo.noise_std)  # (N,)
     mask = loss_mask(batch, algo)  # (N,)
+    view = training_view(batch.completions, advantages, mask, shaped, credit=credit, weights=weights or {},
+                         group_size=g, scale=algo.scale, eps=algo.eps)
+    if view is not None and ref is not None:
+        t0 = time.time()
+        ref_logp = ref.logprobs(view.sequences)  # (S, T)
+        times["time/ref_s"] += time.time() - t0
     metrics = {
         **shaping_metrics(batch.completions, overlong, kl_penalty, mask, valid),
         # the proof for dynamic sampling: groups with no reward variance among those the update sees
         "actor/zero_std_groups_in_update": float(zero_variance_groups(task, g).sum()),
     }
+    if view is not None:
+        metrics["actor/sequences"] = float(len(view.sequences))
     return StepBatch(batch.problems, batch.completions, batch.results, rewards, valid, shaped, mask, advantages,
-                     ref_logp, metrics)
+                     ref_logp, metrics, view=view)
 
 
 def _empty() -> StepBatch:
@@ -285,6 +306,8 @@ class LocalBatches:
     log: object | None = None
     low_accept_steps: int = 0
     par: Parallel = field(default_factory=Parallel)
+    credit: str = "trajectory"
+    """env.credit: 'turn' gives each turn of a trajectory its own advantage."""
 
     @classmethod
     def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None,
@@ -299,14 +322,15 @@ class LocalBatches:
                                  cfg.model.dtype)
         spec = cfg.rollout.speculative
         return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
-                   cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par or Parallel())
+                   cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par or Parallel(),
+                   credit=cfg.env.credit)
 
     def collect(self, model, sampler, step: int) -> StepBatch:
         sync_s = 0.0
         if (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
             sync_s = sync_weights(self.engine, model, step - 1, step, self.par)
         batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                              ref=self.ref, par=self.par)
+                              ref=self.ref, par=self.par, credit=self.credit)
         batch.metrics["time/weight_sync_s"] = sync_s
         if self.speculative is not None:
             self._watch_speculation(batch, step)

@@ -49,11 +49,12 @@ def shards(n: int, parts: int) -> list[tuple[int, int]]:
 def select_rows(batch: StepBatch, rows: list[int]) -> StepBatch:
     """The batch restricted to `rows` (whole groups, so the advantages stay those of their group)."""
     idx = torch.tensor(rows, dtype=torch.long)
+    view, seq_idx = batch.view.select(rows) if batch.view is not None else (None, idx)
     return dataclasses.replace(
         batch, problems=[batch.problems[i] for i in rows], completions=[batch.completions[i] for i in rows],
         results=[batch.results[i] for i in rows], rewards=batch.rewards[idx], valid=batch.valid[idx],
         shaped_rewards=batch.shaped_rewards[idx], loss_mask=batch.loss_mask[idx], advantages=batch.advantages[idx],
-        ref_logp=None if batch.ref_logp is None else batch.ref_logp[idx], metrics=dict(batch.metrics))
+        ref_logp=None if batch.ref_logp is None else batch.ref_logp[seq_idx], metrics=dict(batch.metrics), view=view)
 
 
 def within_staleness(batch: StepBatch, version: int, max_staleness: int, group_size: int) -> tuple[StepBatch, int]:
@@ -73,7 +74,12 @@ class _RemoteReference:
     """`ReferenceModel`'s interface (.logprobs) answered by the inference pool."""
 
     def __init__(self, source: "RayBatchSource") -> None:
+        from rlvr.envs import env_components
+
         self.source = source
+        cfg = source.cfg
+        self.weights = {**env_components(cfg), **cfg.reward.weights}
+        """The components' weights, for per-turn credit (env.credit=turn)."""
 
     def logprobs(self, completions) -> torch.Tensor:
         src, workers = self.source, self.source.workers["inference"]
@@ -128,7 +134,12 @@ class RemoteReward:
     times out scores its samples invalid."""
 
     def __init__(self, source: "RayBatchSource") -> None:
+        from rlvr.envs import env_components
+
         self.source = source
+        cfg = source.cfg
+        self.weights = {**env_components(cfg), **cfg.reward.weights}
+        """The components' weights, for per-turn credit (env.credit=turn)."""
 
     def score(self, problems, texts, group_ids, env=None):
         src, workers = self.source, self.source.workers["reward"]
@@ -219,7 +230,7 @@ class RayBatchSource:
 
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
         return collect_batch(RemoteEngine(self, handle, step), sampler, self.reward, self.params, self.algo,
-                             batch_size=self.batch_size, ref=self.ref)
+                             batch_size=self.batch_size, ref=self.ref, credit=self.cfg.env.credit)
 
     def _drop_ahead(self) -> None:
         if not self.ahead:
