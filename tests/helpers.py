@@ -21,3 +21,51 @@ def split_settings(flat: dict) -> UpdateSettings:
 def sample(model, tok, problems, params, **kwargs):
     """Completions from transformers' generate (the 'hf' engine) on `model`."""
     return HFEngine(model, tok).generate(problems, params, **kwargs)
+
+
+CHATML = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
+"""A ChatML-shaped chat template on the tiny tokenizer (its bos/eos as the turn markers)."""
+
+
+def chatty_tiny(hidden: int = 64, layers: int = 2, heads: int = 2, steps: int = 60, seed: int = 0):
+    """A tiny model taught in a few steps to speak in short turns: a few digits, then eos, turn after
+    turn with `ok` in between, so sampled episodes have several turns that end with eos."""
+    import random
+
+    from rlvr.models.tiny import build_tiny_model, build_tokenizer
+    from rlvr.train.sft import sft_pairs, train_sft
+    from rlvr.records import Problem
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, hidden, layers, heads, max_positions=512, seed=seed)
+    rng = random.Random(seed)
+    problems = [Problem(id=str(i), prompt=f"{i % 10}+{i % 7}=") for i in range(200)]
+    solutions = []
+    for _ in problems:
+        turns = []
+        for k in range(3):
+            turns.append(("".join(rng.choice("0123456789") for _ in range(rng.randint(1, 5))), True))
+            turns.append(("ok\n", False))
+        solutions.append(turns[:-1])
+    train_sft(model, tok, sft_pairs(problems, tok, solutions), steps=steps, batch_size=16, lr=1e-2, warmup=5, seed=seed)
+    model.eval()
+    return model, tok
+
+
+def chatter_spec(history: int = 0, message=None):
+    """Episodes of up to three turns in which the environment answers every turn with the same
+    message (`ok` and a newline, as chatty_tiny learnt), and a `turn` reward per step."""
+    from rlvr.envs import Environment, StepResult
+    from rlvr.rollout.episodes import EpisodeSpec
+
+    said = message or {"role": "user", "content": "ok\n"}
+
+    class Chatter(Environment):
+        components = {"turn": 0.0}
+        max_turns = 3
+
+        def step(self, assistant_turn: str) -> StepResult:
+            return StepResult([said], {"turn": 1.0})
+
+    return EpisodeSpec(make_env=lambda p: Chatter(), max_turns=3, history=history)

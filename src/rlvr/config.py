@@ -529,6 +529,9 @@ class Config:
             env = env_class(self.env.name)
         except ValueError as exc:
             raise ConfigError(f"env.name: {exc}") from None
+        for game in ("frozenlake", "breakout"):
+            require(self.task.name != game or self.env.name == game, "env.name",
+                    f"task {game} is an episode of the {game} environment: set env.name={game} (configs/{game}.yaml)")
         if "tool_arithmetic" in self.task.name.split("+"):
             require(self.env.name == "tools" and "calculator" in self.env.tools and self.env.tool_format == "compact",
                     "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "

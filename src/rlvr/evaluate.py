@@ -31,6 +31,11 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
         "len_mean": sum(len(c.token_ids) for c in completions) / n,
         "problems": [{"id": p.id, "source": p.source, "correct": ok} for p, ok in zip(problems, passes)],
     }
+    calls = [sum(len(t.info.get("tool_calls", [])) for t in c.turns) for c in completions]
+    if any(calls):  # agents: how much tool use a solved problem took
+        solved = [k for k, ok in zip(calls, passes) if ok]
+        out["tool_calls_per_solved"] = sum(solved) / len(solved) if solved else 0.0
+        out["tool_calls_mean"] = sum(calls) / n
     sources = sorted({p.source for p in problems})
     if len(sources) > 1:
         out["by_source"] = {s: sum(ok for p, ok in zip(problems, passes) if p.source == s) /
@@ -41,6 +46,7 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
 def eval_metrics(result: dict) -> dict[str, float]:
     """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/accuracy/<source>."""
     out = {"eval/accuracy": result["accuracy"], "eval/format": result["format"]}
+    out.update({f"eval/{k}": result[k] for k in ("tool_calls_per_solved", "tool_calls_mean") if k in result})
     out.update({f"eval/accuracy/{s}": acc for s, acc in result.get("by_source", {}).items()})
     return out
 

@@ -60,6 +60,9 @@ class Environment(ABC):
     def reset(self, problem: Problem, seed: int) -> list[Message] | str:
         return problem.prompt
 
+    def close(self) -> None:
+        """Called once the episode is over, however it ended (release what reset acquired)."""
+
     @abstractmethod
     def step(self, assistant_turn: str) -> StepResult:
         """React to the policy's turn (its decoded text, special tokens removed)."""

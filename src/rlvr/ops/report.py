@@ -88,6 +88,20 @@ def _timeline(events: list[dict[str, Any]]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
+def _trajectory(turns: list[dict[str, Any]]) -> str:
+    """A multi-turn episode, turn by turn: the policy's turns, and what tools and the environment said."""
+    parts = []
+    for t in turns:
+        if t.get("role") == "assistant":
+            calls = "".join(f'<div class="call">&#8594; {_esc(c.get("name"))}({_esc(c.get("arguments"))})'
+                            f'{"" if c.get("ok") else " failed: " + _esc(c.get("error") or "")}</div>'
+                            for c in t.get("tool_calls", []))
+            parts.append(f'<div class="turn">{_esc(t.get("text", ""))}{calls}</div>')
+        else:
+            parts.append(f'<div class="env">{_esc(t.get("text", ""))}</div>')
+    return "".join(parts)
+
+
 def _samples(samples: list[dict[str, Any]]) -> str:
     samples = samples[-MAX_SAMPLES:]
     if not samples:
@@ -99,9 +113,10 @@ def _samples(samples: list[dict[str, Any]]) -> str:
         comp = s.get("components") or {}
         cells = "".join(f"<td>{_esc(_fmt(comp.get(c, '')))}</td>" for c in components)
         flags = "" if s.get("valid", True) else f' invalid: {_esc(s.get("error") or "")}'
+        text = _trajectory(s["turns"]) if s.get("turns") else _esc(s.get("completion", ""))
         rows.append(
             f'<tr data-step="{_esc(s.get("step"))}"><td>{_esc(s.get("step"))}</td><td>{_esc(s.get("source", ""))}</td>'
-            f'<td class="txt">{_esc(s.get("prompt", ""))}</td><td class="txt">{_esc(s.get("completion", ""))}</td>'
+            f'<td class="txt">{_esc(s.get("prompt", ""))}</td><td class="txt">{text}</td>'
             f'<td>{_esc(s.get("answer", ""))}</td><td>{_esc(_fmt(s.get("reward", "")))}</td>{cells}'
             f'<td>{_esc(_fmt(s.get("advantage", "")))}</td><td>{_esc(s.get("finish_reason", ""))}{flags}</td></tr>')
     steps = sorted({s.get("step") for s in samples if s.get("step") is not None})
@@ -124,7 +139,8 @@ h1{margin:0 0 4px}h2{margin-top:32px;border-bottom:1px solid #ddd;padding-bottom
 table{border-collapse:collapse;font-size:12px;background:#fff}td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top;text-align:left}
 th{background:#f0f0f0;position:sticky;top:0}tr.bad td{background:#fde8e8}tr.warn td{background:#fff6e0}
 td.txt{font-family:ui-monospace,monospace;white-space:pre-wrap;max-width:420px}.scroll{max-height:640px;overflow:auto}
-.filters{margin:8px 0}.note{background:#eef5ff;border:1px solid #cde;padding:8px 12px;border-radius:6px}
+.filters{margin:8px 0}.turn{border-left:3px solid #4a7;padding-left:4px;margin:2px 0}
+.env{border-left:3px solid #999;padding-left:4px;margin:2px 0;color:#555;background:#f4f4f4}.call{color:#146;font-size:11px}.note{background:#eef5ff;border:1px solid #cde;padding:8px 12px;border-radius:6px}
 """
 
 # Filters the sample table; and marks the page for automated checks (plots decoded, no script errors).

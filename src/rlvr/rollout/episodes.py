@@ -82,10 +82,13 @@ def episode_spec(cfg) -> EpisodeSpec:
         tools = resolve_tools(e.tools, cfg.reward.code)
     settings = dict(e.settings)
 
-    def make_env(problem: Problem) -> Environment:
-        return cls(settings, tools=tools, tool_format=e.tool_format, tool_timeout_s=e.tool_timeout_s)
+    max_turns = e.max_turns or cls.max_turns
 
-    return EpisodeSpec(make_env, max_turns=e.max_turns or cls.max_turns, max_tokens=e.max_tokens,
+    def make_env(problem: Problem) -> Environment:
+        return cls(settings, tools=tools, tool_format=e.tool_format, tool_timeout_s=e.tool_timeout_s,
+                   max_turns=max_turns)
+
+    return EpisodeSpec(make_env, max_turns=max_turns, max_tokens=e.max_tokens,
                        history=e.history, step_wait_s=e.step_wait_s)
 
 
@@ -101,7 +104,7 @@ class Renderer:
     def _template(self, messages: list[Message], tools: list | None, generation_prompt: bool) -> list[int]:
         kwargs: dict[str, Any] = {"add_generation_prompt": generation_prompt, "tokenize": True, "return_dict": False}
         if tools and self.supports_tools:
-            kwargs["tools"] = [t.schema() for t in tools]
+            kwargs["tools"] = schemas(tools)
         return list(self.tokenizer.apply_chat_template(messages, **kwargs))
 
     @property
@@ -113,18 +116,14 @@ class Renderer:
         return "tools" in str(getattr(self.tokenizer, "chat_template", "") or "")
 
     def prompt(self, first: list[Message] | str, tools: list | None = None) -> list[int]:
-        if isinstance(first, str):
-            text = first if not tools else describe_tools(tools) + first
-            return self.tokenizer(text, add_special_tokens=False).input_ids
+        """A chat prompt through the template, its tools described (in the template's own words when it
+        takes `tools`, else in a system message); a text prompt as it is."""
+        if isinstance(first, str):  # a text prompt is fed as it is: the task's format teaches its tools
+            return self.tokenizer(first, add_special_tokens=False).input_ids
         if not self.chat:
             raise ConfigError("the prompt is chat messages but the model's tokenizer has no chat template; use a "
                               "chat model, or data.chat=false to feed text prompts as they are")
-        messages = list(first)
-        if tools and not self.supports_tools:  # the template cannot describe tools: a system message does
-            if messages and messages[0].get("role") == "system":
-                messages[0] = {**messages[0], "content": describe_tools(tools) + str(messages[0]["content"])}
-            else:
-                messages.insert(0, {"role": "system", "content": describe_tools(tools).rstrip()})
+        messages = list(first) if not tools or self.supports_tools else with_tools_described(list(first), tools)
         return self._template(messages, tools, True)
 
     def continuation(self, messages: list[Message], tools: list | None = None) -> list[int]:
@@ -154,11 +153,26 @@ def _text_of(message: Message) -> str:
     return f"<tool_response>{content}</tool_response>" if message.get("role") == "tool" else content
 
 
+def schemas(tools: list) -> list[dict]:
+    """OpenAI-style tool descriptions, of rlvr.tools.Tool objects or of descriptions already."""
+    return [t if isinstance(t, dict) else t.schema() for t in tools]
+
+
+def with_tools_described(messages: list[Message], tools: list) -> list[Message]:
+    """For a template that cannot take `tools`: the tools described in the system message."""
+    messages = list(messages)
+    if messages and messages[0].get("role") == "system":
+        messages[0] = {**messages[0], "content": describe_tools(tools) + str(messages[0]["content"])}
+    else:
+        messages.insert(0, {"role": "system", "content": describe_tools(tools).rstrip()})
+    return messages
+
+
 def describe_tools(tools: list) -> str:
     """The tools in the Hermes system prompt's words, for templates that cannot take `tools`."""
     import json
 
-    lines = "\n".join(json.dumps(t.schema()) for t in tools)
+    lines = "\n".join(json.dumps(s) for s in schemas(tools))
     return ("You may call tools. For each call write <tool_call>{\"name\": <name>, \"arguments\": <arguments as "
             f"JSON>}}</tool_call>; the result comes back in <tool_response></tool_response>.\n<tools>\n{lines}\n</tools>\n")
 
@@ -235,6 +249,8 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
                         pending[t_id] = pool.submit(_step, trajs[t_id].env, trajs[t_id].assistant_turns[-1].text)
     finally:
         pool.shutdown(wait=True)
+        for traj in trajs:
+            traj.env.close()
     return [_completion(t, sampler) for t in trajs]
 
 

@@ -45,11 +45,20 @@ class Arm:
     max_tokens: int
     """max_tokens of a request that names none."""
 
-    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+    def chat_ids(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        """The prompt of a conversation; `tools` (OpenAI-style descriptions) go to the template's `tools`,
+        or into the system message when the template takes none (rlvr.rollout.episodes)."""
+        from rlvr.rollout.episodes import describe_tools, with_tools_described
+
         if self.chat_template is None:
-            return self.text_ids("\n".join(m["content"] for m in messages))
+            return self.text_ids((describe_tools(tools) if tools else "") + "\n".join(m["content"] for m in messages))
+        kwargs: dict[str, Any] = {}
+        if tools and "tools" in self.chat_template:
+            kwargs["tools"] = tools
+        elif tools:
+            messages = with_tools_described(messages, tools)
         try:
-            return list(self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template,
+            return list(self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, **kwargs,
                                                            add_generation_prompt=True, tokenize=True, return_dict=False))
         except Exception as exc:  # jinja's TemplateError and the template's own raise_exception
             raise APIError(400, f"the model's chat template rejected these messages: {exc}", param="messages") from None

@@ -2,8 +2,10 @@
 
 A stream is server-sent `data:` events of `chat.completion.chunk` (or `text_completion`) objects: the
 role first, then the content deltas, then the finish reason, with `stream_options.include_usage` a
-last chunk with the usage and no choices, and `data: [DONE]`. Fields the server does not implement
-(tools, logprobs, n > 1, response_format, seed, ...) are a 400 naming the field, never ignored.
+last chunk with the usage and no choices, and `data: [DONE]`. With `tools` (rlvr.serve.tools) the
+response's calls come back as `tool_calls` (finish_reason `tool_calls`); a stream then sends the
+whole content and the calls once generation is over. Fields the server does not implement
+(logprobs, n > 1, response_format, seed, a forced tool_choice, ...) are a 400 naming the field, never ignored.
 """
 
 from __future__ import annotations
@@ -20,14 +22,43 @@ from pydantic import Field
 
 from rlvr.serve.errors import APIError, error_body
 from rlvr.serve.schema import Strict, TextPart
+from rlvr.serve.tools import as_hermes, openai_tool_calls, split_calls
 
 FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}
 
 
+class FunctionDef(Strict):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    strict: bool | None = None
+
+
+class ToolDef(Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionCall(Strict):
+    name: str
+    arguments: str
+    """JSON text, as OpenAI sends it."""
+
+
+class ToolCallPart(Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallPart] | None = None
+    """assistant: the calls it made (rendered back as the model wrote them)."""
+    tool_call_id: str | None = None
+    """tool: the call this is the result of."""
 
 
 class StreamOptions(Strict):
@@ -57,6 +88,33 @@ class _Sampling(Strict):
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["auto", "none"] | None = None
+    """'auto' (the default with tools): the model may call them; 'none': it is not offered them."""
+    parallel_tool_calls: bool | None = None
+    """Several calls in one response are returned as they are written."""
+
+
+def chat_messages(body: ChatRequest) -> list[dict[str, str]]:
+    """The conversation as the chat template takes it: calls as the model wrote them, results as tool turns."""
+    names = {c.id: c.function.name for m in body.messages for c in (m.tool_calls or [])}
+    out = []
+    for k, m in enumerate(body.messages):
+        text = "" if m.content is None else _text(m.content)
+        if m.role == "tool":
+            if m.tool_call_id is None:
+                raise APIError(400, f"messages[{k}]: a tool message needs tool_call_id", param=f"messages[{k}].tool_call_id")
+            out.append({"role": "tool", "name": names.get(m.tool_call_id, m.name or "tool"), "content": text})
+            continue
+        for c in m.tool_calls or []:
+            try:
+                args = json.loads(c.function.arguments or "{}")
+            except json.JSONDecodeError:
+                raise APIError(400, f"messages[{k}]: tool call {c.id} has arguments that are not JSON",
+                               param=f"messages[{k}].tool_calls") from None
+            text += as_hermes(c.function.name, args)
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
+    return out
 
 
 class CompletionRequest(_Sampling):
@@ -76,10 +134,10 @@ def add_routes(router: APIRouter, server) -> None:
     async def chat(body: ChatRequest, request: Request):
         user = request.headers.get("x-rlvr-user") or body.user
         arm = server.resolve(body.model, user, request)
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m.content)}
-                    for m in body.messages]
+        tools = [t.model_dump(exclude_none=True) for t in body.tools or []] if body.tool_choice != "none" else []
         max_tokens = body.max_completion_tokens or body.max_tokens
-        return await _respond(server, request, body, arm, arm.chat_ids(messages), max_tokens, chat=True)
+        return await _respond(server, request, body, arm, arm.chat_ids(chat_messages(body), tools or None), max_tokens,
+                              chat=True, tools=bool(tools))
 
     @router.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
@@ -92,7 +150,7 @@ def add_routes(router: APIRouter, server) -> None:
 
 
 async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: list[int], max_tokens: int | None,
-                   *, chat: bool):
+                   *, chat: bool, tools: bool = False):
     job = server.job(arm, prompt_ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                      stop=body.stops(), metadata=body.metadata)
     slot = server.admit()
@@ -105,6 +163,8 @@ async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: l
         return {"prompt_tokens": len(prompt_ids), "completion_tokens": stream.completion_tokens,
                 "total_tokens": len(prompt_ids) + stream.completion_tokens}
 
+    if tools:  # the calls are known once the whole text is: answered as one message, or one stream at the end
+        return await _respond_with_tools(server, request, body, job, slot, rid, created, model, headers, usage)
     if not body.stream:
         stream = await server.complete(job, slot)
         choice = ({"index": 0, "message": {"role": "assistant", "content": stream.text}, "logprobs": None}
@@ -144,3 +204,39 @@ async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: l
 
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"})
 
+
+
+async def _respond_with_tools(server, request: Request, body: ChatRequest, job, slot, rid: str, created: int,
+                              model: str, headers: dict, usage):
+    stream = await server.complete(job, slot)
+    content, calls = split_calls(stream.text)
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = openai_tool_calls(calls)
+    finish = "tool_calls" if calls else FINISH[stream.reason]
+    if not body.stream:
+        return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
+                             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                             "usage": usage(stream)}, headers=headers)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> str:
+        out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        if include_usage:
+            out["usage"] = None
+        return _sse(out)
+
+    async def events():
+        yield chunk({"role": "assistant", "content": ""})
+        if content:
+            yield chunk({"content": content})
+        for i, call in enumerate(message.get("tool_calls", [])):
+            yield chunk({"tool_calls": [{"index": i, **call}]})
+        yield chunk({}, finish)
+        if include_usage:
+            yield _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                        "choices": [], "usage": usage(stream)})
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"})

@@ -8,7 +8,9 @@ from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.code import CodeTask
 from rlvr.tasks.tool_arithmetic import ToolArithmeticTask
 
-BUILTIN = {"arithmetic", "code", "tool_arithmetic"}
+BUILTIN = {"arithmetic", "code", "tool_arithmetic", "frozenlake", "breakout"}
+GAMES = ("frozenlake", "breakout")
+"""Built-in tasks that are episodes of the environment of the same name (env.name)."""
 
 
 def builtin_names(name: str) -> list[str] | None:
@@ -29,9 +31,10 @@ def data_paths(cfg) -> list[str]:
 
 def teacher_solution(problem, error_rate: float, rng):
     """The cold-start demonstration of a built-in task's problem, from its imperfect teacher."""
-    from rlvr.tasks import arithmetic, code, tool_arithmetic
+    from rlvr.tasks import arithmetic, code, games, tool_arithmetic
 
-    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic}.get(problem.source, arithmetic)
+    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic, "frozenlake": games,
+              "breakout": games}.get(problem.source, arithmetic)
     return module.teacher_solution(problem, error_rate, rng)
 
 
@@ -76,6 +79,9 @@ def _builtin(name: str, cfg, eval_size: int):
                               eval_size=eval_size, seed=cfg.seed)
     if name == "tool_arithmetic":
         return ToolArithmeticTask(eval_size=eval_size, seed=cfg.seed)
+    if name in GAMES:
+        from rlvr.tasks.games import BreakoutTask, FrozenLakeTask
+        return (FrozenLakeTask if name == "frozenlake" else BreakoutTask)(eval_size=eval_size, seed=cfg.seed)
     return CodeTask(eval_size=eval_size, seed=cfg.seed)
 
 

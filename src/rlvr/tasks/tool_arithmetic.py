@@ -1,12 +1,12 @@
 """Built-in agent task (`task.name=tool_arithmetic`): arithmetic a small model cannot do in its head,
 with a calculator it can call.
 
-A problem is `482193*3951=` (4- to 6-digit times 2- to 4-digit) or `854736/12=` (a 4- to 6-digit
-dividend, divided exactly). An episode, in the compact tool format (env.tool_format=compact):
+A problem is `482193*39=` (4- to 6-digit times 2-digit) or `854736/12=` (a 4- to 6-digit dividend,
+divided exactly by a 2-digit divisor). An episode, in the compact tool format (env.tool_format=compact):
 
-    482193*3951=<tool_call>calculator(482193*3951)</tool_call><eos>      sampled
-    <tool_response>1905144543</tool_response>                            the tool's answer
-    <answer>1905144543</answer><eos>                                     sampled, graded
+    482193*39=<tool_call>calculator(482193*39)</tool_call><eos>          sampled
+    <tool_response>18805527</tool_response>                              the tool's answer
+    <answer>18805527</answer><eos>                                       sampled, graded
 
 Cold-start demonstrations come from an imperfect teacher with two systematic misconceptions,
 each with probability sft.teacher_error: for a product it calls the calculator with the last
@@ -56,12 +56,10 @@ class ToolArithmeticTask:
     seed: int = 0
 
     def _draw(self, rng: random.Random) -> tuple[int, str, int]:
-        if rng.random() < 0.5:
-            a = rng.randint(10 ** 3, 10 ** rng.randint(4, 6) - 1)
-            b = rng.randint(10, 10 ** rng.randint(2, 4) - 1)
-            return a, "*", b
-        divisor = rng.randint(11, 999)
-        quotient = rng.randint(max(2, 1000 // divisor + 1), 999_999 // divisor)
+        if rng.random() < 0.5:  # 4- to 6-digit times 2-digit
+            return rng.randint(10 ** 3, 10 ** rng.randint(4, 6) - 1), "*", rng.randint(11, 99)
+        divisor = rng.randint(11, 99)  # a 4- to 6-digit dividend, divided exactly by a 2-digit divisor
+        quotient = rng.randint(1000 // divisor + 1, 999_999 // divisor)
         return divisor * quotient, "/", divisor
 
     def _problem(self, a: int, op: str, b: int, split: str) -> Problem:

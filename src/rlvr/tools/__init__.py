@@ -142,7 +142,13 @@ def run_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> ToolRe
         if len(names) != 1:
             msg = f"{tool.name} takes {len(names)} arguments; call it in the hermes format"
             return ToolResult(f"error: {msg}", False, msg)
-        args = {names[0]: args.pop("")}
+        kind = tool.parameters["properties"][names[0]].get("type")
+        try:  # the one argument, written as text, read as the type the tool declares
+            value = {"integer": int, "number": float}.get(kind, str)(args.pop("").strip())
+        except ValueError:
+            msg = f"{tool.name} takes a {kind}"
+            return ToolResult(f"error: {msg}", False, msg)
+        args = {names[0]: value}
     try:
         inspect.signature(tool.fn).bind(**args)
     except TypeError as exc:

@@ -109,11 +109,27 @@ def sample_rows(batch: StepBatch, n: int) -> list[dict]:
     rows = []
     for i, c in enumerate(batch.completions[:n]):
         p, r = batch.problems[i], batch.results[i]
-        rows.append({"problem_id": c.problem_id, "group_id": c.group_id, "source": p.source, "prompt": p.prompt,
-                     "completion": c.text, "answer": p.answer, "reward": r.total, "components": r.components,
-                     "valid": r.valid, "error": r.error, "advantage": float(batch.advantages[i]),
-                     "finish_reason": c.finish_reason})
+        row = {"problem_id": c.problem_id, "group_id": c.group_id, "source": p.source, "prompt": p.prompt,
+               "completion": c.text, "answer": p.answer, "reward": r.total, "components": r.components,
+               "valid": r.valid, "error": r.error, "advantage": float(batch.advantages[i]),
+               "finish_reason": c.finish_reason}
+        if len(c.turns) > 1 or c.env_info:  # a multi-turn episode: the whole trajectory, turn by turn
+            row["turns"] = turn_rows(c)
+            row["env_info"] = c.env_info
+        rows.append(row)
     return rows
+
+
+def turn_rows(c) -> list[dict]:
+    """A trajectory for people: each turn's role, text, tool calls and the environment's rewards."""
+    out = []
+    for t in c.turns:
+        row = {"role": t.role, "text": t.text, "tokens": t.end - t.start}
+        for key in ("tool_calls", "components"):
+            if t.info.get(key):
+                row[key] = t.info[key]
+        out.append(row)
+    return out
 
 
 def log_step_events(run: Run, step: int, batch: StepBatch, skipped_updates: int) -> None:

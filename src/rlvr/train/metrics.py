@@ -37,8 +37,8 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
     `rollout/turns_mean`, `rollout/tool_calls_mean`, `rollout/tool_failure_frac` and
     `rollout/tool_timeout_frac` (of the calls), `rollout/traj_tokens_mean` (sampled + appended),
     `rollout/finish/<reason>_frac`."""
-    if all(len(c.turns) <= 1 for c in completions) and not any(c.env_components or c.env_info for c in completions):
-        return {}
+    if all(c.finish_reason in ("stop", "length") and len(c.turns) <= 1 and not c.env_components for c in completions):
+        return {}  # single-turn rollouts
     n = len(completions)
     calls = [call for c in completions for t in c.turns for call in t.info.get("tool_calls", [])]
     out = {"rollout/turns_mean": sum(sum(t.role == "assistant" for t in c.turns) for c in completions) / n,

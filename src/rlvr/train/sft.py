@@ -46,6 +46,7 @@ def base_model_path(cfg: Config) -> Path:
 
 def sft_cache_path(cfg: Config) -> Path:
     settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
+                **({"history": cfg.env.history} if cfg.env.history else {}),
                 "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
     if needs_code_chars(cfg):  # the code task's generator has changed since it shipped; arithmetic keys stay
         from rlvr.tasks.code import VERSION
@@ -57,22 +58,39 @@ def _digest(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def sft_pairs(problems: list[Problem], tokenizer, solutions: list) -> list[tuple[list[int], list[int], list[int]]]:
+def sft_pairs(problems: list[Problem], tokenizer, solutions: list,
+              history: int = 0) -> list[tuple[list[int], list[int], list[int]]]:
     """(prompt, target, mask) per demonstration. A solution is a text (one turn), or a trajectory of
     (text, sampled) segments: the model's turns end with eos and are learned (mask 1); what a tool or
-    environment appended is context (mask 0), tokenised alone, as rollout appends it."""
+    environment appended is context (mask 0), tokenised alone, as rollout appends it. With history
+    k > 0 (env.history) each turn is a pair of its own, in the window rollout shows: the prompt and
+    the last k exchanges."""
     pairs = []
     eos = tokenizer.eos_token_id
     for p, solution in zip(problems, solutions):
         prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
-        target: list[int] = []
-        mask: list[int] = []
-        for text, sampled in ([(solution, True)] if isinstance(solution, str) else solution):
-            ids = tokenizer(text, add_special_tokens=False).input_ids + ([eos] if sampled else [])
-            target += ids
-            mask += [int(sampled)] * len(ids)
-        pairs.append((prompt, target, mask))
+        segments = [(solution, True)] if isinstance(solution, str) else solution
+        pieces = [(tokenizer(text, add_special_tokens=False).input_ids + ([eos] if sampled else []), sampled)
+                  for text, sampled in segments]
+        if history and not isinstance(solution, str):
+            pairs += _windows(prompt, pieces, history)
+            continue
+        pairs.append((prompt, [t for ids, _ in pieces for t in ids],
+                      [int(sampled) for ids, sampled in pieces for _ in ids]))
     return pairs
+
+
+def _windows(prompt: list[int], pieces: list[tuple[list[int], bool]], history: int):
+    """One (context, turn, mask) per sampled piece: the context is the prompt and the pieces from the
+    start of the history-th turn back on (rlvr.rollout.episodes: _Trajectory.context)."""
+    out, starts, flat = [], [], []
+    for ids, sampled in pieces:
+        if sampled:
+            start = starts[-history] if len(starts) >= history else 0
+            out.append((prompt + flat[start:], list(ids), [1] * len(ids)))
+            starts.append(len(flat))
+        flat += ids
+    return out
 
 
 def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float, warmup: int, seed: int,
@@ -117,7 +135,8 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     s = cfg.sft
     rng = random.Random(f"teacher-{cfg.seed}")
     solutions = [teacher_solution(p, s.teacher_error, rng) for p in problems]
-    losses = train_sft(model, tokenizer, sft_pairs(problems, tokenizer, solutions), steps=s.steps, batch_size=s.batch_size,
+    pairs = sft_pairs(problems, tokenizer, solutions, cfg.env.history)
+    losses = train_sft(model, tokenizer, pairs, steps=s.steps, batch_size=s.batch_size,
                        lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step, dtype=cfg.model.dtype)
     tmp = out.with_name(out.name + ".tmp")
     save_model(model, tokenizer, tmp)

@@ -1,0 +1,135 @@
+"""`rlvr serve` with tools, through the real openai and anthropic SDKs (127.0.0.1 only): tool
+definitions and earlier calls and results reach the prompt; the model's `<tool_call>` text comes back
+as OpenAI tool_calls and Anthropic tool_use blocks, streamed or not. The model is a scripted backend
+that says what the test wants (the conversion is under test, not a model's wits)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("fastapi")
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+
+from test_serve import KEY, Running  # noqa: E402
+
+from rlvr.config import load_config  # noqa: E402
+from rlvr.rewards import build_reward  # noqa: E402
+from rlvr.serve.app import Arm, Server  # noqa: E402
+
+TEMPLATE = ("{% if tools %}tools:{{ tools | map(attribute='function') | map(attribute='name') | join(',') }}\n{% endif %}"
+            "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}\n{% endfor %}assistant:")
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "482193*39"}}</tool_call>'
+WEATHER = [{"type": "function", "function": {"name": "calculator", "description": "Exact arithmetic.",
+                                              "parameters": {"type": "object", "properties": {
+                                                  "expression": {"type": "string"}}, "required": ["expression"]}}}]
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer built here (no hub): any text, one byte a token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {bytes_char: i for i, bytes_char in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    vocab["<eos>"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+class Scripted:
+    """A backend that answers every prompt with `self.say`, and keeps the prompts it was given."""
+
+    context_len = 4096
+
+    def __init__(self, tok) -> None:
+        self.tok, self.say, self.prompts = tok, "", []
+        self.eos_ids = frozenset({tok.eos_token_id})
+
+    async def stream(self, prompt_ids, params):
+        self.prompts.append(self.tok.decode(prompt_ids))
+        ids = self.tok(self.say, add_special_tokens=False).input_ids + [self.tok.eos_token_id]
+        for i in range(0, len(ids), 4):
+            yield ids[i:i + 4]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def served():
+    tok = byte_tokenizer()
+    backend = Scripted(tok)
+    cfg = load_config(None, [f"serve.api_keys=[{KEY}]", "serve.model_name=tiny"])
+    running = Running(Server([Arm("a", "tiny", tok, backend, TEMPLATE, 256)], cfg.serve, reward=build_reward(cfg.reward)))
+    yield running, backend
+    running.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_tools_in_tool_calls_out(served, stream):
+    running, backend = served
+    backend.say = "Let me compute." + CALL
+    client = running.openai()
+    messages = [{"role": "user", "content": "482193*39?"}]
+    if stream:
+        chunks = list(client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER, stream=True))
+        calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Let me compute."
+        name, args, call_id = calls[0].function.name, calls[0].function.arguments, calls[0].id
+    else:
+        out = client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER)
+        msg = out.choices[0].message
+        assert out.choices[0].finish_reason == "tool_calls" and msg.content == "Let me compute."
+        name, args, call_id = msg.tool_calls[0].function.name, msg.tool_calls[0].function.arguments, msg.tool_calls[0].id
+    assert name == "calculator" and json.loads(args) == {"expression": "482193*39"}
+    assert backend.prompts[-1].startswith("tools:calculator\nuser:482193*39?")
+    # the call and its result go back in: rendered as the model wrote and read them
+    backend.say = "It is 18805527."
+    out = client.chat.completions.create(model="tiny", tools=WEATHER, messages=messages + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "18805527"}])
+    assert out.choices[0].message.content == "It is 18805527." and out.choices[0].finish_reason == "stop"
+    assert not out.choices[0].message.tool_calls
+    assert backend.prompts[-1].endswith(f"assistant:{CALL}\ntool:18805527\nassistant:")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_tools_in_tool_use_out(served, stream):
+    running, backend = served
+    backend.say = CALL
+    client = running.anthropic()
+    tools = [{"name": "calculator", "description": "Exact arithmetic.",
+              "input_schema": WEATHER[0]["function"]["parameters"]}]
+    messages = [{"role": "user", "content": "482193*39?"}]
+    if stream:
+        with client.messages.stream(model="tiny", max_tokens=200, messages=messages, tools=tools) as s:
+            msg = s.get_final_message()
+    else:
+        msg = client.messages.create(model="tiny", max_tokens=200, messages=messages, tools=tools)
+    assert msg.stop_reason == "tool_use"
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert use.name == "calculator" and use.input == {"expression": "482193*39"}
+    backend.say = "It is 18805527."
+    out = client.messages.create(model="tiny", max_tokens=200, tools=tools, messages=messages + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18805527"}]}])
+    assert out.stop_reason == "end_turn" and out.content[0].text == "It is 18805527."
+    assert backend.prompts[-1].endswith(f"assistant:{CALL}\ntool:18805527\nassistant:")
+
+
+def test_tool_choice_none_offers_no_tools_and_reads_no_calls(served):
+    running, backend = served
+    backend.say = CALL
+    out = running.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                   tools=WEATHER, tool_choice="none")
+    assert out.choices[0].message.content == CALL and not out.choices[0].message.tool_calls
+    assert not backend.prompts[-1].startswith("tools:")
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        running.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                 tools=WEATHER, tool_choice="required")
