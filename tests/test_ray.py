@@ -237,3 +237,19 @@ def test_published_weights_are_streamed_one_tensor_at_a_time(cluster, monkeypatc
     got = sync.fetch_weights(handle)
     assert list(got) == ["w0", "w1", "w2", "w3"]
     assert all(torch.equal(got[f"w{i}"], torch.full((3,), float(i))) for i in range(4))
+
+
+def test_the_tool_task_runs_on_ray(cluster, tmp_path):
+    """Environments live in the rollout workers, their reward components reach the reward pool: three
+    steps of the tool task, every trajectory with its turns, on Ray."""
+    cfg = load_config("configs/tool_arithmetic.yaml", [
+        "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=30", "sft.batch_size=16",
+        "sft.examples=300", "rollout.batch_size=2", "rollout.group_size=2", "train.steps=3", "eval.n=4",
+        "eval.every=0", "ckpt.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false",
+        "log.report=false", "deploy.backend=ray", f"run.dir={tmp_path / 'tools'}", f"sft.cache_dir={tmp_path / 'sft'}"])
+    assert run(cfg)["status"] == "completed"
+    metrics = rows(cfg.run_dir, "metrics")
+    steps = [m for m in metrics if "rollout/turns_mean" in m]
+    assert len(steps) == 3 and all(m["rollout/turns_mean"] >= 1 for m in steps)
+    samples = rows(cfg.run_dir, "samples")
+    assert samples and all(s["finish_reason"] in ("stop", "length", "max_turns", "env_done") for s in samples)

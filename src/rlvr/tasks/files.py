@@ -5,7 +5,8 @@ A record is a JSON object (a row) with
     prompt    text                        } exactly one of the two
     messages  [{"role", "content"}, ...]   }
     answer    text or number              } at least one; `verifier` says which is used
-    tests     mapping (or JSON text)      }   (default: 'code' with tests only, else 'math')
+    tests     mapping (or JSON text)      }   (default: 'code' with tests only, else 'math');
+                                              neither with verifier 'env' (an environment grades)
     id, source, verifier                  optional text (source: default the file's name)
     metadata                              optional mapping
 
@@ -160,9 +161,11 @@ def parse_record(obj: Any, where: str, default_source: str, known_verifiers: set
                                           else _messages(obj["messages"]))
     answer = _text(obj["answer"], "answer", numbers=True) if "answer" in obj else None
     tests = _tests(obj["tests"]) if "tests" in obj else None
-    if answer is None and tests is None:
-        raise RecordError("missing field 'answer' (or 'tests' for code problems)")
-    verifier = _text(obj["verifier"], "verifier") if "verifier" in obj else ("code" if answer is None else "math")
+    verifier = _text(obj["verifier"], "verifier") if "verifier" in obj else None
+    if answer is None and tests is None and verifier != "env":
+        raise RecordError("missing field 'answer' (or 'tests' for code problems, or 'verifier': 'env' for episodes "
+                          "an environment grades)")
+    verifier = verifier or ("code" if answer is None else "math")
     if verifier not in known_verifiers:
         raise RecordError(f"field 'verifier': unknown verifier {verifier!r}; known: {', '.join(sorted(known_verifiers))}")
     if verifier == "code" and tests is None:
