@@ -17,7 +17,7 @@ from rlvr.records import Problem
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec, run_episodes
 from rlvr.sandbox.config import CodeConfig
-from rlvr.tools import Tool, ToolCall, parse_tool_calls, resolve_tools, run_tool
+from rlvr.tools import ToolCall, parse_tool_calls, resolve_tools, run_tool
 from rlvr.tools.calculator import calculator
 
 UIDS = {"uid_base": 3_100_000_000 + (os.getpid() % 10_000) * 100_000, "uid_count": 100_000}

@@ -12,7 +12,7 @@ from rlvr.records import Problem, RewardResult
 from rlvr.rewards import RewardMonitor, build_reward, compose, normalize_groups, reward_metrics
 from rlvr.rewards.config import FormatConfig, RewardConfig
 from rlvr.rewards.answers import Context, analyse, gold_text
-from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, extract, find_boxed
+from rlvr.rewards.extract import PARSE_FAILED, extract, find_boxed
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.process import process_score
 

@@ -200,3 +200,15 @@ def load(cls: type, path: str | Path | None = None, overrides: list[str] | None 
         data = loaded or {}
     data = merge_overrides(data, list(overrides or []))
     return from_dict(cls, data)
+
+
+def import_object(path: str, what: str) -> Any:
+    """The object 'module:name' names (a user's environment class, tool function, ...), or a
+    ValueError that says which setting (`what`) could not be imported and why."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{what} {path!r}: cannot import it ({exc})") from None

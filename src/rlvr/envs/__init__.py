@@ -127,11 +127,9 @@ def env_class(name: str) -> type[Environment]:
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"env.name {name!r}: cannot import it ({exc})") from None
+        from rlvr.configlib import import_object
+
+        cls = import_object(name, "env.name")
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")
         return cls

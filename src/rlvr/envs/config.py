@@ -19,7 +19,9 @@ class EnvConfig:
     breakout 64). A trajectory that reaches it ends with finish reason 'max_turns'."""
     max_tokens: int = 0
     """Tokens after the prompt of a whole trajectory, sampled and appended; each turn samples at most
-    rollout.max_new_tokens of what is left. 0: max_turns x rollout.max_new_tokens."""
+    rollout.max_new_tokens of what is left, and a trajectory with no room for another turn ends with
+    finish reason 'length'. 0: no limit but env.max_turns turns (with env.history = 0, keep the whole
+    trajectory within the model's context: set it)."""
     history: int = 0
     """What each turn sees: 0, the whole trajectory; k, the prompt and the last k exchanges (Markov
     environments such as games). With k the update scores each turn in the context it was sampled in."""

@@ -52,7 +52,8 @@ class EpisodeSpec:
     make_env: Callable[[Problem], Environment]
     max_turns: int = 1
     max_tokens: int = 0
-    """Tokens after the prompt, sampled and appended, of a whole trajectory; 0: max_turns x max_new_tokens."""
+    """Tokens after the prompt, sampled and appended, of a whole trajectory; 0: no limit but max_turns
+    turns of at most max_new_tokens each."""
     history: int = 0
     """0: each turn sees the whole trajectory; k: the prompt and the last k exchanges only."""
     step_wait_s: float = 0.05
@@ -224,7 +225,7 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
             except ConfigError as exc:
                 raise ConfigError(f"problem {problem.id!r}: {exc}") from None
             trajs.append(_Trajectory(problem, group_offset + i, j, env, prompt))
-    budget = spec.max_tokens or spec.max_turns * params.max_new_tokens
+    budget = spec.max_tokens or 1 << 62
     _first_turns(sampler, trajs, params, g, spec)
     for traj in trajs:  # a single-turn environment's step is immediate: no thread
         if traj.finish is None and not traj.env.multi_turn:

@@ -15,7 +15,6 @@ the model with an error message; the episode goes on.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import re
@@ -205,11 +204,9 @@ def resolve_tools(names: Sequence[str], sandbox_cfg=None) -> dict[str, Tool]:
         if name in BUILTIN:
             tool = BUILTIN[name](sandbox_cfg)
         elif ":" in name:
-            module, _, attr = name.partition(":")
-            try:
-                fn = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as exc:
-                raise ValueError(f"tool {name!r}: cannot import it ({exc})") from None
+            from rlvr.configlib import import_object
+
+            fn = import_object(name, "tool")
             tool = fn if isinstance(fn, Tool) else Tool.from_function(fn)
         else:
             raise ValueError(f"unknown tool {name!r}: built-ins are {', '.join(sorted(BUILTIN))}, or give "

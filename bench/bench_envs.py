@@ -1,0 +1,109 @@
+"""The agent tasks measured: tool_arithmetic and FrozenLake before/after on held-out problems (paired
+test), and Breakout's mean episode return against a random policy's, rising over training.
+
+    .venv/bin/python bench/bench_envs.py [--tasks tool_arithmetic,frozenlake,breakout] [--json bench/envs_results.json]
+
+Each task is a plain `rlvr train --config configs/<task>.yaml` in a fresh interpreter (its cold start
+included, cached under .cache/sft like any run); the figures come from its run directory:
+summary.json's eval_before/eval_after/eval_change (exact McNemar on the same held-out problems), and
+for Breakout metrics.jsonl's rollout/episode_return_mean per step, plotted with the random policy's
+mean return over the same episodes (one ball, env.max_turns turns) as bench/breakout_return.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def train(task: str, extra: list[str]) -> dict:
+    run_dir = ROOT / "runs" / f"bench-{task}"
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--config", str(ROOT / "configs" / f"{task}.yaml"),
+                    f"run.dir={run_dir}", "run.progress=false", *extra], check=True, cwd=ROOT)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {"task": task, "command": f"rlvr train --config configs/{task}.yaml", "wall_s": round(time.time() - t0, 1),
+            "before": summary["eval_before"], "after": summary["eval_after"], "change": summary["eval_change"],
+            "run_dir": str(run_dir), "metrics": metrics}
+
+
+def random_breakout(episodes: int, turns: int, seed: int = 0) -> list[float]:
+    """Returns of a policy that picks L, R or N uniformly, one ball, `turns` turns at most."""
+    from rlvr.envs.gym import Breakout
+    from rlvr.records import Problem
+
+    rng, out = random.Random(seed), []
+    for k in range(episodes):
+        env = Breakout(max_turns=turns)
+        env.reset(Problem(id=str(k), prompt=""), k)
+        for _ in range(turns):
+            if env.step(rng.choice("LRN")).done:
+                break
+        out.append(env.total)
+        env.close()
+    return out
+
+
+def plot_breakout(metrics: list[dict], baseline: float, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [m for m in metrics if "rollout/episode_return_mean" in m]
+    steps = [m["step"] for m in rows]
+    returns = [m["rollout/episode_return_mean"] for m in rows]
+    window = 5
+    smooth = [sum(returns[max(0, i - window + 1):i + 1]) / len(returns[max(0, i - window + 1):i + 1])
+              for i in range(len(returns))]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(steps, returns, alpha=0.35, label="mean episode return (sampled, per step)")
+    ax.plot(steps, smooth, label=f"moving mean of {window} steps")
+    ax.axhline(baseline, color="gray", linestyle="--", label=f"random policy ({baseline:.2f})")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("bricks per episode")
+    ax.set_title("Breakout from RAM: the tiny model, one ball per episode")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="tool_arithmetic,frozenlake,breakout")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "envs_results.json")
+    ap.add_argument("overrides", nargs="*", help="key=value for every run")
+    args = ap.parse_args()
+    out = json.loads(args.json.read_text()) if args.json.exists() else {}
+    for task in args.tasks.split(","):
+        res = train(task, args.overrides)
+        metrics = res.pop("metrics")
+        if task == "breakout":
+            from rlvr.config import load_config
+            turns = load_config(ROOT / "configs" / "breakout.yaml").env.max_turns
+            rand = random_breakout(64, turns)
+            res["random_return_mean"] = sum(rand) / len(rand)
+            curve = [m["rollout/episode_return_mean"] for m in metrics if "rollout/episode_return_mean" in m]
+            res["return_first10"] = sum(curve[:10]) / max(1, len(curve[:10]))
+            res["return_last10"] = sum(curve[-10:]) / max(1, len(curve[-10:]))
+            plot_breakout(metrics, res["random_return_mean"], ROOT / "bench" / "breakout_return.png")
+        else:
+            calls = [m.get("eval/tool_calls_per_solved") for m in metrics if "eval/tool_calls_per_solved" in m]
+            if calls:
+                res["tool_calls_per_solved_after"] = calls[-1]
+        res["date"] = time.strftime("%Y-%m-%d")
+        out[task] = res
+        print(json.dumps(res, indent=1), flush=True)
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
