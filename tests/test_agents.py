@@ -55,6 +55,8 @@ def test_trajectories_are_token_exact(chatty, engine_cls):
     assert len(out) == 16 and [c.group_id for c in out] == [i for i in range(4) for _ in range(4)]
     check_token_exact(model, tok, out, 1e-5)
     assert {c.finish_reason for c in out} <= {"max_turns", "length"}
+    # each answered turn records the reward its step earned (what per-turn credit reads)
+    assert all(t.info.get("components") == {"turn": 1.0} for c in out for t in c.turns[:-1] if t.role == "assistant")
     # every turn that ended with eos was answered, and its step's reward summed; a truncated one was not
     assert all(c.env_components.get("turn", 0.0) == sum(t.role == "assistant" for t in c.turns)
                - (c.finish_reason == "length") for c in out)
@@ -115,13 +117,17 @@ def test_per_turn_credit_gives_each_turn_the_return_from_it_on():
                           loss_mask=[1 if any(t.role == "assistant" and t.start <= j < t.end for t in turns) else 0
                                      for j in range(len(tokens))], turns=turns)
 
+    from rlvr.algos import group_advantages
+
     a, b = traj([1.0, 0.0, 1.0]), traj([0.0, 0.0, 0.0])
     shaped = torch.tensor([2.0, 0.0])  # totals: step rewards x weight 1
-    adv = torch.tensor([1.0, -1.0])  # (r - mean) / std with std 1
+    adv = group_advantages(shaped, 2, eps=0.0)  # (r - mean) / std, std = sqrt(2) (Bessel-corrected)
     view = training_view([a, b], adv, torch.ones(2), shaped, credit="turn", weights={"hit": 1.0}, group_size=2,
                          scale="group", eps=0.0)
     assert view.owner == [0, 0, 0, 1, 1, 1]
-    assert view.advantages.tolist() == [1.0, 0.0, 0.0, -1.0, -1.0, -1.0]  # A - (reward before the turn) / std
+    # A_k = A - (reward before turn k) / std: the return from turn k on, against the same baseline
+    expected = [2 ** -0.5, 0.0, 0.0, -(2 ** -0.5), -(2 ** -0.5), -(2 ** -0.5)]
+    assert view.advantages.tolist() == pytest.approx(expected, abs=1e-6)
     assert [len(s.prompt_ids) for s in view.sequences[:3]] == [1, 4, 7]  # the whole history before each turn
 
 
@@ -166,3 +172,21 @@ def test_breakout_from_ram_reports_its_two_components():
     assert r.done and 0 < total["paddle"] < 1  # a paddle that never moves loses the ball
     demo = breakout_teacher(p, 0.0, __import__("random").Random(0), turns=48)
     assert sum(1 for _, sampled in demo if sampled) == 48  # the tracking teacher keeps the ball in play
+
+
+def test_rlvr_eval_and_compare_run_episodes(tmp_path, capsys):
+    """An environment task through the CLI: success rate as greedy accuracy, pass@k over episodes."""
+    import json
+
+    from rlvr.cli import main
+    from rlvr.models.tiny import save_tiny
+
+    model = save_tiny(tmp_path / "tiny", hidden=32, layers=2, heads=2)
+    out = tmp_path / "eval.json"
+    args = ["--config", "configs/frozenlake.yaml", "--limit", "4", "--samples", "2", "--k", "1", "2"]
+    assert main(["eval", str(model), *args, "--out", str(out), "eval.n=4"]) == 0
+    fl = json.loads(out.read_text())["by_source"]["frozenlake"]
+    assert fl["n"] == 4 and {"greedy_accuracy", "pass@1", "pass@2"} <= set(fl)
+    assert main(["compare", str(model), str(model), "--config", "configs/frozenlake.yaml", "--limit", "4",
+                 "eval.n=4"]) == 0
+    assert "no significant difference" in capsys.readouterr().out

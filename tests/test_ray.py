@@ -243,8 +243,8 @@ def test_the_tool_task_runs_on_ray(cluster, tmp_path):
     """Environments live in the rollout workers, their reward components reach the reward pool: three
     steps of the tool task, every trajectory with its turns, on Ray."""
     cfg = load_config("configs/tool_arithmetic.yaml", [
-        "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=30", "sft.batch_size=16",
-        "sft.examples=300", "rollout.batch_size=2", "rollout.group_size=2", "train.steps=3", "eval.n=4",
+        "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=10", "sft.batch_size=8",
+        "sft.examples=40", "rollout.batch_size=2", "rollout.group_size=2", "train.steps=3", "eval.n=2",
         "eval.every=0", "ckpt.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false",
         "log.report=false", "deploy.backend=ray", f"run.dir={tmp_path / 'tools'}", f"sft.cache_dir={tmp_path / 'sft'}"])
     assert run(cfg)["status"] == "completed"

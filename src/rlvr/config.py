@@ -540,8 +540,15 @@ class Config:
         require(not (by_turn and self.algo.kl_in_reward), "algo.kl_in_reward",
                 "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
                 "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")
+        require(not (by_turn and self.algo.noise_std > 0), "algo.noise_std",
+                "reward noise with env.history or env.credit=turn (turns trained on their own) is not built yet: "
+                "set algo.noise_std=0")
         require(not (self.env.credit == "turn" and self.reward.normalize == "group"), "env.credit",
                 "per-turn credit needs the raw step rewards; reward.normalize=group standardises the totals: use one")
+        if env.settings_keys is not None:
+            extra = sorted(set(self.env.settings) - env.settings_keys)
+            require(not extra, "env.settings", f"{self.env.name} reads no setting {extra} "
+                    f"(it reads {sorted(env.settings_keys) or 'none'})")
         unknown = sorted(set(self.reward.weights) - BUILTIN_COMPONENTS - set(env.components))
         require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
                 f"{', '.join(sorted(BUILTIN_COMPONENTS | set(env.components)))} (env.name={self.env.name})")

@@ -99,12 +99,20 @@ class _Setup:
 
         g = self.cfg.rollout.group_size
         problems = [self.prompts[i // g] for i in range(len(completions))]
-        results = self.reward.score(problems, [c.text for c in completions])
+        from rlvr.rewards import env_kwargs
+        from rlvr.train.trajectories import training_view
+
+        results = self.reward.score(problems, [c.text for c in completions], **env_kwargs(completions))
         rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (N,)
         adv = group_advantages(rewards, g)  # (N,)
         if not bool(adv.abs().sum() > 0):
             adv = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(completions))])  # (N,)
-        return policy_update(model, optimizer, completions, adv, torch.ones(len(completions)), None,
+        mask = torch.ones(len(completions))
+        view = training_view(completions, adv, mask, rewards, credit=self.cfg.env.credit,
+                             weights=self.reward.weights, group_size=g, scale=self.cfg.algo.scale, eps=self.cfg.algo.eps)
+        if view is not None:  # turns trained in the context they were sampled in
+            completions, adv, mask = view.sequences, view.advantages, view.loss_mask
+        return policy_update(model, optimizer, completions, adv, mask, None,
                              self.tokenizer.pad_token_id, update_settings(self.cfg),
                              generator=torch.Generator().manual_seed(self.cfg.seed))
 
@@ -148,8 +156,10 @@ def check_rewards(s: _Setup) -> CheckLine:
     g = s.cfg.rollout.group_size
     problems = [s.prompts[i // g] for i in range(len(completions))]
     texts = [c.text for c in completions]
-    first = s.reward.score(problems, texts)
-    second = s.reward.score(problems, texts)
+    from rlvr.rewards import env_kwargs
+
+    first = s.reward.score(problems, texts, **env_kwargs(completions))
+    second = s.reward.score(problems, texts, **env_kwargs(completions))
     differ = sum((a.total, a.components, a.valid) != (b.total, b.components, b.valid) for a, b in zip(first, second))
     invalid = sum(not r.valid for r in first)
     return CheckLine("rewards", differ == 0, f"{differ} of {len(texts)} differ when scored twice; {invalid} invalid",

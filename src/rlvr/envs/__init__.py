@@ -47,6 +47,8 @@ class Environment(ABC):
     components: ClassVar[dict[str, float]] = {}
     max_turns: ClassVar[int] = 8
     multi_turn: ClassVar[bool] = True
+    settings_keys: ClassVar[frozenset[str] | None] = None
+    """The env.settings keys it reads (a key it would ignore is a config error); None: any."""
 
     def __init__(self, settings: dict[str, Any] | None = None, **context: Any) -> None:
         self.settings = dict(settings or {})
@@ -73,6 +75,7 @@ class SingleTurn(Environment):
 
     max_turns = 1
     multi_turn = False
+    settings_keys = frozenset()
 
     def step(self, assistant_turn: str) -> StepResult:
         return StepResult(None, done=True)
@@ -84,6 +87,7 @@ class ToolUse(Environment):
     Settings come from env.tools, env.tool_format and env.tool_timeout_s."""
 
     max_turns = 4
+    settings_keys = frozenset()
 
     def __init__(self, settings: dict[str, Any] | None = None, *, tools: dict | None = None, tool_format: str = "hermes",
                  tool_timeout_s: float = 5.0, **context: Any) -> None:

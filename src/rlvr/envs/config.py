@@ -41,7 +41,7 @@ class EnvConfig:
     """After a turn, trajectories whose environment has not answered in this time (a slow tool) are
     left to catch up, and the others sample their next turn without them."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """The environment's own settings (frozenlake: size, holes; breakout: frame_skip, ...)."""
+    """Your environment's own settings (its `settings` attribute); the built-in ones read none."""
 
     def __post_init__(self) -> None:
         require(self.max_turns >= 0, "max_turns", f"must be >= 0, got {self.max_turns}")

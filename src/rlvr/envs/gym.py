@@ -14,7 +14,8 @@ and logged as reward/<name>/mean. `info["success"]` and `info["return"]` say how
 
 Built in (`pip install 'rlvr[envs]'`: gymnasium, and ale-py whose wheel ships the Atari ROMs):
 - `frozenlake`: FrozenLake-v1, deterministic (is_slippery=False), a random map per problem seed;
-  the map is drawn each turn with the agent as `x`; actions L D R U. Success: reaching the goal.
+  the map is drawn each turn with the agent as `x`, and the cells right of and below it on a last
+  line; actions L D R U. Success: reaching the goal.
 - `breakout`: ALE Breakout from RAM (ball x, y and paddle x, in 8-pixel cells), one ball per
   episode; actions L R N. Components: `brick` (the game's points, sparse) and `paddle` (dense:
   1 - |ball x - paddle centre| / screen width, averaged over the episode's turns), as in the
@@ -97,10 +98,24 @@ class GymEnv(Environment):
                           {"success": self.success, "return": self.total})
 
 
-def _frozenlake_map(size: int, seed: int, p: float) -> list[str]:
+def frozenlake_map(size: int, seed: int, p: float) -> list[str]:
+    """gymnasium's random FrozenLake map of this seed (with a path from S to G)."""
+    _gym()
     from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
     return generate_random_map(size=size, p=p, seed=seed)
+
+
+def draw_lake(desc: list[str], pos: tuple[int, int]) -> str:
+    """The map with the agent as `x`, then what is right of and below it (`#`: the edge)."""
+    rows = [list(r) for r in desc]
+    rows[pos[0]][pos[1]] = "x"
+    n = len(desc)
+    right = desc[pos[0]][pos[1] + 1] if pos[1] + 1 < n else "#"
+    down = desc[pos[0] + 1][pos[1]] if pos[0] + 1 < n else "#"
+    return "\n".join("".join(r) for r in rows) + f"\n{right}{down}\n"
+
+
 
 
 @register_env("frozenlake")
@@ -109,18 +124,15 @@ class FrozenLake(GymEnv):
 
     components = {"env": 1.0, "invalid_action": 0.1, "shaping": 0.1}
     max_turns = 12
+    settings_keys = frozenset()  # 4x4 maps, 80% frozen: what the task's problems and teacher draw
     ACTIONS = {"L": 0, "D": 1, "R": 2, "U": 3}
 
     def make(self, seed: int) -> Any:
-        size, p = int(self.settings.get("size", 4)), float(self.settings.get("frozen", 0.8))
-        self.desc = _frozenlake_map(size, seed, p)
+        self.desc = frozenlake_map(4, seed, 0.8)
         return _gym().make("FrozenLake-v1", desc=self.desc, is_slippery=False)
 
     def render(self, obs: Any) -> str:
-        size = len(self.desc)
-        rows = [list(r) for r in self.desc]
-        rows[int(obs) // size][int(obs) % size] = "x"
-        return "\n".join("".join(r) for r in rows) + "\n"
+        return draw_lake(self.desc, divmod(int(obs), len(self.desc)))
 
     def parse(self, text: str) -> int | None:
         t = text.strip()
@@ -143,13 +155,14 @@ class Breakout(GymEnv):
 
     components = {"brick": 1.0, "paddle": 0.5, "invalid_action": 0.1}
     max_turns = 64
+    settings_keys = frozenset()  # frame skip 4: what the task's teacher plays
     ACTIONS = {"N": 0, "R": 2, "L": 3}
     CELL = 8
     WIDTH = 144  # the paddle's and the ball's horizontal range in pixels
 
     def make(self, seed: int) -> Any:
         gym = _gym()
-        skip = int(self.settings.get("frame_skip", 4))
+        skip = 4
         with _ALE_LOCK:  # registering and loading the ROM is not thread-safe
             for k, env in enumerate(_ALE_FREE):
                 if env.unwrapped._frameskip == skip:

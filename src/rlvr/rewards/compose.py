@@ -77,7 +77,8 @@ def env_outcomes(completions: Sequence[Any]) -> list[EnvOutcome] | None:
     """Each trajectory's environment outcome, for `Reward.score(env=...)`; None when no environment
     reported anything (single-turn episodes), so nothing more travels."""
     out = [(c.env_components, c.env_info) for c in completions]
-    return out if any(comp or info for comp, info in out) else None
+    multi = any(comp or info or c.finish_reason in ("env_done", "max_turns") for c, (comp, info) in zip(completions, out))
+    return out if multi else None
 
 
 def env_kwargs(completions: Sequence[Any]) -> dict[str, Any]:
@@ -96,9 +97,8 @@ class _EnvVerifier:
     def verify_outcomes(self, outcomes: Sequence[EnvOutcome | None]) -> list[RewardResult]:
         out = []
         for o in outcomes:
-            if o is None:
-                out.append(RewardResult.invalid("verifier 'env' needs an episode: set env.name to an environment",
-                                                {"correct": 0.0}))
+            if o is None:  # no environment answered (the batch's first turns were all cut): no success
+                out.append(RewardResult(0.0, {"correct": 0.0}, info={"return": None, "no_outcome": True}))
             else:
                 value = 1.0 if o[1].get("success") else 0.0
                 out.append(RewardResult(value, {"correct": value}, info={"return": o[1].get("return")}))

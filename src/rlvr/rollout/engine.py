@@ -86,6 +86,11 @@ class ModelEngine(ABC):
         self.dtype = dtype
         self.episodes = episodes
 
+    @property
+    def max_context(self) -> int | None:
+        """Positions the model has (prompt + trajectory); episodes end before they run past them."""
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
         own = self.model.state_dict()
         with torch.no_grad():

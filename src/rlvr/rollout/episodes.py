@@ -57,6 +57,8 @@ class EpisodeSpec:
     history: int = 0
     """0: each turn sees the whole trajectory; k: the prompt and the last k exchanges only."""
     step_wait_s: float = 0.05
+    step_timeout_s: float = 600.0
+    """An environment step (tools included) that has not answered in this time ends its episode, marked."""
 
 
 def _single_turn(problem: Problem) -> Environment:
@@ -127,10 +129,11 @@ class Renderer:
         messages = list(first) if not tools or self.supports_tools else with_tools_described(list(first), tools)
         return self._template(messages, tools, True)
 
-    def continuation(self, messages: list[Message], tools: list | None = None) -> list[int]:
+    def continuation(self, messages: list[Message], tools: list | None = None, chat: bool | None = None) -> list[int]:
         """Tokens to append after an assistant turn that ended with eos, for the environment's messages
-        and the next turn's generation prompt."""
-        if not self.chat:
+        and the next turn's generation prompt; `chat`: whether the prompt went through the template
+        (a text prompt's episode stays text: default, whether the tokenizer has a template)."""
+        if not (self.chat if chat is None else chat):
             return self.tokenizer("".join(_text_of(m) for m in messages), add_special_tokens=False).input_ids
         base_msgs = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
         base = self._template(base_msgs, tools, False)
@@ -194,6 +197,8 @@ class _Trajectory:
     components: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     finish: str | None = None
+    chat: bool = False
+    """The prompt went through the chat template: so do the environment's messages."""
 
     @property
     def assistant_turns(self) -> list[Turn]:
@@ -212,44 +217,51 @@ class _Trajectory:
 def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spec: EpisodeSpec, *,
                  group_offset: int = 0) -> list[Completion]:
     """G trajectories per problem (1 when greedy), group after group: problem i's get group id
-    group_offset + i."""
+    group_offset + i. Every environment is closed at the end, however the episodes ended."""
     g = 1 if params.greedy else params.group_size
     renderer = Renderer(sampler.tokenizer)
     trajs: list[_Trajectory] = []
-    for i, problem in enumerate(problems):
-        for j in range(g):
-            env = spec.make_env(problem)
-            first = env.reset(problem, episode_seed(problem))
-            try:
-                prompt = renderer.prompt(first, env.tools or None)
-            except ConfigError as exc:
-                raise ConfigError(f"problem {problem.id!r}: {exc}") from None
-            trajs.append(_Trajectory(problem, group_offset + i, j, env, prompt))
     budget = spec.max_tokens or 1 << 62
-    _first_turns(sampler, trajs, params, g, spec)
-    for traj in trajs:  # a single-turn environment's step is immediate: no thread
-        if traj.finish is None and not traj.env.multi_turn:
-            _after_step(traj, _step(traj.env, traj.assistant_turns[-1].text), renderer, spec, budget)
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(32, len(trajs))), thread_name_prefix="rlvr-env")
+    limit = getattr(sampler, "max_context", None) or 1 << 62  # prompt + trajectory, the model's positions
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(32, len(problems) * g)), thread_name_prefix="rlvr-env")
     try:
+        for i, problem in enumerate(problems):
+            for j in range(g):
+                env = spec.make_env(problem)
+                trajs.append(_Trajectory(problem, group_offset + i, j, env, []))
+                first = env.reset(problem, episode_seed(problem))
+                trajs[-1].chat = not isinstance(first, str)
+                try:
+                    trajs[-1].prompt_ids = renderer.prompt(first, env.tools or None)
+                except ConfigError as exc:
+                    raise ConfigError(f"problem {problem.id!r}: {exc}") from None
+        _first_turns(sampler, trajs, params, g, spec)
+        for traj in trajs:  # a single-turn environment's step is immediate: no thread
+            if traj.finish is None and not traj.env.multi_turn:
+                _after_step(traj, _step(traj.env, traj.assistant_turns[-1].text), renderer, spec, budget)
         pending = {t_id: pool.submit(_step, t.env, t.assistant_turns[-1].text)
                    for t_id, t in enumerate(trajs) if t.finish is None}
         while pending:
             done, _ = cf.wait(list(pending.values()), timeout=spec.step_wait_s)
             if not done:
-                done, _ = cf.wait(list(pending.values()), return_when=cf.FIRST_COMPLETED)
+                done, _ = cf.wait(list(pending.values()), timeout=spec.step_timeout_s, return_when=cf.FIRST_COMPLETED)
+            if not done:  # no environment answered in step_timeout_s: those episodes end, marked
+                for t_id in pending:
+                    trajs[t_id].info["error"] = f"the environment did not answer within {spec.step_timeout_s:g} s"
+                    trajs[t_id].finish = "env_done"
+                break
             ready = []
             for t_id in sorted(t for t, f in pending.items() if f in done):  # trajectory order: deterministic
                 traj = trajs[t_id]
                 if _after_step(traj, pending.pop(t_id).result(), renderer, spec, budget):
                     ready.append(t_id)
             if ready:
-                _next_turns(sampler, [trajs[t] for t in ready], params, spec, budget)
+                _next_turns(sampler, [trajs[t] for t in ready], params, spec, budget, limit)
                 for t_id in ready:
                     if trajs[t_id].finish is None:
                         pending[t_id] = pool.submit(_step, trajs[t_id].env, trajs[t_id].assistant_turns[-1].text)
     finally:
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=False, cancel_futures=True)
         for traj in trajs:
             traj.env.close()
     return [_completion(t, sampler) for t in trajs]
@@ -278,10 +290,11 @@ def _first_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, g: int
     """Turn one: when every sample of a problem starts from the same prompt (the usual case), the G
     continuations of each prompt come from one context, sampled together."""
     shared = all(trajs[k].prompt_ids == trajs[k - k % g].prompt_ids for k in range(len(trajs)))
+    turn = _turn_params(params, spec, spec.max_tokens or None)
     if shared:
-        samples = sampler.sample([trajs[k].prompt_ids for k in range(0, len(trajs), g)], _turn_params(params, spec), g)
+        samples = sampler.sample([trajs[k].prompt_ids for k in range(0, len(trajs), g)], turn, g)
     else:
-        samples = sampler.sample([t.prompt_ids for t in trajs], _turn_params(params, spec), 1)
+        samples = sampler.sample([t.prompt_ids for t in trajs], turn, 1)
     for traj, sample in zip(trajs, samples):
         _record_turn(traj, sample, 0, sampler.tokenizer)
 
@@ -293,13 +306,18 @@ def _turn_params(params, spec: EpisodeSpec, remaining: int | None = None):
     return dataclasses.replace(params, max_new_tokens=remaining)
 
 
-def _next_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, spec: EpisodeSpec, budget: int) -> None:
+def _next_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, spec: EpisodeSpec, budget: int,
+                limit: int) -> None:
     """Sample the next turn of every trajectory in `trajs` together (those with the same token budget
-    left in one call; usually all)."""
+    left in one call; usually all). A trajectory whose context leaves the model no position for a
+    token ends with finish reason 'length'."""
     by_budget: dict[int, list[tuple[_Trajectory, list[int], int]]] = {}
     for traj in trajs:
         context, start = traj.context(spec.history)
-        remaining = min(params.max_new_tokens, budget - len(traj.tokens))
+        remaining = min(params.max_new_tokens, budget - len(traj.tokens), limit - len(context))
+        if remaining < 1:
+            traj.finish = "length"
+            continue
         by_budget.setdefault(remaining, []).append((traj, context, start))
     for remaining, group in sorted(by_budget.items()):
         samples = sampler.sample([c for _, c, _ in group], _turn_params(params, spec, remaining), 1)
@@ -317,6 +335,7 @@ def _after_step(traj: _Trajectory, result: StepResult | BaseException, renderer:
         return False
     for name, value in result.components.items():
         traj.components[name] = traj.components.get(name, 0.0) + float(value)
+    last.info["components"] = dict(result.components)  # the reward this turn earned (per-turn credit)
     if "tool_calls" in result.info:
         last.info["tool_calls"] = result.info["tool_calls"]
     traj.info.update({k: v for k, v in result.info.items() if k != "tool_calls"})
@@ -327,7 +346,7 @@ def _after_step(traj: _Trajectory, result: StepResult | BaseException, renderer:
         traj.finish = "max_turns"
         return False
     try:
-        appended = renderer.continuation(result.messages, traj.env.tools or None)
+        appended = renderer.continuation(result.messages, traj.env.tools or None, traj.chat)
     except Exception as exc:
         traj.info["error"] = f"rendering the environment's message failed: {exc}"
         traj.finish = "env_done"

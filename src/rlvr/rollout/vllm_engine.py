@@ -103,6 +103,14 @@ class VLLMEngine:
         extra = {"speculative_config": speculative, "disable_log_stats": False} if speculative else {}
         return self._vllm.LLM(**self._args, **extra)
 
+    @property
+    def max_context(self) -> int | None:
+        """vLLM's max_model_len (prompt + trajectory): episodes end before they run past it."""
+        try:
+            return int(self.llm.llm_engine.model_config.max_model_len)
+        except AttributeError:
+            return None
+
     def without_speculation(self) -> None:
         """Rebuild the engine on plain decoding. Its weights are the model directory's until the next
         load_weights: the version is reset so the trainer's next sync loads the current ones."""

@@ -49,7 +49,6 @@ class ToolDef(Strict):
 
 class ToolChoice(Strict):
     type: Literal["auto", "none"]
-    disable_parallel_tool_use: bool | None = None
 
 
 class Message(Strict):
@@ -133,7 +132,7 @@ def add_routes(router: APIRouter, server) -> None:
 
         if tools:  # the calls are known once the whole text is: one message, or a stream of whole blocks
             stream = await server.complete(job, slot)
-            content, calls = split_calls(stream.text)
+            content, calls = split_calls(stream.text, {t["function"]["name"] for t in tools})
             blocks = anthropic_blocks(content, calls)
             done = message(blocks, stream)
             if calls:

@@ -209,7 +209,7 @@ async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: l
 async def _respond_with_tools(server, request: Request, body: ChatRequest, job, slot, rid: str, created: int,
                               model: str, headers: dict, usage):
     stream = await server.complete(job, slot)
-    content, calls = split_calls(stream.text)
+    content, calls = split_calls(stream.text, {t.function.name for t in body.tools or []})
     message: dict[str, Any] = {"role": "assistant", "content": content or None}
     if calls:
         message["tool_calls"] = openai_tool_calls(calls)

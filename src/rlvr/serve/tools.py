@@ -13,6 +13,7 @@ outside them is the message's content.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -24,16 +25,23 @@ def as_hermes(name: str, arguments: dict[str, Any]) -> str:
     return format_call(ToolCall(name, arguments), "hermes")
 
 
-def split_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """(the text outside tool calls, the calls that read cleanly). A call that does not read stays
-    in the text, where the client can see what the model wrote."""
-    calls = [c for c in parse_tool_calls(text, "hermes") if c.error is None]
-    if not calls:
-        return text, []
-    import re
+_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
-    content = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip()
-    return content, calls
+
+def split_calls(text: str, offered: set[str]) -> tuple[str, list[ToolCall]]:
+    """(the text outside the calls, the calls to tools the request offered that read cleanly). A call
+    that does not read, or names a tool not offered, stays in the text, where the client sees it."""
+    calls: list[ToolCall] = []
+
+    def take(m: re.Match) -> str:
+        (call,) = parse_tool_calls(m.group(0), "hermes")
+        if call.error is None and call.name in offered:
+            calls.append(call)
+            return ""
+        return m.group(0)
+
+    content = _CALL_RE.sub(take, text).strip()
+    return (content, calls) if calls else (text, [])
 
 
 def call_id(prefix: str) -> str:

@@ -98,6 +98,10 @@ def _file_task(cfg, paths: list[str], tokenizer, on_event):
         raise ConfigError(f"{key}: {missing[0]!r} is neither a built-in task ({', '.join(sorted(BUILTIN))}, or "
                           f"several joined by '+': arithmetic+code) nor an existing data file or directory")
     problems = load_problems(paths, d.on_bad_record, on_event)
+    graded = [p for p in problems if p.verifier == "env"]
+    if graded and cfg.env.name == "single_turn":
+        raise ConfigError(f"{graded[0].metadata.get('where', graded[0].id)}: verifier 'env' is an episode's success, "
+                          "but env.name=single_turn has no environment: set env.name")
     if d.chat:
         problems = as_chat(problems, d.system_prompt)
     elif d.system_prompt:

@@ -19,9 +19,12 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from rlvr.envs.gym import draw_lake, frozenlake_map
 from rlvr.records import Problem
 
 SOURCES = ("frozenlake", "breakout")
+VERSION = 2
+"""Bumped whenever what the prompts or demonstrations look like changes (cached cold starts are keyed by it)."""
 
 
 def _problem(name: str, seed: int, split: str, prompt: str) -> Problem:
@@ -34,15 +37,7 @@ MOVES = {"L": (0, -1), "D": (1, 0), "R": (0, 1), "U": (-1, 0)}
 
 
 def lake_map(seed: int) -> list[str]:
-    from rlvr.envs.gym import _frozenlake_map
-
-    return _frozenlake_map(4, seed, 0.8)
-
-
-def draw_lake(desc: list[str], pos: tuple[int, int]) -> str:
-    rows = [list(r) for r in desc]
-    rows[pos[0]][pos[1]] = "x"
-    return "\n".join("".join(r) for r in rows) + "\n"
+    return frozenlake_map(4, seed, 0.8)
 
 
 def shortest_path(desc: list[str]) -> list[str]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from rlvr.records import Problem
 
 SOURCE = "tool_arithmetic"
+VERSION = 2
+"""Bumped whenever what the prompts or demonstrations look like changes (cached cold starts are keyed by it)."""
 TOOL = "calculator"
 Segment = tuple[str, bool]
 """(text, sampled by the model): a demonstration turn by turn; appended text is context only."""

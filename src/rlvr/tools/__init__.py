@@ -20,8 +20,6 @@ import json
 import re
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +122,8 @@ def format_call(call: ToolCall, fmt: str) -> str:
 
 # --- running a call --------------------------------------------------------------------------
 
-_TOOL_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rlvr-tool")
+MAX_RESULT_CHARS = 2000
+"""A tool's answer is cut to this many characters (marked), so a chatty tool cannot flood the context."""
 
 
 def run_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> ToolResult:
@@ -152,16 +151,31 @@ def run_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> ToolRe
         inspect.signature(tool.fn).bind(**args)
     except TypeError as exc:
         return ToolResult(f"error: {exc}", False, str(exc))
-    future = _TOOL_THREADS.submit(tool.fn, **args)
-    try:
-        value = future.result(timeout=timeout_s)
-    except FutureTimeout:
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            value = tool.fn(**args)
+            box["value"] = value if isinstance(value, str) else json.dumps(value)
+        except BaseException as exc:  # noqa: BLE001 - a tool's own failure is the model's information
+            box["error"] = exc
+
+    # a daemon thread per call: the clock starts with the call, and a tool that never returns
+    # holds no worker the next call needs, nor the interpreter's exit
+    worker = threading.Thread(target=call, name=f"rlvr-tool-{tool.name}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
         msg = f"{tool.name} did not answer within {timeout_s:g} s"
         return ToolResult(f"error: {msg}", False, msg, timeout=True)
-    except Exception as exc:  # a tool's own failure is the model's information, not the run's
+    if "error" in box:
+        exc = box["error"]
         msg = f"{type(exc).__name__}: {exc}"
         return ToolResult(f"error: {msg}", False, msg)
-    return ToolResult(value if isinstance(value, str) else json.dumps(value), True)
+    text = box["value"]
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"
+    return ToolResult(text, True)
 
 
 # --- the registry ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from fractions import Fraction
 
 MAX_CHARS = 200
 MAX_DIGITS = 1000
+MAX_BITS = 3322  # ~ 1000 decimal digits
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
@@ -24,18 +25,21 @@ def _eval(node: ast.AST) -> Fraction:
         if isinstance(node.op, ast.Pow):
             if right.denominator != 1 or abs(right) > 10_000:
                 raise ValueError("exponents must be integers of at most 10000")
-            if abs(left.numerator) > 1 and int(abs(right)) * len(str(abs(left.numerator))) > MAX_DIGITS:
+            size = max(abs(left.numerator).bit_length(), left.denominator.bit_length())
+            if size > 1 and int(abs(right)) * size > MAX_BITS:  # decided before the power is computed
                 raise ValueError(f"the result would have more than {MAX_DIGITS} digits")
-            return left ** int(right)
+            return _bounded(left ** int(right))
         if type(node.op) in _BINOPS:
             if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
                 raise ZeroDivisionError("division by zero")
-            out = _BINOPS[type(node.op)](left, right)
-            out = Fraction(out)
-            if len(str(out.numerator)) > MAX_DIGITS or len(str(out.denominator)) > MAX_DIGITS:
-                raise ValueError(f"the result has more than {MAX_DIGITS} digits")
-            return out
+            return _bounded(Fraction(_BINOPS[type(node.op)](left, right)))
     raise ValueError("only numbers, + - * / // % ** and parentheses")
+
+
+def _bounded(v: Fraction) -> Fraction:
+    if max(abs(v.numerator).bit_length(), v.denominator.bit_length()) > MAX_BITS:
+        raise ValueError(f"the result has more than {MAX_DIGITS} digits")
+    return v
 
 
 def _show(v: Fraction) -> str:

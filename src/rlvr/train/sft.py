@@ -48,10 +48,20 @@ def sft_cache_path(cfg: Config) -> Path:
     settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
                 **({"history": cfg.env.history} if cfg.env.history else {}),
                 "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
-    if needs_code_chars(cfg):  # the code task's generator has changed since it shipped; arithmetic keys stay
-        from rlvr.tasks.code import VERSION
-        settings["code_task"] = VERSION
+    versions = task_versions(cfg)  # generators that changed since they shipped; arithmetic keys stay
+    if "code" in versions:
+        settings["code_task"] = versions.pop("code")
+    if versions:
+        settings["task_versions"] = versions
     return Path(cfg.sft.cache_dir) / f"sft-{_digest(settings)}"
+
+
+def task_versions(cfg: Config) -> dict[str, int]:
+    """The VERSION of each built-in task of the run that has one (its demonstrations or prompts changed)."""
+    from rlvr.tasks import builtin_names, code, games, tool_arithmetic
+
+    modules = {"code": code, "tool_arithmetic": tool_arithmetic, "frozenlake": games, "breakout": games}
+    return {n: modules[n].VERSION for n in builtin_names(cfg.task.name) or [] if n in modules}
 
 
 def _digest(obj: object) -> str:

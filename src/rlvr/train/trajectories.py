@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.algos.advantages import _std
 from rlvr.records import Completion
 
 
@@ -96,6 +97,6 @@ def _scale(rewards: torch.Tensor, group_size: int, scale: str, eps: float) -> to
     if scale == "none":
         return torch.ones_like(rewards)
     if scale == "batch":
-        return torch.full_like(rewards, float(rewards.std(unbiased=False)) + eps)
-    std = rewards.view(-1, group_size).std(dim=1, unbiased=False, keepdim=True) + eps  # (M, 1)
+        return torch.full_like(rewards, float(_std(rewards)) + eps)
+    std = _std(rewards.view(-1, group_size), dim=1) + eps  # (M, 1), Bessel-corrected as group_advantages
     return std.expand(-1, group_size).reshape(-1)  # (N,)
