@@ -86,6 +86,31 @@ def test_a_weight_sync_that_hangs_fails_naming_the_step(engine, tiny_dir, monkey
     assert engine.version != 6
 
 
+def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
+    """Before the tests that start their own vLLM (their shutdown tears down the process groups the shared
+    engine runs in). It loads other weights into the shared engine, and puts the originals back."""
+    from helpers import chatter_spec, chatty_tiny
+
+    model, tok = chatty_tiny(hidden=64, layers=2, heads=2)  # the shape of tiny_dir's model
+    engine.load_weights(model.state_dict().items(), 100)
+    engine.episodes = chatter_spec()
+    try:
+        torch.manual_seed(0)
+        out = engine.generate(PROBLEMS, SamplingParams(group_size=4, temperature=1.0, max_new_tokens=12))
+        assert any(sum(t.role == "assistant" for t in c.turns) >= 2 for c in out)
+        ref = completion_logprobs(model, out, tok.pad_token_id, 1.0)  # (N, T), 0 off the sampled tokens
+        worst = 0.0
+        for i, c in enumerate(out):
+            mask = torch.tensor(c.mask, dtype=torch.bool)
+            assert sum(c.mask) == sum(t.end - t.start for t in c.turns if t.role == "assistant")
+            worst = max(worst, float((ref[i, : len(c.token_ids)][mask] - torch.tensor(c.logprobs)[mask]).abs().max()))
+        assert worst < 1e-4, worst  # vLLM's fidelity bound (test_sampled_token_logprobs_match_transformers_in_fp32)
+    finally:
+        from rlvr.rollout.episodes import SINGLE_TURN
+        engine.episodes = SINGLE_TURN
+        engine.load_weights(load_model(tiny_dir)[0].state_dict().items(), 0)
+
+
 def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(tmp_path_factory, tmp_path):
     cfg = load_config(None, VLLM_TINY + ["train.steps=5", "ckpt.every=0", f"run.dir={tmp_path / 'run'}",
                                          f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm"])
@@ -139,27 +164,3 @@ def test_a_missing_vllm_is_a_one_line_error(tmp_path):
     lines = [line for line in done.stderr.splitlines() if line.startswith("rlvr train")]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1 and "make vllm-cpu" in lines[0] and "Traceback" not in done.stderr
-
-
-def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
-    """Last in this file: it loads other weights into the shared engine, and puts the originals back."""
-    from helpers import chatter_spec, chatty_tiny
-
-    model, tok = chatty_tiny(hidden=64, layers=2, heads=2)  # the shape of tiny_dir's model
-    engine.load_weights(model.state_dict().items(), 100)
-    engine.episodes = chatter_spec()
-    try:
-        torch.manual_seed(0)
-        out = engine.generate(PROBLEMS, SamplingParams(group_size=4, temperature=1.0, max_new_tokens=12))
-        assert any(sum(t.role == "assistant" for t in c.turns) >= 2 for c in out)
-        ref = completion_logprobs(model, out, tok.pad_token_id, 1.0)  # (N, T), 0 off the sampled tokens
-        worst = 0.0
-        for i, c in enumerate(out):
-            mask = torch.tensor(c.mask, dtype=torch.bool)
-            assert sum(c.mask) == sum(t.end - t.start for t in c.turns if t.role == "assistant")
-            worst = max(worst, float((ref[i, : len(c.token_ids)][mask] - torch.tensor(c.logprobs)[mask]).abs().max()))
-        assert worst < 1e-4, worst  # vLLM's fidelity bound (test_sampled_token_logprobs_match_transformers_in_fp32)
-    finally:
-        from rlvr.rollout.episodes import SINGLE_TURN
-        engine.episodes = SINGLE_TURN
-        engine.load_weights(load_model(tiny_dir)[0].state_dict().items(), 0)

@@ -14,6 +14,7 @@ from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem
 from rlvr.rollout import SamplingParams, build_engine
+from rlvr.rollout.episodes import SINGLE_TURN
 from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.train.step import LocalBatches
 
@@ -59,7 +60,7 @@ def engine(level: int) -> tuple[VLLMEngine, RecordingLLM]:
     llm = RecordingLLM()
     e._vllm = SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw))
     e.tokenizer, e.version, e.sync_timeout_s, e.speculative, e.llm = Tok(), 0, 30.0, None, llm
-    e.sleep_level, e._asleep = level, set()
+    e.sleep_level, e._asleep, e.episodes = level, set(), SINGLE_TURN
     return e, llm
 
 
