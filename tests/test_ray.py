@@ -253,3 +253,24 @@ def test_the_tool_task_runs_on_ray(cluster, tmp_path):
     assert len(steps) == 3 and all(m["rollout/turns_mean"] >= 1 for m in steps)
     samples = rows(cfg.run_dir, "samples")
     assert samples and all(s["finish_reason"] in ("stop", "length", "max_turns", "env_done") for s in samples)
+
+
+def test_tool_calls_run_on_the_reward_workers(cluster):
+    """A rollout worker's tools keep their schemas; their calls run in a reward worker's process (where
+    the sandbox is), answer errors as messages, and a worker that is gone answers with an error too."""
+    import os
+
+    from rlvr.deploy.ray import actors
+    from rlvr.tools import ToolCall, hosted, resolve_tools, run_tool
+
+    cfg = load_config("configs/tool_arithmetic.yaml", ["train.threads=1"])
+    worker = actors.actor_class(actors.RewardWorker, 0).remote(cfg, 1)
+    tools = hosted(resolve_tools(cfg.env.tools), actors.tool_host([worker]))
+    assert tools["calculator"].schema() == resolve_tools(["calculator"])["calculator"].schema()
+    assert ray.get(worker.pid.remote()) != os.getpid()
+    assert run_tool(tools, ToolCall("calculator", {"": "4821*39"}), 5.0).content == "188019"  # compact, read there
+    bad = run_tool(tools, ToolCall("calculator", {"expression": "1/0"}), 5.0)
+    assert not bad.ok and bad.content.startswith("error:")
+    ray.kill(worker, no_restart=True)
+    gone = run_tool(tools, ToolCall("calculator", {"expression": "1+1"}), 5.0)
+    assert not gone.ok and "reward worker" in gone.content

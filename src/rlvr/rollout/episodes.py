@@ -71,8 +71,9 @@ SINGLE_TURN = EpisodeSpec(make_env=_single_turn)
 """The default: one assistant turn per trajectory."""
 
 
-def episode_spec(cfg) -> EpisodeSpec:
-    """A run's episodes, from its `Config` (sections env, and reward.code for the python tool)."""
+def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
+    """A run's episodes, from its `Config` (sections env, and reward.code for the python tool).
+    tool_host(call, timeout_s) -> ToolResult: where the tool calls run (rlvr.tools.hosted); None: here."""
     from rlvr.envs import env_class
 
     e = cfg.env
@@ -83,6 +84,9 @@ def episode_spec(cfg) -> EpisodeSpec:
     if e.tools:
         from rlvr.tools import resolve_tools
         tools = resolve_tools(e.tools, cfg.reward.code)
+        if tool_host is not None:
+            from rlvr.tools import hosted
+            tools = hosted(tools, tool_host)
     settings = dict(e.settings)
 
     max_turns = e.max_turns or cls.max_turns

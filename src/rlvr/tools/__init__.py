@@ -20,7 +20,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlvr.tools.calculator import calculator
@@ -35,6 +35,8 @@ class Tool:
     parameters: dict[str, Any]
     """JSON schema of the arguments (an object)."""
     fn: Callable[..., Any] = field(compare=False, repr=False)
+    host: Callable[["ToolCall", float], "ToolResult"] | None = field(default=None, compare=False, repr=False)
+    """Where its calls run when not in this process (on Ray, a reward worker: `hosted`); None: here."""
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> "Tool":
@@ -134,6 +136,8 @@ def run_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> ToolRe
     if tool is None:
         msg = f"unknown tool {call.name!r}; the tools are {', '.join(sorted(tools)) or 'none'}"
         return ToolResult(f"error: {msg}", False, msg)
+    if tool.host is not None:
+        return tool.host(call, timeout_s)
     args = dict(call.arguments)
     if "" in args:  # compact call: the single argument of a one-parameter tool
         names = list(tool.parameters.get("properties", {}))
@@ -209,6 +213,12 @@ def python_tool(sandbox_cfg) -> Tool:
 
 
 BUILTIN = {"calculator": lambda cfg: Tool.from_function(calculator), "python": python_tool}
+
+
+def hosted(tools: dict[str, Tool], host: Callable[[ToolCall, float], ToolResult]) -> dict[str, Tool]:
+    """The same tools (names, schemas), their calls run by `host(call, timeout_s)`, which runs
+    `run_tool` where the tools live and never raises."""
+    return {name: replace(tool, host=host) for name, tool in tools.items()}
 
 
 def resolve_tools(names: Sequence[str], sandbox_cfg=None) -> dict[str, Tool]:

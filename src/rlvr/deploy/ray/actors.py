@@ -7,9 +7,11 @@ again on its next call. That is what lets the driver re-issue a lost call as it 
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import ray
 import torch
@@ -18,6 +20,7 @@ from rlvr.config import Config
 from rlvr.deploy.ray.sync import WeightHandle, fetch_weights
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import SamplingParams
+from rlvr.tools import ToolCall, ToolResult
 
 
 def _threads(n: int) -> None:
@@ -28,12 +31,39 @@ def _reply(t0: float, **out) -> dict:
     return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}
 
 
-class RolloutWorker:
-    """A rollout engine (`rollout.engine`) on a policy copy, sampling with the published weights."""
+TOOL_THREADS = 16
+"""Tool calls a reward worker runs at once, beside its scoring (the sandbox pool bounds the programs)."""
 
-    def __init__(self, cfg: Config, threads: int) -> None:
+
+def tool_host(workers: Sequence) -> Callable[[ToolCall, float], ToolResult]:
+    """Tool calls run on the reward workers, in turn: where the sandbox is, away from the policy's
+    process. A worker that fails or does not answer in time answers the model with an error."""
+    from ray.exceptions import GetTimeoutError, RayError
+
+    turn = itertools.count()
+
+    def host(call: ToolCall, timeout_s: float) -> ToolResult:
+        worker = workers[next(turn) % len(workers)]
+        try:  # the worker times the call itself; the slack covers queueing and transport
+            return ray.get(worker.run_tool.remote(call, timeout_s), timeout=timeout_s + 30.0)
+        except GetTimeoutError:
+            msg = f"{call.name} did not answer within {timeout_s:g} s (reward worker)"
+            return ToolResult(f"error: {msg}", False, msg, timeout=True)
+        except RayError as exc:
+            msg = f"the reward worker running {call.name} failed ({type(exc).__name__})"
+            return ToolResult(f"error: {msg}", False, msg)
+
+    return host
+
+
+class RolloutWorker:
+    """A rollout engine (`rollout.engine`) on a policy copy, sampling with the published weights.
+    Its environments live here; their tool calls run on the reward workers (`tool_workers`)."""
+
+    def __init__(self, cfg: Config, threads: int, tool_workers: Sequence = ()) -> None:
         _threads(threads)
         self.cfg = cfg
+        self.tool_workers = list(tool_workers)
         self.engine = None
         self.start_path: str | None = None
         self.version: int | None = None  # the weights the engine holds; None: those of start_path
@@ -55,7 +85,8 @@ class RolloutWorker:
             else:
                 model, tokenizer = load_policy(c.model, start_path)
             self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
-                                       dtype=c.model.dtype, episodes=episode_spec(c))  # environments live here
+                                       dtype=c.model.dtype,
+                                       episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
             self.start_path, self.version = start_path, None
         if self.version != weights.version:
             self.engine.load_weights(fetch_weights(weights).items(), weights.version)
@@ -69,13 +100,25 @@ class RolloutWorker:
 
 
 class RewardWorker:
-    """Rule rewards (math verification, the code sandbox) on CPU cores, whole groups at a time."""
+    """Rule rewards (math verification, the code sandbox) on CPU cores, whole groups at a time, and
+    the rollout workers' tool calls (in a concurrency group of their own, beside the scoring)."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
         from rlvr.envs import env_components
         from rlvr.rewards import build_reward
         _threads(threads)
+        self.cfg = cfg
         self.reward = build_reward(cfg.reward, env_components(cfg))
+        self._tools: dict | None = None
+        self._tools_lock = threading.Lock()
+
+    @ray.method(concurrency_group="tools")
+    def run_tool(self, call: ToolCall, timeout_s: float) -> ToolResult:
+        from rlvr.tools import resolve_tools, run_tool
+        with self._tools_lock:
+            if self._tools is None:
+                self._tools = resolve_tools(self.cfg.env.tools, self.cfg.reward.code)
+        return run_tool(self._tools, call, timeout_s)
 
     def pid(self) -> int:
         return os.getpid()
@@ -151,4 +194,5 @@ class TrainerActor:
 def actor_class(cls, max_restarts: int):
     """`cls` as a Ray actor that Ray restarts when its process dies; the caller re-issues the lost call
     (max_task_retries=0), so every re-issue is seen and logged."""
-    return ray.remote(max_restarts=max_restarts, max_task_retries=0)(cls)
+    groups = {"concurrency_groups": {"tools": TOOL_THREADS}} if cls is RewardWorker else {}
+    return ray.remote(max_restarts=max_restarts, max_task_retries=0, **groups)(cls)

@@ -1,8 +1,8 @@
 """`rlvr train deploy.backend=ray`: place the module pools, start the actors, run the trainer.
 
     ray.init (local, or deploy.address) -> placement groups (deploy.pools)
-      rollout  x N  RolloutWorker    policy copies, sample shards of each batch
-      reward   x R  RewardWorker     rule rewards / sandbox on CPU cores
+      rollout  x N  RolloutWorker    policy copies, sample shards of each batch; the environments
+      reward   x R  RewardWorker     rule rewards / sandbox on CPU cores; the environments' tool calls
       inference x 1 ReferenceWorker  reference log-probs (only when algo.beta > 0)
       trainer  x 1  TrainerActor     the embedded GRPO loop, batches collected on the actors above
                (x N with train.strategy=fsdp: one process group, the policy sharded across it)
@@ -61,7 +61,8 @@ def run(cfg: Config) -> dict:
                                                   int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999))
         ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
     placement = Placement(d, used)
-    classes = {"rollout": actors.RolloutWorker, "reward": actors.RewardWorker, "inference": actors.ReferenceWorker}
+    # the reward workers first: the rollout workers' tool calls run on them
+    classes = {"reward": actors.RewardWorker, "rollout": actors.RolloutWorker, "inference": actors.ReferenceWorker}
     workers: dict[str, list] = {m: [] for m in classes}
 
     def threads(m: str) -> int:
@@ -71,7 +72,8 @@ def run(cfg: Config) -> dict:
         for m, cls in classes.items():
             if m in used:
                 remote = actors.actor_class(cls, d.worker_restarts)
-                workers[m] = [remote.options(**placement.options(m, j)).remote(cfg, threads(m))
+                extra = (workers["reward"],) if m == "rollout" and cfg.env.tools else ()
+                workers[m] = [remote.options(**placement.options(m, j)).remote(cfg, threads(m), *extra)
                               for j in range(d.pools[m].replicas)]
         pending: list[dict] = []
         run_cfg = cfg
