@@ -132,9 +132,10 @@ def test_per_turn_credit_gives_each_turn_the_return_from_it_on():
 
 
 def test_frozenlake_environment_and_its_teacher():
+    import random
+
     from rlvr.envs import env_class
     from rlvr.tasks.games import FrozenLakeTask, lake_teacher, shortest_path
-    import random
 
     task = FrozenLakeTask(eval_size=5)
     held = task.held_out()
@@ -190,3 +191,51 @@ def test_rlvr_eval_and_compare_run_episodes(tmp_path, capsys):
     assert main(["compare", str(model), str(model), "--config", "configs/frozenlake.yaml", "--limit", "4",
                  "eval.n=4"]) == 0
     assert "no significant difference" in capsys.readouterr().out
+
+
+def test_held_out_evaluation_of_an_environment_reports_its_mean_return(tmp_path):
+    """Training's greedy evaluation on real FrozenLake episodes, moves scripted: the shortest path on
+    some maps, into the first hole on others, and a first turn cut at its token budget (no step: it
+    earned 0). Success rate and mean return (1 at the goal) agree; logged as eval/return_mean."""
+    from rlvr.config import load_config
+    from rlvr.envs import env_components
+    from rlvr.evaluate import eval_metrics, evaluate
+    from rlvr.models import load_model
+    from rlvr.models.tiny import save_tiny
+    from rlvr.rewards import build_reward
+    from rlvr.rollout.episodes import episode_spec, run_episodes
+    from rlvr.tasks.games import FrozenLakeTask, shortest_path
+
+    cfg = load_config("configs/frozenlake.yaml")
+    spec = episode_spec(cfg)
+    _, tok = load_model(save_tiny(tmp_path / "tiny", hidden=32, layers=2, heads=2))
+    problems = FrozenLakeTask(eval_size=6).held_out()
+
+    def path(p):
+        env = spec.make_env(p)
+        env.reset(p, p.metadata["seed"])
+        return shortest_path(env.desc)
+
+    plans = {p.id: path(p) if k % 2 == 0 else "R" * 8 for k, p in enumerate(problems)}  # 3 paths
+    plans[problems[-1].id] = ""  # cut before its first step
+
+    class Scripted:  # the engine protocol on run_episodes, a plan per map instead of a model
+        version, tokenizer = 0, tok
+
+        def sample(self, contexts, params, group_size):
+            (ctx,) = contexts
+            if not self.plan:
+                return [(tok("RR", add_special_tokens=False).input_ids, [0.0, 0.0], "length")]
+            move, self.plan = self.plan[0], self.plan[1:]
+            return [(tok(move, add_special_tokens=False).input_ids + [tok.eos_token_id], [0.0, 0.0], "stop")]
+
+        def generate(self, problems, params, *, group_offset=0):
+            (p,) = problems
+            self.plan = plans[p.id]
+            return run_episodes(self, problems, params, spec, group_offset=group_offset)
+
+    with build_reward(cfg.reward, env_components(cfg)) as reward:
+        result = evaluate(Scripted(), problems, reward, max_new_tokens=2, batch_size=1)
+    assert result["n"] == 6 and result["accuracy"] == pytest.approx(3 / 6)  # along the top row never reaches G
+    assert result["return_mean"] == result["accuracy"]
+    assert eval_metrics(result)["eval/return_mean"] == result["return_mean"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from rlvr.envs import episode_returns
 from rlvr.records import Problem
 from rlvr.rewards.answers import normalise
 from rlvr.rewards.compose import env_kwargs
@@ -17,7 +18,8 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
              batch_size: int = 500) -> dict[str, float]:
     """{"accuracy", "n", "format", "len_mean", "problems"} over `problems`, decoding greedily with
     `engine`, `batch_size` problems per engine call; "problems" is each one's {"id", "source",
-    "correct"} (for paired tests); with several sources also "by_source" (accuracy of each)."""
+    "correct"} (for paired tests); with several sources also "by_source" (accuracy of each); for agents
+    "tool_calls_per_solved", "tool_calls_mean" and "return_mean" (rlvr.envs.episode_returns)."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     completions = [c for start in range(0, len(problems), batch_size)
                    for c in engine.generate(problems[start:start + batch_size], params)]
@@ -36,6 +38,9 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
         solved = [k for k, ok in zip(calls, passes) if ok]
         out["tool_calls_per_solved"] = sum(solved) / len(solved) if solved else 0.0
         out["tool_calls_mean"] = sum(calls) / n
+    returns = episode_returns(completions)
+    if returns:  # environments: the mean episode return beside the success rate
+        out["return_mean"] = sum(returns) / len(returns)
     sources = sorted({p.source for p in problems})
     if len(sources) > 1:
         out["by_source"] = {s: sum(ok for p, ok in zip(problems, passes) if p.source == s) /
@@ -44,9 +49,11 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
 
 
 def eval_metrics(result: dict) -> dict[str, float]:
-    """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/accuracy/<source>."""
+    """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/accuracy/<source>, and
+    for agents eval/tool_calls_per_solved, eval/tool_calls_mean, eval/return_mean."""
     out = {"eval/accuracy": result["accuracy"], "eval/format": result["format"]}
-    out.update({f"eval/{k}": result[k] for k in ("tool_calls_per_solved", "tool_calls_mean") if k in result})
+    out.update({f"eval/{k}": result[k] for k in ("tool_calls_per_solved", "tool_calls_mean", "return_mean")
+                if k in result})
     out.update({f"eval/accuracy/{s}": acc for s, acc in result.get("by_source", {}).items()})
     return out
 

@@ -116,6 +116,14 @@ class ToolUse(Environment):
 ENVS: dict[str, type[Environment]] = {"single_turn": SingleTurn, "tools": ToolUse}
 
 
+def episode_returns(completions) -> list[float]:
+    """Each episode's return when its environment reports one (`info["return"]`); an episode cut
+    before its first step (a turn that ran out of tokens) earned 0. Empty when none reports one."""
+    if not any("return" in c.env_info for c in completions):
+        return []
+    return [float(c.env_info.get("return", 0.0)) for c in completions]
+
+
 def register_env(name: str):
     """Class decorator: `@register_env("maze")` makes env.name=maze build this class."""
     def wrap(cls: type[Environment]) -> type[Environment]:

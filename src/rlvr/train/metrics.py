@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlvr.envs import episode_returns
 from rlvr.records import Completion
 
 
@@ -48,7 +49,7 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
            "rollout/traj_tokens_mean": sum(len(c.token_ids) for c in completions) / n}
     for reason in ("stop", "length", "max_turns", "env_done"):
         out[f"rollout/finish/{reason}_frac"] = sum(c.finish_reason == reason for c in completions) / n
-    returns = [c.env_info["return"] for c in completions if "return" in c.env_info]
+    returns = episode_returns(completions)
     if returns:
         out["rollout/episode_return_mean"] = sum(returns) / len(returns)
     return out
