@@ -11,7 +11,8 @@ from rlvr.configlib import ConfigError
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards import RewardMonitor, build_reward, compose, normalize_groups, reward_metrics
 from rlvr.rewards.config import FormatConfig, RewardConfig
-from rlvr.rewards.answers import Context, analyse, gold_text
+from rlvr.rewards.answers import Context, analyse
+from rlvr.rewards.canonical import gold_text
 from rlvr.rewards.extract import PARSE_FAILED, extract, find_boxed
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.process import process_score

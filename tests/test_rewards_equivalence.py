@@ -210,7 +210,8 @@ FAST_EXTRA = [("357", "358"), ("-4", "-4.0"), ("0.5", ".5"), ("12\\%", "0.12"), 
 
 def test_fast_path_agrees_with_math_verify():
     """Every answer the fast path decides gets the verdict the worker path would give."""
-    from rlvr.rewards.answers import analyse, gold_text, judge
+    from rlvr.rewards.answers import analyse, judge
+    from rlvr.rewards.canonical import gold_text
     from rlvr.rewards.extract import extract
     from rlvr.rewards.fastpath import cand_equal
     from rlvr.rewards.pool import VerifyPool

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from rlvr.envs import episode_returns
 from rlvr.records import Problem
-from rlvr.rewards.answers import normalise
+from rlvr.rewards.canonical import normalise
 from rlvr.rewards.compose import env_kwargs
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.stats import majority_correct, pass_at_k

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def written_as_model(answer: str, cfg: Any) -> str:
     """The gold as a model following the configured format would write it."""
-    from rlvr.rewards.answers import gold_text
+    from rlvr.rewards.canonical import gold_text
 
     text = gold_text(answer)
     policies = cfg.math.extract

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, brace_pairs, clean_answer, find_boxed
+from rlvr.rewards.canonical import SPACES_RE, canonical
+from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, brace_pairs
 from rlvr.rewards.units import cjk_unit, parse_unit
 
 RELATION = "relation"
@@ -79,131 +79,6 @@ class Context:
     key: str = ""
     """The prompt itself, which is what makes two contexts the same."""
 
-
-# --- canonical text ------------------------------------------------------------------------
-
-_CHAR_MAP = str.maketrans({
-    "²": "^2", "³": "^3", "¹": "^1", "⁄": "/", "−": "-", "‐": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ",
-    "√": "\\sqrt", "π": "\\pi ", "∞": "\\infty ", "±": "\\pm ", "∓": "\\mp ", "∶": ":",
-    "\u200b": "", "\u200c": "", "\u200d": "", "\u200e": "", "\u200f": "", "\u2060": "", "\ufeff": "", "\u00ad": ""})
-_LATEX_SUBS = [
-    (re.compile(r"\\!|\\left(?![a-zA-Z])\.?|\\right(?![a-zA-Z])\.?|\\[bB]ig+[lr]?(?![a-zA-Z])|\\displaystyle|\\limits"), ""),
-    (re.compile(r"\\[dt]frac(?![a-zA-Z])"), "\\\\frac"),
-    (re.compile(r"\{,\}"), ","),
-    (re.compile(r"\^\{?\\circ\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])"), "°"),
-]
-_SPACING_RE = re.compile(r"\\(?:,|;|:| )|\\q?quad(?![a-zA-Z])")
-_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\\,)\d{3})+(?![\d,])(?!\.\d*,)"
-                           r"|(?<![\d.,] )(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,]| \d)")  # 12,345 12\,345 12 345
-_SCI_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
-# `~` is LaTeX's unbreakable space before a unit (`5~\text{cm}`); between two values it is a range (`2~3`)
-_TILDE_SPACE_RE = re.compile(r"~(?=\s*(?:[A-Za-z°]|\\(?:text|mathrm|textrm|mbox|operatorname)(?![A-Za-z])))")
-_SPACES_RE = re.compile(r"\s+")
-_PROGRAM_RE = re.compile(r"\*\*|(?<![\\A-Za-z])(?:sqrt|cbrt|exp|abs|pi)(?![A-Za-z])")
-_WORD_FUNC_RE = re.compile(r"(?<![\\A-Za-z])(sqrt|cbrt|exp|abs)\s*\(")
-
-
-def _program_to_latex(s: str) -> str:
-    """`3**(1/3)`, `sqrt(5) - 2`, `2*pi`: Python syntax as LaTeX math-verify reads."""
-    s = s.replace("**", "^")
-    out, i = [], 0
-    pairs = None
-    for m in _WORD_FUNC_RE.finditer(s):
-        if m.start() < i:
-            continue
-        if pairs is None:
-            pairs = _paren_pairs(s)
-        close = pairs.get(m.end() - 1)
-        if close is None:
-            continue
-        arg = s[m.end():close - 1]
-        name = m.group(1)
-        out.append(s[i:m.start()])
-        out.append({"sqrt": f"\\sqrt{{{arg}}}", "cbrt": f"\\sqrt[3]{{{arg}}}", "exp": f"e^{{{arg}}}",
-                    "abs": f"\\left|{arg}\\right|"}[name])
-        i = close
-    out.append(s[i:])
-    s = "".join(out)
-    s = re.sub(r"\^\(([^()]*)\)", r"^{(\1)}", s)  # 3^(1/3) -> 3^{(1/3)}
-    s = re.sub(r"(?<![\\A-Za-z])pi(?![A-Za-z])", r"\\pi ", s)
-    return s.replace("*", " \\cdot ")
-
-
-def _paren_pairs(s: str) -> dict[int, int]:
-    pairs: dict[int, int] = {}
-    stack: list[int] = []
-    for i, ch in enumerate(s):
-        if ch == "(":
-            stack.append(i)
-        elif ch == ")" and stack:
-            pairs[stack.pop()] = i + 1
-    return pairs
-
-
-_INVISIBLE_CMD_RE = re.compile(r"\\(phantom|hphantom|vphantom|hspace|vspace|color|textcolor|colorbox)\s*\{")
-
-
-def _drop_invisible(s: str) -> str:
-    """What renders nothing goes: `\\phantom{13}`, `\\hspace{1em}`, the colour of `\\color{red}`
-    and `\\textcolor{red}{12}` (which keeps 12)."""
-    if not _INVISIBLE_CMD_RE.search(s):
-        return s
-    pairs = brace_pairs(s)
-    out, i = [], 0
-    for m in _INVISIBLE_CMD_RE.finditer(s):
-        close = pairs.get(m.end() - 1)
-        if m.start() < i or close is None:
-            continue
-        out.append(s[i:m.start()])
-        i = close
-        if m.group(1) in ("textcolor", "colorbox") and s[i:i + 1] == "{" and i in pairs:
-            out.append(s[i + 1:pairs[i] - 1])
-            i = pairs[i]
-    out.append(s[i:])
-    return "".join(out)
-
-
-def canonical(s: str) -> str:
-    """One spelling for what renders the same: Unicode forms (fullwidth, superscripts,
-    invisible characters), LaTeX spacing and sizing, thousands separators (`12,\\!345`,
-    `1{,}000`), `1e-3`, degree signs, and Python syntax (`3**(1/3)`)."""
-    if not s.isascii():  # every key of _CHAR_MAP is non-ASCII, and NFKC leaves ASCII alone
-        s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
-    if "\\" in s or "{" in s:
-        s = _drop_invisible(s)
-        for pattern, repl in _LATEX_SUBS:
-            s = pattern.sub(repl, s)
-    if "," in s or " " in s:
-        s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\\,|[, ]", "", m.group(0)), s)  # before `\,` is a space
-    if "\\" in s:
-        s = _SPACING_RE.sub(" ", s)
-    if "e" in s or "E" in s:
-        s = _SCI_RE.sub(r"\1\\times 10^{\2}", s)
-    if "~" in s:
-        s = _TILDE_SPACE_RE.sub(" ", s)
-    if _PROGRAM_RE.search(s):
-        s = _program_to_latex(s)
-    return _SPACES_RE.sub(" ", s).strip()
-
-
-_GSM8K_GOLD_RE = re.compile(r"####[ \t]*([^\n]+)")
-
-
-def gold_text(answer: str) -> str:
-    """The gold as a data set writes it, unwrapped: `#### 72` -> `72`, `\\boxed{5}` -> `5`."""
-    s = answer.strip()
-    m = _GSM8K_GOLD_RE.search(s)
-    if m:
-        s = m.group(1)
-    boxes, _ = find_boxed(s)
-    if len(boxes) == 1:
-        s = boxes[0]
-    return clean_answer(s)
-
-
-def normalise(ans: str) -> str:
-    """The canonical text of an answer (for majority voting and display)."""
-    return canonical(ans)
 
 
 # --- relations, hedges, separators ----------------------------------------------------------
@@ -267,7 +142,7 @@ def _expand_pm(part: str) -> list[str] | None:
         return [part]
     if len(found) > 1:
         return None
-    return [_SPACES_RE.sub(" ", _PM_RE.sub(sign, part)).strip() for sign in (" + ", " - ")]
+    return [SPACES_RE.sub(" ", _PM_RE.sub(sign, part)).strip() for sign in (" + ", " - ")]
 
 
 # --- approximations ------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlvr.records import Problem, RewardResult
-from rlvr.rewards.answers import Cand, Context, Parsed, analyse, context_of, gold_text, judge
+from rlvr.rewards.answers import Cand, Context, Parsed, analyse, context_of, judge
+from rlvr.rewards.canonical import gold_text
 from rlvr.rewards.config import MathConfig
 from rlvr.rewards.extract import PARSE_FAILED, extract
 from rlvr.rewards.fastpath import cand_equal
