@@ -16,7 +16,7 @@ from typing import Literal
 
 from rlvr import configlib
 from rlvr.configlib import ConfigError, require
-from rlvr.envs.config import EnvConfig
+from rlvr.envs.config import EnvConfig, check_env
 from rlvr.ops.config import ROLLBACK_RULES, AlertsConfig, RollbackConfig
 from rlvr.rewards.config import RewardConfig
 from rlvr.serve.config import ServeConfig
@@ -515,43 +515,10 @@ class Config:
                     "background checkpoint writes are not built for train.strategy=fsdp yet (ranks write their shards in step)")
             require(not self.model.lora.enabled, "model.lora.enabled",
                     "LoRA under train.strategy=fsdp is not built yet: train the adapter with train.strategy=single")
-        self._check_env()
+        check_env(self)
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")
-
-    def _check_env(self) -> None:
-        """The environment exists, and reward.weights names only components someone computes."""
-        from rlvr.envs import env_class
-        from rlvr.rewards.config import BUILTIN_COMPONENTS
-
-        try:
-            env = env_class(self.env.name)
-        except ValueError as exc:
-            raise ConfigError(f"env.name: {exc}") from None
-        for game in ("frozenlake", "breakout"):
-            require(self.task.name != game or self.env.name == game, "env.name",
-                    f"task {game} is an episode of the {game} environment: set env.name={game} (configs/{game}.yaml)")
-        if "tool_arithmetic" in self.task.name.split("+"):
-            require(self.env.name == "tools" and "calculator" in self.env.tools and self.env.tool_format == "compact",
-                    "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
-                    "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them)")
-        by_turn = self.env.credit == "turn" or self.env.history > 0
-        require(not (by_turn and self.algo.kl_in_reward), "algo.kl_in_reward",
-                "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
-                "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")
-        require(not (by_turn and self.algo.noise_std > 0), "algo.noise_std",
-                "reward noise with env.history or env.credit=turn (turns trained on their own) is not built yet: "
-                "set algo.noise_std=0")
-        require(not (self.env.credit == "turn" and self.reward.normalize == "group"), "env.credit",
-                "per-turn credit needs the raw step rewards; reward.normalize=group standardises the totals: use one")
-        if env.settings_keys is not None:
-            extra = sorted(set(self.env.settings) - env.settings_keys)
-            require(not extra, "env.settings", f"{self.env.name} reads no setting {extra} "
-                    f"(it reads {sorted(env.settings_keys) or 'none'})")
-        unknown = sorted(set(self.reward.weights) - BUILTIN_COMPONENTS - set(env.components))
-        require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
-                f"{', '.join(sorted(BUILTIN_COMPONENTS | set(env.components)))} (env.name={self.env.name})")
 
     @property
     def run_dir(self) -> Path:

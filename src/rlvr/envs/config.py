@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlvr.configlib import require
+from rlvr.configlib import ConfigError, require
 
 
 @dataclass
@@ -56,3 +56,39 @@ class EnvConfig:
                     "another multi-turn environment) for more")
             require(self.history == 0 and self.max_tokens == 0 and self.credit == "trajectory", "history",
                     "env.history, env.max_tokens and env.credit=turn act on multi-turn episodes: set env.name")
+
+
+def check_env(cfg) -> None:
+    """A run's `env` section against the rest of its `Config` (rlvr.config.Config.validate): the
+    environment exists, the task is its episode, the algorithm settings work on turns, and
+    reward.weights names only components someone computes."""
+    from rlvr.envs import env_class
+    from rlvr.rewards.config import BUILTIN_COMPONENTS
+
+    try:
+        env = env_class(cfg.env.name)
+    except ValueError as exc:
+        raise ConfigError(f"env.name: {exc}") from None
+    for game in ("frozenlake", "breakout"):
+        require(cfg.task.name != game or cfg.env.name == game, "env.name",
+                f"task {game} is an episode of the {game} environment: set env.name={game} (configs/{game}.yaml)")
+    if "tool_arithmetic" in cfg.task.name.split("+"):
+        require(cfg.env.name == "tools" and "calculator" in cfg.env.tools and cfg.env.tool_format == "compact",
+                "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
+                "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them)")
+    by_turn = cfg.env.credit == "turn" or cfg.env.history > 0
+    require(not (by_turn and cfg.algo.kl_in_reward), "algo.kl_in_reward",
+            "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
+            "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")
+    require(not (by_turn and cfg.algo.noise_std > 0), "algo.noise_std",
+            "reward noise with env.history or env.credit=turn (turns trained on their own) is not built yet: "
+            "set algo.noise_std=0")
+    require(not (cfg.env.credit == "turn" and cfg.reward.normalize == "group"), "env.credit",
+            "per-turn credit needs the raw step rewards; reward.normalize=group standardises the totals: use one")
+    if env.settings_keys is not None:
+        extra = sorted(set(cfg.env.settings) - env.settings_keys)
+        require(not extra, "env.settings", f"{cfg.env.name} reads no setting {extra} "
+                f"(it reads {sorted(env.settings_keys) or 'none'})")
+    unknown = sorted(set(cfg.reward.weights) - BUILTIN_COMPONENTS - set(env.components))
+    require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
+            f"{', '.join(sorted(BUILTIN_COMPONENTS | set(env.components)))} (env.name={cfg.env.name})")
