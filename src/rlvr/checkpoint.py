@@ -38,7 +38,7 @@ import torch
 
 MANIFEST = "manifest.json"
 # Keys that may change between a run and its resumption without changing what is trained.
-_VOLATILE = {("ckpt", "resume"), ("run", "progress"), ("debug",), ("log",), ("alerts",)}
+_VOLATILE = {("ckpt", "resume"), ("run", "progress"), ("debug",), ("log",), ("alerts",), ("sources",), ("secrets",)}
 
 
 def _sha256(path: Path) -> str:

@@ -1,4 +1,5 @@
-"""Typed configuration: dataclasses loaded from YAML plus dotted overrides.
+"""Typed configuration: dataclasses built from plain data (YAML files and dotted overrides, stacked
+by rlvr.configfiles).
 
 Each concern owns one dataclass; `Config` nests them. Loading validates every
 key and value before anything runs, and errors name the dotted key together
@@ -13,7 +14,6 @@ import dataclasses
 import enum
 import types
 import typing
-from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
@@ -170,36 +170,6 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
-
-
-def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    for item in overrides:
-        path, value = parse_override(item)
-        node = data
-        for i, part in enumerate(path[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"{'.'.join(path[:i + 1])}: is a value, not a section; cannot set {'.'.join(path)}")
-            node = child
-        node[path[-1]] = value
-    return data
-
-
-def load(cls: type, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of config sections at the top level")
-        data = loaded or {}
-    data = merge_overrides(data, list(overrides or []))
-    return from_dict(cls, data)
 
 
 def import_object(path: str, what: str) -> Any:

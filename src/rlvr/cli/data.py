@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rlvr.cli._common import add_config_files, config_from_args
 from rlvr.cli.reward import print_table, problem_from, read_jsonl
 from rlvr.records import Problem
 
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("audit", help="check a JSONL training set", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", type=Path, help="JSONL: prompt, answer|tests, optional verifier, source, id, solution")
-    p.add_argument("--config", type=Path, default=None, help="YAML config; its `reward` section is used")
+    add_config_files(p, "; its `reward` section is used")
     p.add_argument("overrides", nargs="*",
                    help="dotted overrides right after the file, e.g. reward.math.extract=[boxed]")
 
@@ -154,9 +155,8 @@ def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = config_from_args(args)
     if not args.data.is_file():
         print(f"rlvr data audit: {args.data}: file not found", file=sys.stderr)
         return 2

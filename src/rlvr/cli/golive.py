@@ -246,7 +246,7 @@ def check_alerts(s: _Setup) -> CheckLine:
         delivered, status = webhook.post_now({"source": "rlvr", "kind": "alert", **alert.record()})
         sinks.append(f"webhook {status} in {time.perf_counter() - t0:.2f} s")
         ok = ok and delivered
-        detail = "" if delivered else f"webhook {a.webhook_url}: {status}"
+        detail = "" if delivered else f"webhook (alerts.webhook_url): {status}"
         webhook.close(wait_s=0.1)
     else:
         sinks.append("no webhook configured")

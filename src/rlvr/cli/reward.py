@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from rlvr.cli._common import add_config_files, config_from_args
 from rlvr.records import Problem, RewardResult
 
 CHUNK = 512  # lines scored per call: big enough to keep every worker busy
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="write scored lines here (default: stdout)")
     p.add_argument("--repeat", type=int, default=1,
                    help="score the file N times with fresh workers and report any reward that changed")
-    p.add_argument("--config", type=Path, default=None, help="YAML config; its `reward` section is used")
+    add_config_files(p, "; its `reward` section is used")
     p.add_argument("overrides", nargs="*",
                    help="dotted overrides right after the file, e.g. reward.math.timeout_s=2")
 
@@ -112,9 +113,8 @@ def _output(obj: dict[str, Any], r: RewardResult) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.config import load_config
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = config_from_args(args)
     if not args.input.is_file():
         print(f"rlvr reward score: {args.input}: file not found", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from rlvr.cli._common import add_config_arguments, config_from_args
+from rlvr.cli._common import add_config_arguments, config_argv, config_from_args
 from rlvr.configlib import ConfigError
 
 
@@ -21,7 +21,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     cfg = config_from_args(args)  # validated before anything heavy is imported
     if cfg.train.strategy == "fsdp" and "RANK" not in os.environ:
-        return launch(cfg, ["train", *(["--config", args.config] if args.config else []), *args.overrides])
+        return launch(cfg, ["train", *config_argv(args), *args.overrides])
     if cfg.deploy.backend == "ray":  # the same modules as Ray actors (Ray imported only here)
         from rlvr.deploy.ray.driver import run as train
     else:
