@@ -26,6 +26,9 @@ def test_defaults_and_overrides():
     ("train.lr=-1", "train.lr", "> 0"),
     ("run.progress=maybe", "run.progress", "true or false"),
     ("rollout=3", "rollout", "mapping"),
+    ("reward.format.pattern=x", "reward.format.pattern", "kind=regex only"),  # read by another kind: no effect
+    ("reward.format.json_schema=s.json", "reward.format.json_schema", "kind=json only"),
+    ("reward.format.kind=regex", "reward.format.kind", "needs reward.format.pattern"),
 ])
 def test_bad_values_name_the_key(override, key, hint):
     with pytest.raises(ConfigError) as err:

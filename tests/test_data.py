@@ -170,3 +170,12 @@ def test_chat_wrapping_system_prompt_and_prompt_length_policies(tmp_path):
     assert all(isinstance(p.prompt, str) for p in plain.all_problems())
     with pytest.raises(DataError, match="no chat template"):
         build_task(_cfg(tmp_path, f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1"), tokenizer=build_tokenizer())
+
+
+def test_eval_n_above_the_records_held_out_is_a_config_error(tmp_path):
+    """eval.n set above data.eval_size would be capped without a word: refused, naming both keys;
+    left at its default it is the records held out."""
+    f = write_jsonl(tmp_path / "d.jsonl", math_rows(10))
+    with pytest.raises(ConfigError, match="eval.n: 8 held-out problems asked for, but data.eval_size holds out 3"):
+        build_task(load_config(None, [f"task.name={f}", "data.eval_size=3", "eval.n=8"]))
+    assert len(build_task(load_config(None, [f"task.name={f}", "data.eval_size=3"])).held_out()) == 3

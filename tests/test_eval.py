@@ -9,7 +9,13 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.stats import majority_correct, mcnemar_exact, paired_bootstrap, pass_at_k, verdict
+from rlvr.stats import (
+    majority_correct,
+    mcnemar_exact,
+    paired_bootstrap,
+    pass_at_k,
+    verdict,
+)
 
 # --- statistics ------------------------------------------------------------------------------
 
@@ -143,3 +149,18 @@ def test_humaneval_pass_at_1_of_the_tiny_model(models, tmp_path, capsys):
     # as chat prompts: a one-line error that says what to do
     assert main(["eval", str(sft), "--data", "humaneval", "--limit", "2", *overrides]) == 2
     assert "has no chat template" in capsys.readouterr().err
+
+
+def test_eval_batch_size_from_the_config_reaches_rlvr_eval():
+    """`eval.batch_size` set by a config or override is what rlvr eval/compare batch by; --batch-size wins."""
+    import argparse
+
+    from rlvr.cli.eval import problems_for
+    from rlvr.config import load_config
+
+    def batch(overrides, flag=None):
+        args = argparse.Namespace(batch_size=flag, samples=0, data=[], limit=2)
+        problems_for(load_config(None, ["eval.n=2", *overrides]), args)
+        return args.batch_size
+
+    assert (batch(["eval.batch_size=7"]), batch([]), batch(["eval.batch_size=7"], 3)) == (7, 64, 3)

@@ -340,7 +340,8 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     n: int = 500
-    """Held-out problems scored greedily before and after training."""
+    """Held-out problems scored greedily before and after training; with data files, the
+    data.eval_size records held out (setting eval.n above it is a config error)."""
     every: int = 25
     """Evaluate every N steps (0 = only before and after)."""
     n_during: int = 200

@@ -18,7 +18,7 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--samples", type=int, default=0, metavar="N", help="sampled completions per problem (0 = greedy only)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the --samples")
     parser.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="k of pass@k, maj@k, avg@k (k <= N)")
-    parser.add_argument("--batch-size", type=int, default=64, help="problems per engine call")
+    parser.add_argument("--batch-size", type=int, default=None, help="problems per engine call (default: eval.batch_size when a config or override sets it, else 64)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N problems")
 
 
@@ -45,6 +45,8 @@ def problems_for(cfg, args) -> list:
     from rlvr.tasks.files import as_chat, load_problems
     from rlvr.tasks.humaneval import humaneval_problems
 
+    if args.batch_size is None:  # eval.batch_size has its effect here too; 64 (sampled runs are G times larger)
+        args.batch_size = cfg.eval.batch_size if "eval.batch_size" in cfg.sources else 64
     if args.samples < 0 or args.batch_size < 1:
         raise ConfigError("--samples must be >= 0 and --batch-size >= 1")
     if not args.data:

@@ -69,7 +69,11 @@ class FormatConfig:
 
     def __post_init__(self) -> None:
         if self.kind == "regex" and not self.pattern:
-            raise ValueError("format.kind 'regex' needs format.pattern")
+            raise ValueError("kind: 'regex' needs reward.format.pattern")
+        for key, kind in (("pattern", "regex"), ("json_schema", "json")):  # read by that kind only
+            if getattr(self, key) and self.kind != kind:
+                raise ValueError(f"{key}: read by reward.format.kind={kind} only, and kind is {self.kind!r}: "
+                                 f"set kind={kind} or drop {key}")
 
 
 @dataclass

@@ -97,6 +97,9 @@ def _file_task(cfg, paths: list[str], tokenizer, on_event):
         key = "data.files" if d.files else "task.name"
         raise ConfigError(f"{key}: {missing[0]!r} is neither a built-in task ({', '.join(sorted(BUILTIN))}, or "
                           f"several joined by '+': arithmetic+code) nor an existing data file or directory")
+    if "eval.n" in cfg.sources and cfg.eval.n > d.eval_size:
+        raise ConfigError(f"eval.n: {cfg.eval.n} held-out problems asked for, but data.eval_size holds out "
+                          f"{d.eval_size} records of the data files: raise data.eval_size or lower eval.n")
     problems = load_problems(paths, d.on_bad_record, on_event)
     graded = [p for p in problems if p.verifier == "env"]
     if graded and cfg.env.name == "single_turn":
