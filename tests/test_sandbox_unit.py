@@ -119,8 +119,10 @@ def test_report_is_built_from_what_the_probe_saw():
     good = build_report(CodeConfig(), plan, ["/usr"], True, _facts(), None, [])
     assert good.meets_requirements and "MISSING" not in good.text()
     unfiltered = build_report(CodeConfig(), plan, ["/usr"], True, _facts(seccomp="0"), None, [])
-    assert unfiltered.meets_requirements  # the syscall filter is defence in depth, not required...
-    assert "syscalls     MISSING" in unfiltered.text()  # ...and its absence is shown
+    assert not unfiltered.meets_requirements  # the filter asked for (reward.code.seccomp) is required...
+    assert "syscalls     MISSING" in unfiltered.text() and "reward.code.seccomp=false" in unfiltered.text()
+    unasked = build_report(CodeConfig(seccomp=False), plan, ["/usr"], True, _facts(seccomp="0"), None, [])
+    assert unasked.meets_requirements and "syscalls     MISSING" in unasked.text()  # ...unless turned off, shown
     net = os.readlink("/proc/self/ns/net")
     leaky = build_report(CodeConfig(), plan, ["/usr"], True, _facts(ns_net=net, interfaces=["lo", "eth0"]), None, [])
     assert not leaky.meets_requirements

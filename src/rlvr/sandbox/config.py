@@ -16,8 +16,9 @@ class CodeConfig:
     namespaces and an unused uid per run), 'user_namespaces' (not root: the same inside a user
     namespace, without a uid change), or 'none' (rlimits and a temporary directory only)."""
     seccomp: bool = True
-    """A syscall filter (libseccomp, when installed) on top of the isolation: no ptrace, mount,
-    new namespaces, kernel modules, bpf, io_uring, ... and no sockets but AF_UNIX."""
+    """A syscall filter (libseccomp) on top of the isolation: no ptrace, mount, new namespaces,
+    kernel modules, bpf, io_uring, ... and no sockets but AF_UNIX. Asked for, it is required with
+    the isolation (require_isolation): missing, code rewards are refused; false: no filter."""
     max_parallel: int = 2
     """Sandboxed executions running at once (the rest wait in a queue)."""
     timeout_s: float = 10.0

@@ -86,10 +86,12 @@ class IsolationReport:
     missing: list[str] = field(default_factory=list)
     """Required protections that are not active, each with how to get it."""
     require: bool = True
+    required: tuple[str, ...] = REQUIRED
+    """The protections a run needs: REQUIRED, and 'syscalls' when reward.code.seccomp asks for the filter."""
 
     @property
     def meets_requirements(self) -> bool:
-        return all(self.protections.get(name, (False, ""))[0] for name in REQUIRED)
+        return all(self.protections.get(name, (False, ""))[0] for name in self.required)
 
     def text(self) -> str:
         verdict = ("all required protections active" if self.meets_requirements else
@@ -112,7 +114,8 @@ def _mib(n: int) -> str:
 
 def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop_uid: bool, facts: dict[str, Any] | None,
                  error: str | None, tried: list[IsolationReport]) -> IsolationReport:
-    report = IsolationReport(plan.label, require=cfg.require_isolation)
+    report = IsolationReport(plan.label, require=cfg.require_isolation,
+                             required=REQUIRED + (("syscalls",) if cfg.seccomp else ()))
     for earlier in tried:
         report.missing += [f"[{earlier.plan}] {m}" for m in earlier.missing]
     if facts is None:
@@ -167,11 +170,14 @@ def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop
         p["syscalls"] = (True, "seccomp filter: no ptrace, mount, new namespaces, kernel modules, bpf, "
                                "io_uring, keyrings or clock setting; sockets AF_UNIX only")
     else:
-        p["syscalls"] = (False, "no syscall filter (reward.code.seccomp=false, or libseccomp is not installed: "
-                                "apt-get install libseccomp2)")
+        p["syscalls"] = (False, "no syscall filter (reward.code.seccomp=false, or libseccomp is not installed or "
+                                "the kernel refused the filter)")
     p["ipc, uts"] = (own["ipc"] and own["uts"], "own ipc and uts namespaces" if own["ipc"] and own["uts"]
                      else "shared with the host")
     for name in REQUIRED:
         if not p[name][0]:
             report.missing.append(f"[{plan.name}] {name} isolation is not active; {HINTS[plan.name]}")
+    if cfg.seccomp and not p["syscalls"][0]:
+        report.missing.append(f"[{plan.name}] the syscall filter asked for (reward.code.seccomp=true) is not active: "
+                              "apt-get install libseccomp2 (and a kernel with seccomp), or set reward.code.seccomp=false")
     return report
