@@ -80,7 +80,8 @@ def test_a_secret_never_reaches_a_run_file_or_a_sink(tmp_path, tmp_path_factory,
     listener.listen()
     monkeypatch.setenv("RLVR_TEST_HOOK", f"http://127.0.0.1:{listener.getsockname()[1]}/{secret}")
     calls = []
-    run = types.SimpleNamespace(log=lambda values, step: calls.append(values), finish=lambda: None)
+    run = types.SimpleNamespace(log=lambda values: calls.append(values), finish=lambda: None,
+                                define_metric=lambda name, step_metric=None: None)
     monkeypatch.setitem(sys.modules, "wandb", module(
         "wandb", init=lambda **kw: calls.append(kw) or run, alert=lambda **kw: calls.append(kw)))
     monkeypatch.setitem(sys.modules, "mlflow", module(

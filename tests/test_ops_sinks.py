@@ -53,15 +53,19 @@ def test_prometheus_serves_metrics_and_health():
         sink.close()
 
 
-def test_wandb_and_mlflow_adapters_when_installed_and_a_warning_when_not(tmp_path, monkeypatch, capsys):
-    calls = []
-    run = types.SimpleNamespace(log=lambda values, step: calls.append(("wandb.log", step, values)),
+def test_wandb_and_mlflow_adapters_when_installed_and_a_config_error_when_not(tmp_path, monkeypatch):
+    """Recording stand-ins of the two libraries: W&B rows carry the training step as a metric (so the
+    rows after a rollback, steps seen before, are kept), MLflow gets every config key as a param."""
+    calls, params = [], {}
+    run = types.SimpleNamespace(log=lambda values: calls.append(("wandb.log", values)),
+                                define_metric=lambda name, step_metric=None: calls.append(("wandb.define", name, step_metric)),
                                 finish=lambda: calls.append(("wandb.finish",)))
     wandb = types.SimpleNamespace(init=lambda **kw: calls.append(("wandb.init", kw["project"])) or run,
                                   alert=lambda **kw: calls.append(("wandb.alert", kw["title"])))
     mlflow = types.SimpleNamespace(
         set_tracking_uri=lambda uri: calls.append(("mlflow.uri", uri)), set_experiment=lambda name: None,
-        start_run=lambda run_name: calls.append(("mlflow.start", run_name)), log_params=lambda p: None,
+        start_run=lambda run_name: calls.append(("mlflow.start", run_name)),
+        log_params=lambda p: params.update(p) if len(p) <= 100 else pytest.fail("MLflow takes 100 params per call"),
         log_metrics=lambda values, step: calls.append(("mlflow.log", step, values)),
         set_tag=lambda k, v: calls.append(("mlflow.tag", k)), end_run=lambda: calls.append(("mlflow.end",)))
     monkeypatch.setitem(sys.modules, "wandb", wandb)
@@ -70,15 +74,22 @@ def test_wandb_and_mlflow_adapters_when_installed_and_a_warning_when_not(tmp_pat
                              "log.mlflow_tracking_uri=file:./mlruns", "run.name=r1"])
     log = RunLog(tmp_path, cfg.to_dict(), sinks=build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False)))
     log.metrics(1, {"reward/mean": 0.5, "actor/kl": float("inf")})
-    log.event("rollback", step=1, reason="test")
+    log.metrics(2, {"reward/mean": 0.6})
+    log.event("rollback", step=2, reason="test")
+    log.rewind(1)
+    log.metrics(2, {"reward/mean": 0.7})  # after the rollback: step 2 again
     log.close()
-    assert ("wandb.init", "rl") in calls and ("wandb.log", 1, {"reward/mean": 0.5}) in calls
+    assert ("wandb.init", "rl") in calls and ("wandb.define", "*", "train/step") in calls
+    rows = [c[1] for c in calls if c[0] == "wandb.log"]
+    assert rows == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.6},
+                    {"train/step": 2, "reward/mean": 0.7}]
     assert ("mlflow.start", tmp_path.name) in calls and ("mlflow.log", 1, {"reward/mean": 0.5}) in calls
+    assert len(params) > 100 and params["train.lr"] == str(cfg.train.lr) and "alerts.webhook_url" in params
     assert ("wandb.alert", "rlvr rollback") in calls and ("mlflow.tag", "last_rollback") in calls
     assert ("wandb.finish",) in calls and ("mlflow.end",) in calls
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
-    assert build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False))  # mlflow still there
-    assert "wandb is not installed" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match=r"log.wandb_project: wandb is not installed: pip install 'rlvr\[tracking\]'"):
+        build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False))
 
 
 def test_runlog_rewind_drops_later_rows_and_a_half_written_line(tmp_path):

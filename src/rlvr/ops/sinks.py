@@ -51,6 +51,10 @@ class TensorBoardSink:
         self._writer.close()
 
 
+STEP_KEY = "train/step"
+"""The W&B metric every row is plotted against."""
+
+
 class WandbSink:
     def __init__(self, project: str, run_dir: Path, config: dict[str, Any], resume: bool):
         import wandb
@@ -58,15 +62,19 @@ class WandbSink:
         self._wandb = wandb
         self._run = wandb.init(project=project, name=Path(run_dir).name, dir=str(run_dir), config=config,
                                resume="allow" if resume else None)
+        # rows are plotted against the training step, logged as a metric: W&B's own step only grows, so
+        # the rows after a rollback or a resume (a step seen before) are kept, not dropped
+        self._run.define_metric(STEP_KEY)
+        self._run.define_metric("*", step_metric=STEP_KEY)
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
-        self._run.log(_finite(values), step=step)
+        self._run.log({STEP_KEY: step, **_finite(values)})
 
     def event(self, record: dict[str, Any]) -> None:
         if record["kind"] in ("alert", "rollback") and hasattr(self._wandb, "alert"):
             self._wandb.alert(title=f"rlvr {record['kind']}", text=str(record.get("message", record)))
 
-    def rewind(self, step: int) -> None:  # W&B keeps history; the next rows carry their own step
+    def rewind(self, step: int) -> None:  # W&B keeps history; the next rows carry their own train/step
         pass
 
     def close(self) -> None:
@@ -81,8 +89,9 @@ class MLflowSink:
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.set_experiment(experiment)
         self._run = mlflow.start_run(run_name=run_name)
-        flat = _flatten(config)
-        mlflow.log_params({k: str(v)[:250] for k, v in list(flat.items())[:100]})
+        params = [(k, str(v)[:250]) for k, v in _flatten(config).items()]
+        for start in range(0, len(params), 100):  # every key, in the batches of 100 MLflow takes
+            mlflow.log_params(dict(params[start:start + 100]))
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         # MLflow metric names allow / but not every character; keep them readable
@@ -185,7 +194,9 @@ class PrometheusSink:
 
 
 def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
-    """The sinks `cfg.log` asks for. A configured W&B/MLflow that is missing is reported and skipped."""
+    """The sinks `cfg.log` asks for. A configured W&B/MLflow that is not installed is a config error."""
+    from rlvr.configlib import ConfigError
+
     log, sinks = cfg.log, []
     if log.tensorboard:
         sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard", resume_step))
@@ -193,17 +204,18 @@ def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
         try:
             sinks.append(WandbSink(log.wandb_project, run_dir, cfg.to_dict(), resume=resume_step is not None))
         except ImportError:
-            ui.warn("log.wandb_project is set but wandb is not installed (pip install wandb); not logging to W&B")
+            raise ConfigError("log.wandb_project: wandb is not installed: pip install 'rlvr[tracking]' (or wandb), "
+                              "or unset log.wandb_project") from None
     if log.mlflow_tracking_uri:
         try:
             sinks.append(MLflowSink(log.mlflow_tracking_uri, log.mlflow_experiment, Path(run_dir).name, cfg.to_dict()))
         except ImportError:
-            ui.warn("log.mlflow_tracking_uri is set but mlflow is not installed (pip install mlflow); not logging to MLflow")
+            raise ConfigError("log.mlflow_tracking_uri: mlflow is not installed: pip install 'rlvr[tracking]' (or "
+                              "mlflow), or unset log.mlflow_tracking_uri") from None
     if log.prometheus_port is not None:
         try:
             sink = PrometheusSink(log.prometheus_host, log.prometheus_port, log.healthz_stale_s)
         except OSError as exc:
-            from rlvr.configlib import ConfigError
             raise ConfigError(f"log.prometheus_port: cannot listen on {log.prometheus_host}:{log.prometheus_port} "
                               f"({exc.strerror or exc}); choose a free port, or 0 for any") from None
         ui.print(f"Prometheus metrics on http://{log.prometheus_host}:{sink.port}/metrics (health: /healthz)")
