@@ -1,6 +1,7 @@
 """Loading real-format models: local directories in fp32/bf16, Llama and Qwen2, hub ids from the
 cache (offline), GGUF files (dequantized once), pad fallback, gradient checkpointing, chat prompts."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qw
 from rlvr.config import load_config
 from rlvr.scoring import completion_logprobs
 from rlvr.models import ensure_trainable, load_model, load_policy, resolve_model
+from rlvr.configlib import ConfigError
 from rlvr.models.gguf import dequantize_gguf
 from rlvr.models.tiny import build_tokenizer
 from rlvr.records import Problem
@@ -190,3 +192,11 @@ def test_packaged_model_missing_says_how_to_install(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelNotFound, match="make smollm2"):
         packaged_gguf("smollm2")
+
+
+def test_a_gguf_without_the_gguf_package_is_a_one_line_config_error(tmp_path, monkeypatch):
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"model.name: reading tiny.gguf \(a GGUF\) needs gguf: pip install 'rlvr\[gguf\]'"):
+        dequantize_gguf(tmp_path / "tiny.gguf", cache_dir=tmp_path / "cache")

@@ -77,6 +77,10 @@ def dequantize_gguf(source: str | Path, gguf_file: str | None = None, cache_dir:
     out = Path(cache_dir) / f"{Path(name).stem}-{key}"
     if (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file():
         return out
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:  # transformers would stop with an ImportError traceback
+        raise ConfigError(f"model.name: reading {name} (a GGUF) needs {' and '.join(missing)}: "
+                          "pip install 'rlvr[gguf]' (`make smollm2` installs it)")
     quantized = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
     # The GGUF-loaded model is flagged quantized and refuses to save: move its (now dense)
