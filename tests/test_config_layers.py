@@ -13,7 +13,8 @@ import pytest
 from ops_tiny import OPS_TINY, sft_cache
 
 from rlvr.cli import main
-from rlvr.config import REDACTED, load_config
+from rlvr.config import load_config
+from rlvr.configfiles import REDACTED
 from rlvr.configlib import ConfigError
 
 

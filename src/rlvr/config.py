@@ -10,13 +10,12 @@ ckpt.resume, deploy.backend.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rlvr import configlib
+from rlvr import configfiles, configlib
 from rlvr.configlib import ConfigError, require
 from rlvr.envs.config import EnvConfig, check_env
 from rlvr.ops.config import ROLLBACK_RULES, AlertsConfig, RollbackConfig
@@ -493,14 +492,14 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     secrets: list[str] = field(default_factory=list)
-    """Dotted keys whose values are secrets, beside those named like one (SECRET_NAME_RE) and those set
+    """Dotted keys whose values are secrets, beside those named like one (configfiles.SECRET_NAME_RE) and those set
     from ${secret:VAR}: written as <secret> in config.yaml, checkpoints, sinks and the report."""
     sources: dict[str, str] = field(default_factory=dict)
     """Which file, profile or override set each key (filled by the loader; informational)."""
 
     def __post_init__(self) -> None:
         for key in self.secrets:
-            require(_get(configlib.to_dict(self), key, _MISSING) is not _MISSING, "secrets", f"{key!r} is not a config key")
+            require(configfiles.lookup(configlib.to_dict(self), key) is not configfiles.MISSING, "secrets", f"{key!r} is not a config key")
         # settings that span two sections
         require(not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)), "rollout.engine",
                 "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop")
@@ -534,61 +533,17 @@ class Config:
     def run_dir(self) -> Path:
         return Path(self.run.dir or Path("runs") / self.run.name)
 
-    def secret_keys(self) -> list[str]:
-        """Keys holding a secret that is set: named like one, listed in `secrets`, or from ${secret:}."""
-        data = configlib.to_dict(self)
-        named = [k for k, _ in _leaves(data) if SECRET_NAME_RE.search(k.rsplit(".", 1)[-1])]
-        return [k for k in dict.fromkeys([*named, *self.secrets]) if _get(data, k) not in (None, "", [], {})]
-
     def to_dict(self) -> dict:
         """Plain data, secrets written as <secret>: what run files, checkpoints and sinks get."""
-        data = configlib.to_dict(self)
-        for key in self.secret_keys():
-            *parents, leaf = key.split(".")
-            node = data
-            for part in parents:
-                node = node[part]
-            node[leaf] = REDACTED
-        return data
-
-
-SECRET_NAME_RE = re.compile(r"^(?:webhook_url|api_keys?|(?:\w+_)?(?:token|password|secret))$")
-"""Keys that hold secrets by their name (alerts.webhook_url, serve.api_keys, ...)."""
-REDACTED = "<secret>"
-
-
-def _leaves(data: dict, prefix: str = ""):
-    for k, v in data.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, key + ".")
-        yield key, v
-
-
-_MISSING = object()
-
-
-def _get(data: dict, key: str, default=None):
-    node = data
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
+        return configfiles.redacted(configlib.to_dict(self), self.secrets)
 
 
 def load_config(path: str | Path | Sequence[str | Path] | None = None, overrides: list[str] | None = None, *,
                 profile: str | None = None) -> Config:
     """Config files stacked in order (later wins), the profile, then the overrides (rlvr.configfiles);
     `sources` records where each key was set, `secrets` gains the keys set from ${secret:VAR}."""
-    from rlvr.configfiles import read_layers
-
     paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
-    layers = read_layers(paths, overrides or [], profile=profile)
-    for key, value in _leaves(layers.data):
-        if value == REDACTED:
-            raise ConfigError(f"{key}: the file has {REDACTED} here (a run's config.yaml keeps no secrets): "
-                              f"set it again, e.g. {key}=${{secret:VAR}} with VAR in the environment")
+    layers = configfiles.read_layers(paths, overrides or [], profile=profile)
     data = {k: v for k, v in layers.data.items() if k != "sources"}
     listed = data.get("secrets", [])
     if not isinstance(listed, list):

@@ -53,8 +53,52 @@ def read_layers(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, p
     for item in overrides:
         keys, value = parse_override(item)
         _merge_leaf(layers, keys, value, "override")
+    for key, value in leaves(layers.data):
+        if value == REDACTED:
+            raise ConfigError(f"{key}: the file has {REDACTED} here (a run's config.yaml keeps no secrets): "
+                              f"set it again, e.g. {key}=${{secret:VAR}} with VAR in the environment")
     _interpolate(layers.data, "", layers, environ)
     return layers
+
+
+# --- secrets -------------------------------------------------------------------------------------
+
+SECRET_NAME_RE = re.compile(r"^(?:webhook_url|api_keys?|(?:\w+_)?(?:token|password|secret))$")
+"""Keys that hold secrets by their name (alerts.webhook_url, serve.api_keys, ...)."""
+REDACTED = "<secret>"
+MISSING = object()
+
+
+def leaves(data: dict[str, Any], prefix: str = ""):
+    """(dotted key, value) of every entry, sections included, depth first."""
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield from leaves(v, key + ".")
+        yield key, v
+
+
+def lookup(data: dict[str, Any], key: str, default: Any = MISSING) -> Any:
+    node = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def redacted(data: dict[str, Any], listed: Sequence[str]) -> dict[str, Any]:
+    """`data` (plain config data, changed in place) with every secret that is set written as <secret>:
+    keys named like one, and the `listed` ones (`secrets`, with those set from ${secret:VAR})."""
+    named = [k for k, _ in leaves(data) if SECRET_NAME_RE.search(k.rsplit(".", 1)[-1])]
+    for key in dict.fromkeys([*named, *listed]):
+        if lookup(data, key, None) not in (None, "", [], {}):
+            *parents, leaf = key.split(".")
+            node = data
+            for part in parents:
+                node = node[part]
+            node[leaf] = REDACTED
+    return data
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
