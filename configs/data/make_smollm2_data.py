@@ -2,8 +2,13 @@
 
     python configs/data/make_smollm2_data.py
 
-arith.jsonl  chat-message records ("messages"): two-number sums, differences and small products
-word.jsonl   plain-text records ("prompt"): one-step word problems; data.chat wraps them as a user message
+arith.jsonl  chat-message records ("messages"): two-number sums, differences and small products; the
+             messages end with the assistant's worked solution (what cold-start SFT imitates)
+word.jsonl   plain-text records ("prompt"): one-step word problems; data.chat wraps them as a user
+             message; the worked solution in a `solution` field
+
+The solutions follow the system prompt's example (`48 - 33 = 15, so the answer is \\boxed{15}.`);
+RL never sees them (configs/smollm2_sft.yaml cold-starts on them, configs/smollm2.yaml does not).
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ def value(a: int, op: str, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
+def solution(a: int, sym: str, b: int, v: int) -> str:
+    return f"{a} {sym} {b} = {v}, so the answer is \\boxed{{{v}}}."
+
+
 def main() -> None:
     HERE.mkdir(parents=True, exist_ok=True)
     rng = random.Random(2024)
@@ -45,16 +54,20 @@ def main() -> None:
             op = rng.choice("+-*")
             a, b = operands(rng, op)
             sym = {"+": "+", "-": "-", "*": "\u00d7"}[op]
-            record = {"id": f"arith-{i}", "messages": [{"role": "user", "content": f"What is {a} {sym} {b}?"}],
-                      "answer": str(value(a, op, b)), "source": "arith"}
+            v = value(a, op, b)
+            record = {"id": f"arith-{i}", "messages": [{"role": "user", "content": f"What is {a} {sym} {b}?"},
+                                                       {"role": "assistant", "content": solution(a, sym, b, v)}],
+                      "answer": str(v), "source": "arith"}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     with (HERE / "word.jsonl").open("w") as f:
         for i in range(N):
             template, op = rng.choice(WORD)
             a, b = operands(rng, op)
             name, pron = rng.choice(NAMES)
+            v = value(a, op, b)
+            sym = {"+": "+", "-": "-", "*": "\u00d7"}[op]
             record = {"id": f"word-{i}", "prompt": template.format(name=name, pron=pron, a=a, b=b),
-                      "answer": str(value(a, op, b)), "source": "word"}
+                      "answer": str(v), "solution": solution(a, sym, b, v), "source": "word"}
             f.write(json.dumps(record) + "\n")
 
 

@@ -95,7 +95,8 @@ class TaskConfig:
 @dataclass
 class DataConfig:
     """Training data files (rlvr.tasks.files). Each record: `prompt` (text) or `messages` (chat),
-    `answer` and/or `tests`, optional `id`, `source`, `verifier`, `metadata`."""
+    `answer` and/or `tests`, optional `id`, `source`, `verifier`, `metadata`, and a worked `solution`
+    (or chat messages ending with an assistant turn) for the cold start (sft.*)."""
     files: list[str] = field(default_factory=list)
     """JSONL files, Parquet files or local Hugging Face `datasets` directories (save_to_disk). When
     set, they replace the built-in task; task.name may also be a single data file."""
@@ -135,10 +136,13 @@ class SFTConfig:
     lr: float = 3e-3
     warmup: int = 20
     examples: int = 20000
-    """Worked examples generated for cold-start SFT (disjoint from the held-out set)."""
+    """Demonstrations for cold-start SFT: generated from the built-in task (disjoint from the held-out
+    set), or at most this many of the data files' worked solutions (`solution`, or chat messages ending
+    with an assistant turn; drawn with the seed, held-out records never)."""
     teacher_error: float = 0.6
-    """The imperfect teacher's error rate: the chance that an arithmetic demonstration forgets each
-    carry/borrow; a code demonstration writes its family's misconception with this x level / 2."""
+    """The built-in tasks' imperfect teacher's error rate: the chance that an arithmetic demonstration
+    forgets each carry/borrow; a code demonstration writes its family's misconception with this x
+    level / 2. With data files the records' solutions are the demonstrations (setting it: a config error)."""
     cache_dir: str = ".cache/sft"
     """SFT checkpoints are cached here keyed by their config, so a second run reuses them."""
 

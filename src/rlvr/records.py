@@ -31,6 +31,9 @@ class Problem:
     verifier: str = "math"
     """One of VERIFIER_NAMES ('env': the episode's success, as the environment reports it)."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    solution: str | None = None
+    """A worked solution as the model should write it (data files: `solution`, or chat messages
+    ending with an assistant turn): what cold-start SFT imitates. Never shown to the policy."""
 
 
 FinishReason = Literal["stop", "length", "max_turns", "env_done"]

@@ -48,11 +48,6 @@ def needs_tool_tags(cfg) -> bool:
     return "tool_arithmetic" in (builtin_names(cfg.task.name) or [])
 
 
-def has_worked_solutions(cfg) -> bool:
-    """Whether the task can feed cold-start SFT: the built-in task can; data files carry no solutions."""
-    return not data_paths(cfg)
-
-
 def build_task(cfg, *, tokenizer=None, on_event=None):
     """The run's task. With a tokenizer, data-file prompts are rendered once up front and the
     prompt-length policy applied; on_event(kind, **fields) receives every skipped or cut record."""

@@ -3,10 +3,12 @@
 A record is a JSON object (a row) with
 
     prompt    text                        } exactly one of the two
-    messages  [{"role", "content"}, ...]   }
+    messages  [{"role", "content"}, ...]   }   (ending with an assistant turn: that turn is the solution)
     answer    text or number              } at least one; `verifier` says which is used
     tests     mapping (or JSON text)      }   (default: 'code' with tests only, else 'math');
                                               neither with verifier 'env' (an environment grades)
+    solution  text                        optional: a worked solution, as the model should write it,
+                                              for cold-start SFT (rlvr.train.sft)
     id, source, verifier                  optional text (source: default the file's name)
     metadata                              optional mapping
 
@@ -159,6 +161,15 @@ def parse_record(obj: Any, where: str, default_source: str, known_verifiers: set
                           + (", got both" if "prompt" in obj else ", got neither"))
     prompt: str | list[dict[str, str]] = (_text(obj["prompt"], "prompt") if "prompt" in obj
                                           else _messages(obj["messages"]))
+    solution = _text(obj["solution"], "solution") if "solution" in obj else None
+    if isinstance(prompt, list) and prompt[-1]["role"] == "assistant":
+        if solution is not None:
+            raise RecordError("a worked solution twice: both a 'solution' field and 'messages' ending with an "
+                              "assistant turn; keep one")
+        solution = _text(prompt[-1]["content"], "messages[-1].content")
+        prompt = prompt[:-1]
+        if not any(m["role"] == "user" and m["content"].strip() for m in prompt):
+            raise RecordError("field 'messages': no non-empty user message before the final assistant turn")
     answer = _text(obj["answer"], "answer", numbers=True) if "answer" in obj else None
     tests = _tests(obj["tests"]) if "tests" in obj else None
     verifier = _text(obj["verifier"], "verifier") if "verifier" in obj else None
@@ -178,16 +189,14 @@ def parse_record(obj: Any, where: str, default_source: str, known_verifiers: set
         raise RecordError(f"field 'metadata': expected a mapping, got {type(metadata).__name__}")
     rid = _text(obj["id"], "id", numbers=True) if "id" in obj else where
     return Problem(id=rid, prompt=prompt, answer=answer, tests=tests, source=source, verifier=verifier,
-                   metadata={**metadata, "where": where})
+                   metadata={**metadata, "where": where}, solution=solution)
 
 
-def load_problems(paths: list[str | Path], on_bad_record: str = "error", on_event: EventFn | None = None
-                  ) -> list[Problem]:
-    """Every valid record of every file, in file order. 'error': the first bad record raises a
-    DataError naming FILE:LINE; 'skip': each bad record is logged (and passed to on_event)."""
+def read_records(paths: list[str | Path]) -> Iterator[tuple[str, Problem | None, str | None]]:
+    """(where, problem, None) for every valid record of every file, in file order, and
+    (where, None, reason) for every record training cannot use (the one reader of data files:
+    training and `rlvr data audit` both go through it)."""
     known = set(VERIFIER_NAMES)
-    problems: list[Problem] = []
-    skipped = 0
     seen: dict[str, str] = {}  # id -> where it was first seen
     for entry in paths:
         for path in data_files(Path(entry)):
@@ -200,14 +209,28 @@ def load_problems(paths: list[str | Path], on_bad_record: str = "error", on_even
                     if problem.id in seen:
                         raise RecordError(f"duplicate id {problem.id!r} (first at {seen[problem.id]})")
                     seen[problem.id] = where
-                    problems.append(problem)
                 except RecordError as exc:
-                    if on_bad_record == "error":
-                        raise DataError(f"{where}: {exc} (data.on_bad_record=skip leaves such records out)") from None
-                    skipped += 1
-                    log.warning("skipped %s: %s", where, exc)
-                    if on_event:
-                        on_event("skipped_record", where=where, reason=str(exc))
+                    yield where, None, str(exc)
+                    continue
+                yield where, problem, None
+
+
+def load_problems(paths: list[str | Path], on_bad_record: str = "error", on_event: EventFn | None = None
+                  ) -> list[Problem]:
+    """Every valid record of every file, in file order. 'error': the first bad record raises a
+    DataError naming FILE:LINE; 'skip': each bad record is logged (and passed to on_event)."""
+    problems: list[Problem] = []
+    skipped = 0
+    for where, problem, reason in read_records(paths):
+        if problem is not None:
+            problems.append(problem)
+            continue
+        if on_bad_record == "error":
+            raise DataError(f"{where}: {reason} (data.on_bad_record=skip leaves such records out)")
+        skipped += 1
+        log.warning("skipped %s: %s", where, reason)
+        if on_event:
+            on_event("skipped_record", where=where, reason=reason)
     if skipped:
         log.warning("skipped %d bad record(s) of %d; each is listed above and in events.jsonl",
                     skipped, skipped + len(problems))

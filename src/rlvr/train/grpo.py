@@ -35,10 +35,10 @@ from rlvr.envs import env_components
 from rlvr.rollout import RolloutEngine, build_engine, episode_spec
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
-from rlvr.tasks import build_task, has_worked_solutions
+from rlvr.tasks import build_task
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
-from rlvr.train.sft import base_model_path, run_sft
+from rlvr.train.sft import base_model_path, describe, run_sft, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
 from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, sync_weights
@@ -53,10 +53,18 @@ def starting_point(cfg: Config, ui: RunConsole) -> Path:
     """The policy RL starts from: model.init_from, or the (cached) cold-start SFT checkpoint."""
     if cfg.model.init_from:
         return Path(cfg.model.init_from)
-    if cfg.sft.steps == 0 or not has_worked_solutions(cfg):  # data files carry no worked solutions to imitate
+    if cfg.sft.steps == 0:
         return base_model_path(cfg)
     ui.print(f"cold-start SFT: {cfg.sft.steps} steps (cached after the first run)")
-    return run_sft(cfg)
+    path = run_sft(cfg)
+    if path is None:
+        ui.print("cold-start SFT skipped: no training record carries a worked solution (a `solution` field, or "
+                 "chat messages ending with an assistant turn); RL starts from the base model")
+        return base_model_path(cfg)
+    info = sft_info(path)
+    if info and "without_solution" in info:
+        ui.print(f"cold-start SFT on {describe(info)}")
+    return path
 
 
 @dataclass
@@ -384,7 +392,7 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
         "eval_change": eval_change(state.eval_before, eval_after),
         "reward_first": float(np.mean(rewards[:10])) if rewards else None,
         "reward_last": float(np.mean(rewards[-10:])) if rewards else None,
-        "start_from": str(run.start_path), "rollbacks": run.guard.rollbacks,
+        "start_from": str(run.start_path), "cold_start": sft_info(run.start_path), "rollbacks": run.guard.rollbacks,
     }
     log.summary(summary)
     log.close()

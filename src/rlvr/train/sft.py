@@ -1,8 +1,14 @@
 """Cold-start SFT: teach the output format and a first, partial skill.
 
-The loss covers completion tokens only (the prompt is given, not learned).
-The resulting checkpoint is cached under `sft.cache_dir`, keyed by every
-setting that shapes it, so a second `rlvr train` starts RL immediately.
+Demonstrations come from the built-in task's imperfect teacher, or from the
+worked solutions data-file records carry (`solution`, or chat messages
+ending with an assistant turn; held-out records never). Prompts are
+rendered exactly as rollout renders them (rlvr.rollout.engine.render_prompt:
+the chat template with its generation prompt), so SFT teaches the very turn
+RL samples. The loss covers completion tokens only (the prompt is given,
+not learned). The resulting checkpoint is cached under `sft.cache_dir`,
+keyed by every setting and data byte that shapes it, so a second
+`rlvr train` starts RL immediately.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -18,14 +25,18 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.config import Config
-from rlvr.configlib import to_dict
+from rlvr.configlib import ConfigError, to_dict
 from rlvr.models import load_model, save_model
+from rlvr.models.loading import load_tokenizer
 from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
-from rlvr.tasks import build_task, needs_code_chars, needs_tool_tags, teacher_solution
+from rlvr.rollout.engine import render_prompt
+from rlvr.tasks import build_task, data_paths, needs_code_chars, needs_tool_tags, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 from rlvr.train.parallel import train_device
+
+log = logging.getLogger("rlvr.sft")
 
 
 def base_model_path(cfg: Config) -> Path:
@@ -53,7 +64,22 @@ def sft_cache_path(cfg: Config) -> Path:
         settings["code_task"] = versions.pop("code")
     if versions:
         settings["task_versions"] = versions
+    paths = data_paths(cfg)
+    if paths:  # the demonstrations are the files' solutions: every byte of them, and how they are read
+        from rlvr.tasks.files import data_files
+        settings["data"] = {k: v for k, v in to_dict(cfg.data).items() if k != "files"}
+        settings["data_bytes"] = [_file_digest(f) for p in paths for f in data_files(Path(p))]
     return Path(cfg.sft.cache_dir) / f"sft-{_digest(settings)}"
+
+
+def _file_digest(path: Path) -> str:
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
 
 
 def task_versions(cfg: Config) -> dict[str, int]:
@@ -78,7 +104,7 @@ def sft_pairs(problems: list[Problem], tokenizer, solutions: list,
     pairs = []
     eos = tokenizer.eos_token_id
     for p, solution in zip(problems, solutions):
-        prompt = tokenizer(p.prompt, add_special_tokens=False).input_ids
+        prompt = render_prompt(tokenizer, p)  # as rollout feeds it: chat messages through the template
         segments = [(solution, True)] if isinstance(solution, str) else solution
         pieces = [(tokenizer(text, add_special_tokens=False).input_ids + ([eos] if sampled else []), sampled)
                   for text, sampled in segments]
@@ -132,24 +158,75 @@ def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float
     return losses
 
 
-def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, float], None] | None = None) -> Path:
-    """Train the cold-start checkpoint (or reuse the cached one) and return its directory."""
+def demonstrations(cfg: Config, task) -> tuple[list[Problem], list, dict[str, int]]:
+    """(problems, solutions, counts) the cold start imitates: the built-in task's teacher on fresh
+    problems, or the training records of data files that carry a worked solution (at most
+    sft.examples, drawn with the seed; held-out records never). Records without one are counted."""
+    s = cfg.sft
+    if not data_paths(cfg):
+        problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), s.examples))
+        rng = random.Random(f"teacher-{cfg.seed}")
+        return problems, [teacher_solution(p, s.teacher_error, rng) for p in problems], {"examples": len(problems)}
+    train = [p for source in sorted(task.train) for p in task.train[source]]
+    solved = [p for p in train if p.solution]
+    if len(solved) > s.examples:
+        solved = random.Random(f"sft-{cfg.seed}").sample(solved, s.examples)
+    counts = {"examples": len(solved), "without_solution": len(train) - sum(1 for p in train if p.solution),
+              "held_out": len(task.held_out())}
+    return solved, [p.solution for p in solved], counts
+
+
+def describe(counts: dict[str, int]) -> str:
+    """One line on what the cold start learned from."""
+    line = f"{counts['examples']} worked solution(s)"
+    if "held_out" in counts:
+        line += f" ({counts['held_out']} held-out record(s) never trained on)"
+    if counts.get("without_solution"):
+        line += (f"; {counts['without_solution']} training record(s) without one (a `solution` field, or chat "
+                 f"messages ending with an assistant turn) left out")
+    return line
+
+
+def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, float], None] | None = None
+            ) -> Path | None:
+    """Train the cold-start checkpoint (or reuse the cached one) and return its directory; None when
+    the data files carry no worked solution to imitate (RL then starts from the base model)."""
+    if data_paths(cfg) and "sft.teacher_error" in cfg.sources:
+        raise ConfigError("sft.teacher_error: the built-in tasks' teacher; with data files the demonstrations are "
+                          "the records' own solutions: remove the key")
     out = Path(out_dir) if out_dir else sft_cache_path(cfg)
     if (out / "sft.json").exists():
         return out
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out}: exists and is not a cold-start checkpoint (no sft.json); give a new directory")
+    base = base_model_path(cfg)
+    tokenizer = load_tokenizer(base)
+    task = build_task(cfg, tokenizer=tokenizer)  # data files: the prompt-length policy as the run applies it
+    problems, solutions, counts = demonstrations(cfg, task)
+    if counts.get("without_solution"):
+        log.warning("cold-start SFT: %s", describe(counts))
+    if not problems:
+        log.warning("cold-start SFT skipped: no training record of %s carries a worked solution",
+                    ", ".join(data_paths(cfg)))
+        return None
     torch.manual_seed(cfg.seed)
-    model, tokenizer = load_model(base_model_path(cfg), "float32")  # fp32 master weights (model.dtype: compute)
+    model, tokenizer = load_model(base, "float32")  # fp32 master weights (model.dtype: compute)
     model = model.to(train_device(cfg.train.device))
-    task = build_task(cfg)
-    problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), cfg.sft.examples))
     s = cfg.sft
-    rng = random.Random(f"teacher-{cfg.seed}")
-    solutions = [teacher_solution(p, s.teacher_error, rng) for p in problems]
     pairs = sft_pairs(problems, tokenizer, solutions, cfg.env.history)
     losses = train_sft(model, tokenizer, pairs, steps=s.steps, batch_size=s.batch_size,
                        lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step, dtype=cfg.model.dtype)
     tmp = out.with_name(out.name + ".tmp")
     save_model(model, tokenizer, tmp)
-    (tmp / "sft.json").write_text(json.dumps({"steps": s.steps, "final_loss": losses[-1] if losses else None}))
+    (tmp / "sft.json").write_text(json.dumps({"steps": s.steps, "final_loss": losses[-1] if losses else None,
+                                              "first_loss": losses[0] if losses else None, **counts}))
+    if out.exists():
+        out.rmdir()  # empty (checked above)
     tmp.rename(out)
     return out
+
+
+def sft_info(path: Path) -> dict | None:
+    """What a cold-start checkpoint recorded (sft.json), or None for another starting point."""
+    f = Path(path) / "sft.json"
+    return json.loads(f.read_text()) if f.exists() else None
