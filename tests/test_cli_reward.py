@@ -73,9 +73,10 @@ def test_audit_reports_every_bad_line_and_fails(tmp_path, capsys):
     lines = {int(line.split(":")[1]): line for line in out.splitlines() if line.startswith(str(src) + ":")
              and line.split(":")[1].isdigit()}
     assert sorted(lines) == [2, 4, 5, 6, 7, 8]
-    assert "mislabelled" in lines[2] and "does not parse" in lines[4] and "duplicate" in lines[5]
-    assert "malformed" in lines[6] and "mislabelled" in lines[7] and "empty field 'prompt'" in lines[8]
-    assert "arithmetic" in out and "0.429" in out  # per-source counts and mix ratio (3 of 7)
+    assert "mislabelled" in lines[2] and "does not parse" in lines[4] and "duplicate prompt" in lines[5]
+    assert "invalid: not valid JSON" in lines[6] and "mislabelled" in lines[7]
+    assert "invalid: field 'prompt' is empty" in lines[8]
+    assert "arithmetic" in out and "0.5" in out  # per-source counts and mix ratio of the usable records (3 of 6)
 
 
 def test_audit_of_a_clean_file_passes(tmp_path, capsys):

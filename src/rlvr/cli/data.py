@@ -1,13 +1,17 @@
-"""`rlvr data audit DATA.jsonl [key=value ...]`: check a training set before any GPU is spent.
+"""`rlvr data audit DATA [DATA ...] [key=value ...]`: check a training set before any GPU is spent.
 
-Per line: valid JSON object; no empty prompt/answer/tests; a known verifier;
-the gold parses; the gold scores correct = 1 against itself when written as a
-model would write it (a gold that cannot do that teaches the model nothing);
-the gold agrees with the line's own reference `solution` (top level or in
-`metadata`) and, for a bare arithmetic prompt such as `12+345=`, with its
-value (a mislabelled gold). Across lines: duplicate prompts and ids, per-source
-counts and the mix ratio. Every problem is reported as FILE:LINE; the exit
-status is 1 when anything is wrong.
+The files are read by the trainer's own reader (JSONL, Parquet, a datasets
+directory; rlvr.tasks.files), so a record reported `invalid` is exactly one
+training stops on (or, with data.on_bad_record=skip, leaves out), and every
+other record is one it trains on. On those: math golds parse and score
+correct = 1 against themselves written as a model would write them (a gold
+that cannot do that teaches the model nothing), and agree with the record's
+worked `solution` (or `metadata.solution`) and, for a bare arithmetic prompt
+such as `12+345=`, with its value (a mislabelled gold); code golds are run in
+the sandbox: the reference `solution` passes its own tests, and a program that
+does nothing fails them. Across records: duplicate prompts, per-source counts
+and the mix ratio. Every problem is reported as FILE:LINE (FILE: row N); the
+exit status is 1 when anything is wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.cli._common import add_config_files, config_from_args
-from rlvr.cli.reward import print_table, problem_from, read_jsonl
+from rlvr.cli.reward import print_table
 from rlvr.records import Problem
 
 _ARITH_PROMPT_RE = re.compile(
@@ -32,9 +36,10 @@ _ARITH_PROMPT_RE = re.compile(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    p = sub.add_parser("audit", help="check a JSONL training set", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", type=Path, help="JSONL: prompt, answer|tests, optional verifier, source, id, solution")
+    p = sub.add_parser("audit", help="check a training set (JSONL, Parquet, datasets) as training reads it",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", type=Path, nargs="+", metavar="DATA",
+                   help="data files or directories, as data.files takes them (rlvr.tasks.files)")
     add_config_files(p, "; its `reward` section is used")
     p.add_argument("overrides", nargs="*",
                    help="dotted overrides right after the file, e.g. reward.math.extract=[boxed]")
@@ -72,70 +77,68 @@ def arithmetic_value(prompt: Any) -> str | None:
     return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
 
 
-def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, (str, list, dict)) and not (value.strip() if isinstance(value, str) else value))
+def trivially_wrong(problem: Problem, extract: str) -> str:
+    """A completion whose program does nothing (returns None, prints nothing): tests it passes check nothing."""
+    from rlvr.sandbox.cases import parse_tests
+
+    spec = parse_tests(problem.tests)
+    code = f"def {spec.entry_point}(*args, **kwargs):\n    return None\n" if spec.entry_point else "pass\n"
+    return code if extract == "whole_text" else f"```python\n{code}```"
 
 
-def _line_issues(obj: dict[str, Any], known: set[str]) -> list[str]:
-    issues = []
-    verifier = obj.get("verifier") or "math"
-    if verifier not in known:
-        issues.append(f"unknown verifier {verifier!r} (known: {', '.join(sorted(known))})")
-    if _empty(obj.get("prompt")):
-        issues.append("empty field 'prompt'")
-    gold_field = "tests" if verifier == "code" else "answer"
-    if _empty(obj.get(gold_field)):
-        issues.append(f"empty field {gold_field!r}" if gold_field in obj else f"missing field {gold_field!r}")
-    for key, value in obj.items():
-        if key not in ("prompt", gold_field) and isinstance(value, str) and not value.strip():
-            issues.append(f"empty field {key!r}")
-    return issues
+def audit(paths: list[Path], cfg: Any) -> tuple[list[tuple[str, str]], int, Counter]:
+    """(issues as (where, message) in file order, records training cannot use, per-source counts of
+    the records it can). The records are read by the trainer's own reader (rlvr.tasks.files)."""
+    from rlvr.rewards import build_reward
+    from rlvr.tasks.files import read_records
 
-
-def audit(path: Path, cfg: Any) -> tuple[list[tuple[int, str]], Counter]:
-    from rlvr.rewards import VERIFIERS, build_reward
-
-    issues: list[tuple[int, str]] = []
+    found: list[tuple[int, str, str]] = []  # (record index, where, message)
+    invalid = 0
     sources: Counter = Counter()
-    seen_prompt: dict[str, int] = {}
-    seen_id: dict[str, int] = {}
-    checks: list[tuple[int, str, Problem, str]] = []  # (line, what, problem, completion)
-    for n, obj, err in read_jsonl(path):
-        if obj is None:
-            issues.append((n, f"malformed line: {err}"))
+    seen_prompt: dict[str, str] = {}
+    checks: list[tuple[int, str, str, Problem, str]] = []  # (index, where, what, problem, completion)
+    for i, (where, problem, reason) in enumerate(read_records(paths)):
+        if problem is None:
+            invalid += 1
+            found.append((i, where, f"invalid: {reason} (training stops here; data.on_bad_record=skip leaves it out)"))
             continue
-        sources[str(obj.get("source") or "default")] += 1
-        issues += [(n, msg) for msg in _line_issues(obj, set(VERIFIERS))]
-        key = json.dumps(obj.get("prompt"), sort_keys=True, ensure_ascii=False)
-        if not _empty(obj.get("prompt")):
-            key = " ".join(key.split())
-            if key in seen_prompt:
-                issues.append((n, f"duplicate prompt (first seen on line {seen_prompt[key]})"))
-            seen_prompt.setdefault(key, n)
-        if "id" in obj:
-            if str(obj["id"]) in seen_id:
-                issues.append((n, f"duplicate id {obj['id']!r} (first seen on line {seen_id[str(obj['id'])]})"))
-            seen_id.setdefault(str(obj["id"]), n)
-        problem = problem_from(obj, n)
-        if problem.verifier != "math" or _empty(problem.answer):
-            continue
-        assert problem.answer is not None
-        checks.append((n, "self", problem, written_as_model(problem.answer, cfg)))
-        solution = obj.get("solution") or (obj.get("metadata") or {}).get("solution")
-        if isinstance(solution, str) and solution.strip():
-            checks.append((n, "solution", problem, solution))
-        value = arithmetic_value(obj.get("prompt"))
-        if value is not None:
-            checks.append((n, "prompt", problem, f"\\boxed{{{value}}}"))
+        sources[problem.source] += 1
+        key = " ".join(json.dumps(problem.prompt, sort_keys=True, ensure_ascii=False).split())
+        if key in seen_prompt:
+            found.append((i, where, f"duplicate prompt (first at {seen_prompt[key]})"))
+        seen_prompt.setdefault(key, where)
+        solution = problem.solution or problem.metadata.get("solution")
+        solution = solution if isinstance(solution, str) and solution.strip() else None
+        if problem.verifier == "math":
+            assert problem.answer is not None
+            checks.append((i, where, "self", problem, written_as_model(problem.answer, cfg)))
+            if solution:
+                checks.append((i, where, "solution", problem, solution))
+            value = arithmetic_value(problem.prompt)
+            if value is not None:
+                checks.append((i, where, "prompt", problem, f"\\boxed{{{value}}}"))
+        elif problem.verifier == "code":
+            if solution:
+                checks.append((i, where, "reference", problem, solution))
+            checks.append((i, where, "trivial", problem, trivially_wrong(problem, cfg.code.extract)))
     if checks:
         with build_reward(cfg) as reward:
-            results = reward.score([c[2] for c in checks], [c[3] for c in checks])
-        for (n, what, problem, text), r in zip(checks, results):
-            issues += [(n, msg) for msg in _check_message(what, problem, text, r, cfg)]
-    return sorted(issues, key=lambda x: x[0]), sources
+            results = reward.score([c[3] for c in checks], [c[4] for c in checks])
+        for (i, where, what, problem, text), r in zip(checks, results):
+            found += [(i, where, msg) for msg in _check_message(what, problem, text, r, cfg)]
+    return [(where, msg) for _, where, msg in sorted(found, key=lambda x: x[0])], invalid, sources
 
 
 def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> list[str]:
+    if what in ("reference", "trivial"):
+        passed = r.valid and r.components.get("correct") == 1.0
+        if what == "reference" and not passed:
+            why = r.error if not r.valid else (r.info.get("reason") or r.info.get("flag") or "a test fails")
+            return [f"code gold: the reference solution fails its own tests ({why})"]
+        if what == "trivial" and passed:
+            return [("code gold: a program that does nothing (returns None, prints nothing) passes the tests: "
+                     "they check nothing")]
+        return []
     gold = problem.answer
     if not r.valid and "does not parse" in (r.error or ""):
         return [f"gold answer {gold!r} does not parse"] if what == "self" else []
@@ -147,28 +150,33 @@ def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> 
         return []
     said = r.info.get("answer")
     if what == "self":
-        return [f"gold {gold!r} does not score correct=1 against itself written as {text!r} "
-                f"({r.info.get('flag') or 'not equivalent'})"]
+        return [(f"gold {gold!r} does not score correct=1 against itself written as {text!r} "
+                 f"({r.info.get('flag') or 'not equivalent'})")]
     if what == "solution":
         return [f"mislabelled gold: the reference solution's final answer is {said!r}, gold is {gold!r}"]
     return [f"mislabelled gold: the prompt evaluates to {said!r}, gold is {gold!r}"]
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlvr.configlib import ConfigError
+    from rlvr.tasks.files import data_files
 
     cfg = config_from_args(args)
-    if not args.data.is_file():
-        print(f"rlvr data audit: {args.data}: file not found", file=sys.stderr)
+    try:
+        for path in args.data:
+            data_files(path)
+    except ConfigError as exc:
+        print(f"rlvr data audit: {exc}", file=sys.stderr)
         return 2
-    issues, sources = audit(args.data, cfg.reward)
-    for n, msg in issues:
-        print(f"{args.data}:{n}: {msg}")
+    issues, invalid, sources = audit(args.data, cfg.reward)
+    for where, msg in issues:
+        print(f"{where}: {msg}")
     total = sum(sources.values())
+    name = ", ".join(map(str, args.data))
     if total:
         rows = [{"source": s, "n": c, "share": c / total} for s, c in sorted(sources.items())]
         rows.append({"source": "all", "n": total, "share": 1.0})
-        print_table(f"mix: {args.data}", rows, sys.stdout)
-    bad_lines = len({n for n, _ in issues})
-    print(f"{args.data}: {total} problem(s), {len(issues)} issue(s) on {bad_lines} line(s)"
-          + ("" if issues else ": OK"))
+        print_table("mix (usable records per source)", rows, sys.stdout)
+    print(f"{name}: {total} usable record(s), {invalid} invalid, {len(issues)} issue(s) on "
+          f"{len({w for w, _ in issues})} record(s)" + ("" if issues else ": OK"))
     return 1 if issues else 0
