@@ -13,6 +13,7 @@ from rlvr.config import load_config
 from rlvr.scoring import completion_logprobs
 from rlvr.models import ensure_trainable, load_model, load_policy, resolve_model
 from rlvr.configlib import ConfigError
+from rlvr.models.gguf import ModelNotFound
 from rlvr.models.gguf import dequantize_gguf
 from rlvr.models.tiny import build_tokenizer
 from rlvr.records import Problem
@@ -90,6 +91,47 @@ def test_hub_id_loads_from_the_local_cache_without_network(tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, tok = load_model("someorg/tiny")
     assert model.config.hidden_size == 32 and tok.chat_template == CHAT
+
+
+def test_a_hub_id_fails_at_once_when_the_hub_cannot_be_reached(monkeypatch):
+    """One request without retries (not the hub client's ~30-60 s of backoff), then the clear error;
+    in offline mode none at all. The 'hub' is a listener this test opened on 127.0.0.1 that drops
+    every connection before answering, as a broken network would."""
+    import socket
+    import threading
+
+    import huggingface_hub.constants as hub
+
+    from rlvr.models import loading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    hits = []
+
+    def drop() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            hits.append(1)
+            conn.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{srv.getsockname()[1]}")
+    monkeypatch.setattr(loading, "_HUB", None)
+    try:
+        with pytest.raises(ModelNotFound, match=r"someorg/nothing.*hub cannot be reached \(http://127.0.0.1"):
+            load_model("someorg/nothing")
+        assert len(hits) == 1  # one probe, no retries
+        monkeypatch.setattr(loading, "_HUB", None)
+        monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+        with pytest.raises(ModelNotFound, match="HF_HUB_OFFLINE is set"):
+            load_model("someorg/nothing")
+        assert len(hits) == 1
+    finally:
+        srv.close()
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tmp_path):
@@ -187,7 +229,7 @@ def test_gguf_is_dequantized_once_to_a_trainable_safetensors_model(tmp_path):
 def test_packaged_model_missing_says_how_to_install(monkeypatch):
     import importlib.util
 
-    from rlvr.models.gguf import ModelNotFound, packaged_gguf
+    from rlvr.models.gguf import packaged_gguf
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelNotFound, match="make smollm2"):

@@ -50,12 +50,42 @@ def local_path(path: str) -> str:
         return path
 
 
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (offline mode, or one request without retries
+    failed within 5 s), or None when it answers. Asked once per process, before a hub download, so
+    an offline machine gets its clear error at once instead of after the hub client's retries."""
+    global _HUB
+    if _HUB is None:
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            _HUB = "HF_HUB_OFFLINE is set"
+        else:
+            import httpx
+
+            try:
+                httpx.head(constants.ENDPOINT, timeout=5.0)
+                _HUB = ""
+            except httpx.HTTPError as exc:
+                _HUB = f"{constants.ENDPOINT}: {type(exc).__name__}: {exc}"
+    return _HUB or None
+
+
+_HUB: str | None = None
+
+
 def _pretrained(cls, path: str, **kwargs):
     """Load from a directory, or from a hub id: the local cache first (works offline), then the hub."""
     from huggingface_hub.errors import HFValidationError
 
+    where = local_path(path)
+    if where == path and not Path(path).is_dir() and (why := hub_unreachable()):
+        raise ModelNotFound(
+            f"model {path!r}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
+            f"({why}). Give a model directory, download it once while online, or use a packaged model "
+            f"({', '.join(PACKAGED)})")
     try:
-        return cls.from_pretrained(local_path(path), **kwargs)
+        return cls.from_pretrained(where, **kwargs)
     except (OSError, HFValidationError) as exc:
         if isinstance(exc, ModelNotFound):
             raise
