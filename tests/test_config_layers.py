@@ -3,27 +3,18 @@ the origin of every key; secrets kept out of every run file and sink."""
 
 from __future__ import annotations
 
-import importlib.machinery
 import socket
 import sys
-import types
 from pathlib import Path
 
 import pytest
 from ops_tiny import OPS_TINY, sft_cache
+from tracking_files import offline_tracking
 
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.configfiles import REDACTED
 from rlvr.configlib import ConfigError
-
-
-def module(name: str, **attrs) -> types.ModuleType:
-    """A recording stand-in for a tracking library, importable like the real one."""
-    m = types.ModuleType(name)
-    m.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    m.__dict__.update(attrs)
-    return m
 
 
 def write(path: Path, text: str) -> Path:
@@ -80,15 +71,7 @@ def test_a_secret_never_reaches_a_run_file_or_a_sink(tmp_path, tmp_path_factory,
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     monkeypatch.setenv("RLVR_TEST_HOOK", f"http://127.0.0.1:{listener.getsockname()[1]}/{secret}")
-    calls = []
-    run = types.SimpleNamespace(log=lambda values: calls.append(values), finish=lambda: None,
-                                define_metric=lambda name, step_metric=None: None)
-    monkeypatch.setitem(sys.modules, "wandb", module(
-        "wandb", init=lambda **kw: calls.append(kw) or run, alert=lambda **kw: calls.append(kw)))
-    monkeypatch.setitem(sys.modules, "mlflow", module(
-        "mlflow", set_tracking_uri=lambda uri: None, set_experiment=lambda name: None, start_run=lambda run_name: None,
-        log_params=lambda p: calls.append(p), log_metrics=lambda values, step: calls.append(values),
-        set_tag=lambda k, v: calls.append((k, v)), end_run=lambda: None))
+    offline_tracking(monkeypatch)  # the real W&B and MLflow write their payloads to disk
     cfg_file = write(tmp_path / "ops.yaml", "alerts:\n  webhook_url: ${secret:RLVR_TEST_HOOK}\n")
     run_dir = tmp_path / "run"
     try:
@@ -97,12 +80,12 @@ def test_a_secret_never_reaches_a_run_file_or_a_sink(tmp_path, tmp_path_factory,
                      f"log.mlflow_tracking_uri=file:{tmp_path / 'mlruns'}", f"serve.api_keys=[{api_key}]"]) == 0
     finally:
         listener.close()
-    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    files = [p for p in [*run_dir.rglob("*"), *(tmp_path / "mlruns").rglob("*")] if p.is_file()]
     assert any(p.name == "config.yaml" for p in files) and any("checkpoint" in str(p) or "step_" in str(p) for p in files)
+    assert any(p.suffix == ".wandb" for p in files) and any(p.parent.name == "params" for p in files)
     for path in files:
         data = path.read_bytes()
         assert secret.encode() not in data and api_key.encode() not in data, path
-    assert calls and secret not in repr(calls) and api_key not in repr(calls)
     assert REDACTED in (run_dir / "config.yaml").read_text()
     cfg = load_config([cfg_file])
     assert secret in cfg.alerts.webhook_url and cfg.secrets == ["alerts.webhook_url"]  # the run itself has it

@@ -20,6 +20,7 @@ from rlvr.models import load_model
 from rlvr.models.tiny import save_tiny
 from rlvr.ops.sinks import PrometheusSink, build_sinks
 from rlvr.runlog import RunLog, read_jsonl
+from tracking_files import offline_tracking, wandb_history
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -53,25 +54,16 @@ def test_prometheus_serves_metrics_and_health():
         sink.close()
 
 
-def test_wandb_and_mlflow_adapters_when_installed_and_a_config_error_when_not(tmp_path, monkeypatch):
-    """Recording stand-ins of the two libraries: W&B rows carry the training step as a metric (so the
-    rows after a rollback, steps seen before, are kept), MLflow gets every config key as a param."""
-    calls, params = [], {}
-    run = types.SimpleNamespace(log=lambda values: calls.append(("wandb.log", values)),
-                                define_metric=lambda name, step_metric=None: calls.append(("wandb.define", name, step_metric)),
-                                finish=lambda: calls.append(("wandb.finish",)))
-    wandb = types.SimpleNamespace(init=lambda **kw: calls.append(("wandb.init", kw["project"])) or run,
-                                  alert=lambda **kw: calls.append(("wandb.alert", kw["title"])))
-    mlflow = types.SimpleNamespace(
-        set_tracking_uri=lambda uri: calls.append(("mlflow.uri", uri)), set_experiment=lambda name: None,
-        start_run=lambda run_name: calls.append(("mlflow.start", run_name)),
-        log_params=lambda p: params.update(p) if len(p) <= 100 else pytest.fail("MLflow takes 100 params per call"),
-        log_metrics=lambda values, step: calls.append(("mlflow.log", step, values)),
-        set_tag=lambda k, v: calls.append(("mlflow.tag", k)), end_run=lambda: calls.append(("mlflow.end",)))
-    monkeypatch.setitem(sys.modules, "wandb", wandb)
-    monkeypatch.setitem(sys.modules, "mlflow", mlflow)
+def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(tmp_path, monkeypatch):
+    """W&B in offline mode and MLflow's local file store, read back from what they wrote: W&B rows carry
+    the training step as a metric, so the rows after a rollback (steps seen before) are kept; MLflow has
+    every config key as a param (more than its 100 per call) and every row; alerts reach both."""
+    import mlflow
+
+    offline_tracking(monkeypatch)
+    uri = f"file:{tmp_path / 'mlruns'}"
     cfg = load_config(None, [f"run.dir={tmp_path}", "log.tensorboard=false", "log.wandb_project=rl",
-                             "log.mlflow_tracking_uri=file:./mlruns", "run.name=r1"])
+                             f"log.mlflow_tracking_uri={uri}", "run.name=r1"])
     log = RunLog(tmp_path, cfg.to_dict(), sinks=build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False)))
     log.metrics(1, {"reward/mean": 0.5, "actor/kl": float("inf")})
     log.metrics(2, {"reward/mean": 0.6})
@@ -79,17 +71,23 @@ def test_wandb_and_mlflow_adapters_when_installed_and_a_config_error_when_not(tm
     log.rewind(1)
     log.metrics(2, {"reward/mean": 0.7})  # after the rollback: step 2 again
     log.close()
-    assert ("wandb.init", "rl") in calls and ("wandb.define", "*", "train/step") in calls
-    rows = [c[1] for c in calls if c[0] == "wandb.log"]
-    assert rows == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.6},
-                    {"train/step": 2, "reward/mean": 0.7}]
-    assert ("mlflow.start", tmp_path.name) in calls and ("mlflow.log", 1, {"reward/mean": 0.5}) in calls
-    assert len(params) > 100 and params["train.lr"] == str(cfg.train.lr) and "alerts.webhook_url" in params
-    assert ("wandb.alert", "rlvr rollback") in calls and ("mlflow.tag", "last_rollback") in calls
-    assert ("wandb.finish",) in calls and ("mlflow.end",) in calls
+    assert wandb_history(tmp_path) == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.6},
+                                       {"train/step": 2, "reward/mean": 0.7}]
+    client = mlflow.tracking.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(cfg.log.mlflow_experiment).experiment_id])
+    assert run.info.run_name == tmp_path.name and run.data.tags["last_rollback"] == "test"
+    params = run.data.params
+    assert len(params) == len(_leaves(cfg.to_dict())) > 100 and params["train.lr"] == str(cfg.train.lr)
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "reward/mean")] == [
+        (1, 0.5), (2, 0.6), (2, 0.7)]
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
     with pytest.raises(ConfigError, match=r"log.wandb_project: wandb is not installed: pip install 'rlvr\[tracking\]'"):
         build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False))
+
+
+def _leaves(d: dict, prefix: str = "") -> list[str]:
+    return [k for key, v in d.items() for k in (_leaves(v, f"{prefix}{key}.") if isinstance(v, dict) and v
+                                                else [prefix + key])]
 
 
 def test_runlog_rewind_drops_later_rows_and_a_half_written_line(tmp_path):

@@ -111,7 +111,7 @@ class MLflowSink:
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:  # an empty mapping (data.mix: {}) is a value of its own
             out.update(_flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
@@ -193,6 +193,16 @@ class PrometheusSink:
         self._server.server_close()
 
 
+def _refused(key: str, exc: Exception) -> Exception:
+    """The library's own refusal (no API key, a store it will not open) as a config error naming the key;
+    anything else is a bug and keeps its traceback."""
+    from rlvr.configlib import ConfigError
+
+    if type(exc).__module__.split(".")[0] not in ("wandb", "mlflow"):
+        return exc
+    return ConfigError(f"{key}: {type(exc).__name__}: {exc}")
+
+
 def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
     """The sinks `cfg.log` asks for. A configured W&B/MLflow that is not installed is a config error."""
     from rlvr.configlib import ConfigError
@@ -206,12 +216,16 @@ def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
         except ImportError:
             raise ConfigError("log.wandb_project: wandb is not installed: pip install 'rlvr[tracking]' (or wandb), "
                               "or unset log.wandb_project") from None
+        except Exception as exc:
+            raise _refused("log.wandb_project", exc) from None
     if log.mlflow_tracking_uri:
         try:
             sinks.append(MLflowSink(log.mlflow_tracking_uri, log.mlflow_experiment, Path(run_dir).name, cfg.to_dict()))
         except ImportError:
             raise ConfigError("log.mlflow_tracking_uri: mlflow is not installed: pip install 'rlvr[tracking]' (or "
                               "mlflow), or unset log.mlflow_tracking_uri") from None
+        except Exception as exc:
+            raise _refused("log.mlflow_tracking_uri", exc) from None
     if log.prometheus_port is not None:
         try:
             sink = PrometheusSink(log.prometheus_host, log.prometheus_port, log.healthz_stale_s)
