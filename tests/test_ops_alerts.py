@@ -44,6 +44,22 @@ def test_nonfinite_and_kl_fire_at_once_as_rollback_rules_and_latch_until_cleared
     assert AlertRules(AlertsConfig(), set()).check(1, healthy(1, **{"actor/grad_norm": float("inf")}))[0].severity == "warning"
 
 
+def test_reward_agreement_fires_after_patience_names_the_worst_pair_and_can_roll_back():
+    def agree(a: float) -> dict:
+        return healthy(0, **{"reward/agreement": a, "reward/agreement/correct_vs_judge": a,
+                             "reward/agreement/correct_vs_format": 0.9})
+
+    stream = [agree(0.8)] * 5 + [agree(-0.1)] * 4 + [agree(0.7)] * 2 + [agree(0.0)] * 3
+    rules = AlertRules(AlertsConfig(patience=3, reward_agreement_min=0.2), ROLLBACK | {"reward_agreement"})
+    alerts = [a for i, m in enumerate(stream, 1) for a in rules.check(i, m)]
+    assert [(a.step, a.rule, a.severity) for a in alerts] == [(8, "reward_agreement", "critical"),
+                                                              (14, "reward_agreement", "critical")]
+    assert "correct vs judge -0.10" in alerts[0].message and "alerts.reward_agreement_min=+0.20" in alerts[0].message
+    assert feed(AlertRules(AlertsConfig(), ROLLBACK), stream) == []  # off unless a floor is set
+    with pytest.raises(Exception, match="reward_agreement_min"):
+        AlertsConfig(reward_agreement_min=1.5)
+
+
 def test_reward_collapse_needs_patience_and_a_real_average():
     stream = [healthy(i) for i in range(1, 11)] + [healthy(i, **{"reward/mean": 0.1}) for i in range(11, 15)]
     assert feed(AlertRules(AlertsConfig(patience=3), ROLLBACK), stream) == [(13, "reward_collapse")]

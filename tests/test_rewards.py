@@ -192,6 +192,36 @@ def test_reward_metrics_per_source():
     assert m["reward/correct/mean"] == pytest.approx(2 / 3)
 
 
+def test_agreement_is_the_rank_correlation_between_components_over_the_batch():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from rlvr.rewards.monitor import agreement, spearman
+
+    def batch(rows):
+        return [RewardResult(total=0.0, components=dict(zip(("correct", "format", "judge"), r))) for r in rows]
+
+    # judge ranks like correct (ties shared), format ranks against it, one invalid sample left out
+    rows = [(1.0, 0.0, 0.9), (0.0, 1.0, 0.1), (1.0, 0.0, 0.8), (0.0, 1.0, 0.3)]
+    m = agreement([*batch(rows), RewardResult.invalid("timeout", {"correct": 1.0, "format": 1.0, "judge": 0.0})])
+    assert m["reward/agreement/correct_vs_judge"] == pytest.approx(math.sqrt(0.8))  # 2 tied pairs against 4 ranks
+    assert m["reward/agreement/correct_vs_format"] == pytest.approx(-1.0)
+    assert m["reward/agreement/format_vs_judge"] == pytest.approx(-math.sqrt(0.8))
+    assert m["reward/agreement"] == pytest.approx(-1 / 3)  # the mean over the pairs: (-1 + r - r) / 3
+    assert "reward/agreement" not in agreement(batch([(1.0, 1.0, 0.5)] * 4))  # nothing varies: no correlation
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.integers(-9, 9), st.integers(-9, 9)), min_size=2, max_size=30))
+    def symmetric_and_bounded(pairs):
+        a, b = [x for x, _ in pairs], [y for _, y in pairs]
+        rho = spearman(a, b)
+        if rho is not None:
+            assert -1 - 1e-9 <= rho <= 1 + 1e-9 and rho == pytest.approx(spearman(b, a))
+            assert spearman(a, [2 * x + 1 for x in a]) == pytest.approx(1.0)  # any increasing map: 1
+
+    symmetric_and_bounded()
+
+
 def test_monitor_alerts_once_when_one_source_is_stuck_at_zero():
     mon = RewardMonitor(stuck_steps=3)
     step = {"reward/source/zh/correct_mean": 0.0, "reward/source/gsm8k/correct_mean": 0.4}

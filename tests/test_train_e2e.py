@@ -33,6 +33,9 @@ def test_grpo_steps_change_parameters_and_write_the_run_dir(tiny_overrides):
     for r in steps:
         for key in REQUIRED_METRICS:
             assert key in r and math.isfinite(r[key]), key
+        # the components' agreement exists exactly when both vary over the batch, as a rank correlation
+        assert ("reward/agreement" in r) == (r["reward/format/std"] > 0 and r["reward/correct/std"] > 0)
+        assert -1 <= r.get("reward/agreement/correct_vs_format", 0) == r.get("reward/agreement", 0) <= 1
     saved = json.loads((run / "summary.json").read_text())
     for key in ["status", "steps", "wall_time_s", "eval_before", "eval_after"]:
         assert key in saved

@@ -25,7 +25,7 @@ from rlvr.ops.config import AlertsConfig
 MIN_HISTORY = 2  # steps of history before a reward or format level counts as "recent"
 MIN_HISTORY_THROUGHPUT = 5  # the first steps are warm-up (compilation, caches, worker start)
 RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "stuck_source", "zero_std", "invalid",
-         "eval_decline", "throughput")
+         "eval_decline", "throughput", "reward_agreement")
 
 
 @dataclass
@@ -106,6 +106,16 @@ class AlertRules:
         return (self.cfg.invalid_max > 0 and worst[1] > self.cfg.invalid_max), worst[1], \
             f"{worst[0]} = {worst[1]:.1%} above alerts.invalid_max={self.cfg.invalid_max:.0%} (rewards erroring or timing out)"
 
+    def _reward_agreement(self, m: dict[str, Any]):
+        a, floor = _num(m, "reward/agreement"), self.cfg.reward_agreement_min
+        if floor is None or a is None:
+            return None  # off, or no pair of components varied this step: neither holds nor clears
+        pairs = sorted((v, k.rsplit("/", 1)[1]) for k in m if k.startswith("reward/agreement/")
+                       if (v := _num(m, k)) is not None)
+        worst = f" (lowest: {pairs[0][1].replace('_vs_', ' vs ')} {pairs[0][0]:+.2f})" if pairs else ""
+        return a < floor, a, (f"reward components disagree: reward/agreement {a:+.2f} below "
+                              f"alerts.reward_agreement_min={floor:+.2f} for {self.cfg.patience} steps{worst}")
+
     def _eval_decline(self, m: dict[str, Any]):
         acc = _num(m, "eval/accuracy")
         if acc is None or not self.cfg.eval_drops:
@@ -129,10 +139,11 @@ class AlertRules:
         """Alerts that start at this step. `extra`: (rule, message) pairs raised elsewhere
         (the reward monitor's stuck sources), sent through the same sinks."""
         patience = {"reward_collapse": self.cfg.patience, "format_errors": self.cfg.patience,
-                    "throughput": self.cfg.patience, "zero_std": self.cfg.window}
+                    "throughput": self.cfg.patience, "zero_std": self.cfg.window, "reward_agreement": self.cfg.patience}
         conditions = {"nonfinite": self._nonfinite, "kl": self._kl, "reward_collapse": self._reward_collapse,
                       "format_errors": self._format_errors, "zero_std": self._zero_std, "invalid": self._invalid,
-                      "throughput": self._throughput, "eval_decline": self._eval_decline}
+                      "throughput": self._throughput, "eval_decline": self._eval_decline,
+                      "reward_agreement": self._reward_agreement}
         alerts = []
         for rule, condition in conditions.items():
             outcome = condition(metrics)

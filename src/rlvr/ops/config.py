@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from rlvr.configlib import require
 
-ROLLBACK_RULES = ("nonfinite", "kl", "reward_collapse", "format_errors")
+ROLLBACK_RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "reward_agreement")
 
 
 @dataclass
@@ -29,6 +29,10 @@ class AlertsConfig:
     invalid_max: float = 0.05
     """Rule 'invalid': the fraction of samples whose reward could not be computed (error or
     timeout: reward/invalid_frac, */timeout_rate) above this."""
+    reward_agreement_min: float | None = None
+    """Rule 'reward_agreement': reward/agreement (the mean rank correlation between the reward
+    components over a step's batch, in [-1, 1]) below this for alerts.patience steps in a row: one
+    component drifting from the others, a reward-hacking signal. None: off."""
     eval_drops: int = 3
     """Rule 'eval_decline': eval/accuracy fell this many evaluations in a row after rising."""
     throughput_drop_frac: float = 0.5
@@ -48,14 +52,17 @@ class AlertsConfig:
         require(self.window >= 2, "window", f"must be >= 2 steps, got {self.window}")
         require(self.patience >= 1, "patience", f"must be >= 1, got {self.patience}")
         require(self.webhook_timeout_s > 0, "webhook_timeout_s", f"must be > 0, got {self.webhook_timeout_s}")
+        require(self.reward_agreement_min is None or -1 <= self.reward_agreement_min <= 1, "reward_agreement_min",
+                f"must be a rank correlation in [-1, 1] (or null: off), got {self.reward_agreement_min}")
 
 
 @dataclass
 class RollbackConfig:
     enabled: bool = True
     """Restore the last good checkpoint when a rollback rule fires, instead of training on."""
-    rules: list[str] = field(default_factory=lambda: list(ROLLBACK_RULES))
-    """Alert rules that trigger a rollback: any of 'nonfinite', 'kl', 'reward_collapse', 'format_errors'."""
+    rules: list[str] = field(default_factory=lambda: list(ROLLBACK_RULES[:4]))
+    """Alert rules that trigger a rollback: any of 'nonfinite', 'kl', 'reward_collapse', 'format_errors',
+    'reward_agreement'."""
     lr_factor: float = 0.5
     """Multiply the learning rate by this after each rollback."""
     max_retries: int = 3

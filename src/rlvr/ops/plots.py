@@ -55,6 +55,8 @@ def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, be
         PlotSpec("length", "Completion length", ["rollout/len_mean", "rollout/len_p90"], "tokens",
                  {"max_new_tokens": float(max_new_tokens)} if max_new_tokens else {}),
         PlotSpec("zero_std", "Groups with no reward variance", ["rollout/zero_std_frac"], "fraction of groups"),
+        PlotSpec("agreement", "Agreement between reward components (rank correlation over the batch)",
+                 ["reward/agreement", *sorted(k for k in keys if k.startswith("reward/agreement/"))], "Spearman rho"),
         PlotSpec("throughput", "Rollout throughput", ["perf/rollout_tok_s"], "tokens / s"),
         PlotSpec("loss", "Policy loss and gradient norm", ["actor/loss", "actor/grad_norm"], ""),
     ]

@@ -1,4 +1,5 @@
-"""Reward metrics per step, per data source and per component, and the "stuck source" alert.
+"""Reward metrics per step, per data source and per component, how far the components agree, and
+the "stuck source" alert.
 
     metrics = reward_metrics(problems, results)     # flat dict of floats, namespaced keys
     for message in monitor.update(step, metrics):   # RewardMonitor(stuck_steps=5)
@@ -45,13 +46,59 @@ def _block(prefix: str, results: list[RewardResult], out: dict[str, float]) -> N
         out[f"{prefix}correct_mean"] = out[f"{prefix}correct/mean"]
 
 
+def _ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank (as scipy.stats.rankdata's default)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in order[i:j + 1]:
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation, or None when either side does not vary (no ranking to compare)."""
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    if va == 0 or vb == 0:
+        return None
+    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / math.sqrt(va * vb)
+
+
+def agreement(results: Sequence[RewardResult]) -> dict[str, float]:
+    """How far the reward components agree over a batch: Spearman's rank correlation between each
+    pair of components over the valid samples that carry both (`reward/agreement/<a>_vs_<b>`) and
+    the mean over the pairs (`reward/agreement`). A pair where a component does not vary in the
+    batch has no correlation and is left out; a component drifting away from the others (a learned
+    reward the policy games, a format check the verifier disagrees with) shows as a falling value."""
+    valid = [r for r in results if r.valid]
+    names = sorted({c for r in valid for c in r.components})
+    out: dict[str, float] = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = [r for r in valid if a in r.components and b in r.components]
+            rho = spearman([r.components[a] for r in both], [r.components[b] for r in both]) if len(both) > 1 else None
+            if rho is not None:
+                out[f"reward/agreement/{a}_vs_{b}"] = rho
+    if out:
+        out["reward/agreement"] = sum(out.values()) / len(out)
+    return out
+
+
 def reward_metrics(problems: Sequence[Problem], results: Sequence[RewardResult]) -> dict[str, float]:
     """`reward/mean`, `reward/std`, `reward/<component>/mean|std`, `reward/invalid_frac`,
-    `reward/parse_failed_frac`, and the same per source under `reward/source/<source>/`
-    (plus `.../n` and `.../correct_mean`)."""
+    `reward/parse_failed_frac`, `reward/agreement` (and per pair of components), and the same
+    per source under `reward/source/<source>/` (plus `.../n` and `.../correct_mean`)."""
     out: dict[str, float] = {}
     results = list(results)
     _block("reward/", results, out)
+    out.update(agreement(results))
     by_source: dict[str, list[RewardResult]] = defaultdict(list)
     for p, r in zip(problems, results):
         by_source[p.source].append(r)
