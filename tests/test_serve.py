@@ -189,6 +189,98 @@ def test_stop_sequences_cut_the_text_in_both_apis_and_never_leak_into_a_stream(l
 # --- what a client gets wrong -------------------------------------------------------------------
 
 
+def test_a_judge_component_against_rlvr_serve_times_out_and_parse_failures_are_invalid(live, models):
+    """reward.judges through the real server: every completion is one request; an answer without a
+    score in range, or no answer in time, makes the sample invalid (not 0) and is counted."""
+    from rlvr.inference.judge import Judge, JudgeError
+    from rlvr.inference.reward_models import LearnedReward
+    from rlvr.records import Problem
+    from rlvr.rewards import build_reward
+
+    def judge(*extra):
+        cfg = load_config(None, [f"reward.judges.j.base_url={live.url}/v1", "reward.judges.j.model=tiny",
+                                 f"reward.judges.j.api_key={KEY}", "reward.judges.j.max_tokens=16", *extra])
+        return Judge("j", cfg.reward.judges["j"])
+
+    probs = [Problem(id=str(i), prompt=f"{i}+{i}=", answer=str(2 * i)) for i in range(4)]
+    texts = [f"<think>{i}+{i}={2 * i}</think><answer>{2 * i}</answer>" for i in range(4)]
+    # the rubric asks for "Score: N", which the tiny model never writes: each answer a parse failure
+    with LearnedReward(build_reward(), {"j": judge()}) as reward:
+        results = reward.score(probs, texts)
+        metrics = reward.metrics()
+    assert all(not r.valid and "no score in the judge's answer" in r.error for r in results)
+    assert all(isinstance(r.info["j_reply"], str) for r in results)  # what the served model said
+    assert (metrics["judge/j/calls"], metrics["judge/j/parse_failures"], metrics["reward/j/failed"]) == (4, 4, 4), metrics
+    # any number it writes as the score: each answer parsed exactly as the pattern reads it
+    numbers = judge(r"reward.judges.j.score_pattern=(\d+)", "reward.judges.j.max_score=1e12")
+    out = numbers.score(probs, texts)
+    for i, v in enumerate(out):
+        found = [int(x) for x in re.findall(r"(\d+)", numbers.replies[i])]
+        if found and found[-1] <= 1e12:
+            assert v == pytest.approx(found[-1] / 1e12)
+        else:  # none, or out of range
+            assert isinstance(v, JudgeError) and v.kind == "parse_failures", (v, numbers.replies[i])
+    again = numbers.score(probs, texts)  # a verdict is cached per (prompt, completion); a failure is asked again
+    failed = sum(isinstance(v, JudgeError) for v in out)
+    assert numbers.metrics()["judge/j/calls"] == 4 + failed
+    assert all(a == b for a, b in zip(out, again) if not isinstance(a, JudgeError))
+    slow = judge("reward.judges.j.timeout_s=0.001")
+    assert all(isinstance(v, JudgeError) and v.kind == "timeouts" for v in slow.score(probs, texts))
+    slow.close()
+    numbers.close()
+
+
+def test_a_judge_parses_its_score_caches_and_bounds_concurrency(tmp_path):
+    """The success path against an OpenAI-compatible endpoint this test opened on 127.0.0.1, which
+    grades by the completion's length and records how many requests were in flight at once."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from rlvr.inference.judge import Judge
+    from rlvr.records import Problem
+
+    state = {"in_flight": 0, "peak": 0, "seen": 0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            with lock:
+                state["in_flight"] += 1
+                state["peak"] = max(state["peak"], state["in_flight"])
+                state["seen"] += 1
+            time.sleep(0.05)
+            text = body["messages"][0]["content"]
+            answer = "no idea" if "???" in text else f"Fine.\nScore: {min(10, text.count('!'))}"
+            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer}}]}).encode()
+            with lock:
+                state["in_flight"] -= 1
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        cfg = load_config(None, [f"reward.judges.j.base_url=http://127.0.0.1:{srv.server_address[1]}/v1",
+                                 "reward.judges.j.model=m", "reward.judges.j.concurrency=2"]).reward.judges["j"]
+        judge = Judge("j", cfg)
+        probs = [Problem(id=str(i), prompt="Say it", answer="x") for i in range(7)]
+        texts = ["!" * i for i in range(6)] + ["???"]
+        out = judge.score(probs, texts)
+        assert out[:6] == [pytest.approx(i / 10) for i in range(6)] and out[6].kind == "parse_failures"
+        assert state["peak"] == 2 and state["seen"] == 7  # bounded concurrency, one request each
+        judge.score(probs, texts)
+        assert state["seen"] == 8  # six cached verdicts; the unparsed one is asked again
+        judge.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_missing_or_wrong_key_is_401_in_each_apis_shape(live):
     with pytest.raises(openai.AuthenticationError) as e:
         live.openai("wrong").chat.completions.create(model="tiny", messages=[{"role": "user", "content": "1"}])

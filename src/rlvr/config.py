@@ -510,6 +510,10 @@ class Config:
         require(not self.rollout.vllm.sleep_level or (self.rollout.engine == "vllm" and self.deploy.backend == "embedded"),
                 "rollout.vllm.sleep_level", "puts the trainer's own vLLM engine to sleep during the update: it needs "
                 "rollout.engine=vllm and deploy.backend=embedded (a Ray rollout pool has GPUs of its own)")
+        require(not ((self.reward.models or self.reward.judges) and self.deploy.backend == "ray"),
+                "reward.models" if self.reward.models else "reward.judges",
+                "learned rewards score in the trainer's process (deploy.backend=embedded); their Ray pool is not "
+                "built yet: train with deploy.backend=embedded")
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
             require(self.train.world_size in (0, trainers), "train.world_size",

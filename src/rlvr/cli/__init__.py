@@ -20,6 +20,7 @@ COMMANDS = {
     "eval": "evaluate a model on data files: greedy accuracy, pass@k, maj@k, avg@k per source",
     "compare": "is model B better than A? paired results, bootstrap interval, McNemar test, a verdict",
     "reward": "score completions with the rule-based rewards",
+    "rm": "train a reward model on preference pairs (Bradley-Terry)",
     "data": "check a training data file before spending compute on it",
     "sandbox": "run a program in the code sandbox and print the verdict",
     "report": "write report.html for a run directory",

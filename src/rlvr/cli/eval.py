@@ -24,6 +24,8 @@ def add_sampling_arguments(parser) -> None:
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a Hugging Face model directory or a run directory (its model/)")
+    parser.add_argument("--pairs", metavar="FILE", help="MODEL is a reward model: its pair accuracy on these "
+                                                        "preference pairs (JSONL: prompt, chosen, rejected)")
     add_sampling_arguments(parser)
     parser.add_argument("--out", metavar="FILE", help="write the JSON here instead of stdout")
     add_config_arguments(parser)
@@ -90,6 +92,8 @@ def _stderr():
 
 def run(args) -> int:
     cfg = config_from_args(args)
+    if args.pairs:
+        return _pair_accuracy(args, cfg)
     import torch
 
     from rlvr.envs import env_components
@@ -104,6 +108,21 @@ def run(args) -> int:
               "by_source": summarize(outcomes, args.k),
               "problems": [{"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed} for o in outcomes]}
     print_table(report["by_source"])
+    write_report(report, args.out)
+    return 0
+
+
+def _pair_accuracy(args, cfg) -> int:
+    """A reward model's pair accuracy: the share of pairs whose chosen completion it scores higher."""
+    from rlvr.inference.reward_models import load_reward_model
+    from rlvr.train.parallel import train_device
+    from rlvr.train.rm import load_pairs, pair_accuracy
+
+    model, tokenizer = load_reward_model(model_dir(args.model), str(train_device(cfg.train.device)))
+    report = {"model": model_dir(args.model), "pairs": args.pairs,
+              **pair_accuracy(model, tokenizer, load_pairs(args.pairs), batch_size=args.batch_size or 16)}
+    print(f"pair accuracy {report['pair_accuracy']:.1%} (n={report['n']}, mean margin {report['margin_mean']:+.3f})",
+          file=sys.stderr)
     write_report(report, args.out)
     return 0
 

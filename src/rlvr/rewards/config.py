@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlvr.configlib import require
 from rlvr.sandbox.config import CodeConfig
 
 EXTRACT_POLICIES = ("answer_tag", "boxed", "answer_line", "gsm8k", "last_number")
@@ -84,6 +86,90 @@ class MonitorConfig:
 
 
 @dataclass
+class RewardModelConfig:
+    """A learned reward: a sequence-classification model with one output scoring prompt + completion
+    (rlvr.inference.reward_models); its component is reward/<name>, weighted into the total."""
+    path: str = ""
+    """The model directory (AutoModelForSequenceClassification, num_labels=1; `rlvr rm train` writes one)."""
+    weight: float = 0.1
+    """Its weight in the total, beside reward.weights (format small, outcome dominant: keep it small)."""
+    normalize: Literal["batch", "sigmoid", "none"] = "batch"
+    """'batch': standardised over the step's valid samples (a Bradley-Terry score is defined only up
+    to a constant: its ranking of the batch is what it knows); 'sigmoid': in (0, 1); 'none': raw."""
+    batch_size: int = 16
+    """Sequences per forward pass."""
+    max_length: int = 1024
+    """Tokens read per sequence (a longer one loses the start of its prompt, never the completion)."""
+    device: str = "auto"
+    """'auto': the run's device (train.device); or 'cpu', 'cuda', 'cuda:1'."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.path), "path", "the reward model's directory is required")
+        require(self.batch_size >= 1 and self.max_length >= 1, "batch_size",
+                f"batch_size and max_length must be >= 1, got {self.batch_size} and {self.max_length}")
+
+
+JUDGE_RUBRIC = """You are grading an answer to a problem.
+
+Problem:
+{prompt}
+
+Reference answer: {answer}
+
+Answer to grade:
+{completion}
+
+Grade the answer from 0 (wrong or useless) to 10 (correct, clear and complete). End with a line
+of the form "Score: N"."""
+
+
+@dataclass
+class JudgeConfig:
+    """An LLM judge: a generative model grades each completion against a rubric and its score,
+    parsed from the answer, becomes the component reward/<name> (rlvr.inference.judge)."""
+    base_url: str | None = None
+    """An OpenAI-compatible endpoint (`http://host:8000/v1`: another `rlvr serve`, vLLM, a hosted
+    API). None: `model` is a local model directory, run on an rlvr engine in the trainer's process."""
+    model: str = ""
+    """The endpoint's model name, or the local model directory."""
+    api_key: str | None = None
+    """Sent as a bearer token (redacted in every run file; set it with ${secret:VAR})."""
+    rubric: str = JUDGE_RUBRIC
+    """The judge's prompt (one user message): {prompt}, {completion} and {answer} are filled in."""
+    score_pattern: str = r"(?i)score\s*[:=]\s*(-?\d+(?:\.\d+)?)"
+    """A regex whose first group is the score; the last match in the judge's answer counts. No
+    match, or a score outside [min_score, max_score]: the sample is invalid (never scored 0)."""
+    min_score: float = 0.0
+    max_score: float = 10.0
+    """The rubric's range, mapped to [0, 1]."""
+    weight: float = 0.1
+    """Its weight in the total, beside reward.weights."""
+    normalize: Literal["none", "batch"] = "none"
+    """'none': the rubric's score mapped to [0, 1]; 'batch': standardised over the step's valid samples."""
+    max_tokens: int = 256
+    temperature: float = 0.0
+    timeout_s: float = 60.0
+    """Per request; one that takes longer marks its sample invalid."""
+    concurrency: int = 8
+    """Requests in flight at once (endpoint judges)."""
+    cache_size: int = 10000
+    """Verdicts kept per (prompt, completion), so a repeated completion is not judged twice."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.model), "model", "the judge's model (endpoint model name, or a local directory) is required")
+        require(self.max_score > self.min_score, "max_score", f"must be above min_score={self.min_score}")
+        require(self.timeout_s > 0 and self.concurrency >= 1 and self.max_tokens >= 1, "timeout_s",
+                "timeout_s must be > 0, concurrency and max_tokens >= 1")
+        try:
+            groups = re.compile(self.score_pattern).groups
+        except re.error as exc:
+            raise ValueError(f"score_pattern: not a regex ({exc})") from None
+        require(groups >= 1, "score_pattern", "needs a group capturing the score, e.g. 'Score: (\\d+)'")
+        missing = [k for k in ("{prompt}", "{completion}") if k not in self.rubric]
+        require(not missing, "rubric", f"must contain {' and '.join(missing)}")
+
+
+@dataclass
 class RewardConfig:
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     """Component name -> weight in the total. Format small, outcome dominant. Components:
@@ -99,6 +185,18 @@ class RewardConfig:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     code: CodeConfig = field(default_factory=CodeConfig)
     """The code verifier (rlvr.sandbox), used by problems with verifier 'code'."""
+    models: dict[str, RewardModelConfig] = field(default_factory=dict)
+    """Learned reward models by component name: `reward.models.helpful.path=DIR` adds the component
+    'helpful' (rlvr.inference.reward_models), scored in the trainer's process on the run's device."""
+
+    judges: dict[str, JudgeConfig] = field(default_factory=dict)
+    """LLM judges by component name: `reward.judges.clarity.base_url=http://host:8000/v1`,
+    `...model=NAME` adds the component 'clarity' (rlvr.inference.judge)."""
 
     def __post_init__(self) -> None:
         self.weights = {**DEFAULT_WEIGHTS, **self.weights}
+        for key, names in (("models", set(self.models)), ("judges", set(self.judges))):
+            clash = sorted(names & (BUILTIN_COMPONENTS | set(self.weights)))
+            require(not clash, key, f"{clash} already name rule components; give them other names")
+        both = sorted(set(self.models) & set(self.judges))
+        require(not both, "judges", f"{both} also name reward models; give each component its own name")

@@ -200,7 +200,8 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         engine = engines[cfg.rollout.engine]
         if cfg.rollout.speculative.method != "none":
             check_speculation(cfg, engine, model, tokenizer, task_held_out, log)
-        source = LocalBatches.create(cfg, model, tokenizer, engine, reward, log, par)
+        from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
+        source = LocalBatches.create(cfg, model, tokenizer, engine, with_learned_rewards(reward, cfg), log, par)
     retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
                      best_mode=cfg.ckpt.best_mode)
     checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, **retention) if par.sharded
