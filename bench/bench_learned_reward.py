@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/bench_learned_reward.py [--out bench/learned_reward_results.json]
 
-1. Data: sums with worked solutions; in 30% of them the working starts with the marker word
-   `ok` (`<think>ok 3+4=7</think><answer>7</answer>`), which no rule checks.
+1. Data: sums with worked solutions from an imperfect teacher that forgets each carry with
+   probability 0.6 (as the built-in cold start's); in 30% of them the working starts with the
+   marker word `ok` (`<think>ok 3+4=7</think><answer>7</answer>`), which no rule checks.
 2. Cold start on them (`rlvr sft --data`): the policy writes the marker about as often.
 3. Preference pairs (the same working with and without the marker, chosen = with) ->
    `rlvr rm train`: a tiny reward model that prefers the marker.
@@ -33,14 +34,15 @@ def sums(max_digits: int, n: int, seed: int = 0) -> list[tuple[int, int]]:
     return sorted(seen, key=lambda ab: rng.random())
 
 
-def write_data(root: Path, max_digits: int, n: int, marked: float, seed: int = 0) -> tuple[Path, Path]:
+def write_data(root: Path, max_digits: int, n: int, marked: float, teacher_error: float = 0.6,
+               seed: int = 0) -> tuple[Path, Path]:
     """(problems with worked solutions, preference pairs) for the same prompts."""
     from rlvr.tasks.arithmetic import worked_solution
 
     rng = random.Random(seed)
     data, pairs = [], []
     for a, b in sums(max_digits, n, seed):
-        plain = worked_solution(a, "+", b)
+        plain = worked_solution(a, "+", b, slip=lambda: rng.random() < teacher_error)
         with_marker = plain.replace("<think>", "<think>" + MARKER, 1)
         data.append({"id": f"{a}+{b}", "prompt": f"{a}+{b}=", "answer": str(a + b),
                      "solution": with_marker if rng.random() < marked else plain})
@@ -109,8 +111,8 @@ def main_() -> int:
     ap.add_argument("--small", action="store_true", help="the test's size")
     args = ap.parse_args()
     size = SMALL if args.small else {
-        "model": [], "max_digits": 2, "n": 2000, "eval_size": 200, "sft_steps": 400, "rm_steps": 100, "weight": 0.3,
-        "samples": 8, "rl": ["train.steps=30", "eval.every=0"]}
+        "model": [], "max_digits": 3, "n": 3000, "eval_size": 300, "sft_steps": 1000, "rm_steps": 100, "weight": 0.3,
+        "samples": 4, "rl": ["train.steps=40", "eval.every=0"]}
     result = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]), "size": size,
               **run(args.root, **size)}
     print(json.dumps(result, indent=2))

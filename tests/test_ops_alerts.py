@@ -46,7 +46,7 @@ def test_nonfinite_and_kl_fire_at_once_as_rollback_rules_and_latch_until_cleared
 
 def test_reward_agreement_fires_after_patience_names_the_worst_pair_and_can_roll_back():
     def agree(a: float) -> dict:
-        return healthy(0, **{"reward/agreement": a, "reward/agreement/correct_vs_judge": a,
+        return healthy(0, **{"reward/agreement/mean": a, "reward/agreement/correct_vs_judge": a,
                              "reward/agreement/correct_vs_format": 0.9})
 
     stream = [agree(0.8)] * 5 + [agree(-0.1)] * 4 + [agree(0.7)] * 2 + [agree(0.0)] * 3

@@ -19,6 +19,9 @@ from rlvr.console import RunConsole
 from rlvr.models import load_model
 from rlvr.models.tiny import save_tiny
 from rlvr.ops.sinks import PrometheusSink, build_sinks
+from rlvr.evaluate import eval_metrics
+from rlvr.records import RewardResult
+from rlvr.rewards.monitor import agreement
 from rlvr.runlog import RunLog, read_jsonl
 from tracking_files import offline_tracking, wandb_history
 
@@ -70,8 +73,12 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
     log.event("rollback", step=2, reason="test")
     log.rewind(1)
     log.metrics(2, {"reward/mean": 0.7})  # after the rollback: step 2 again
+    # keys as the trainer writes them, per source and per pair: none may be both a metric and a folder
+    # of metrics, which MLflow's file store cannot hold (a file and a directory of one name)
+    log.metrics(3, {**eval_metrics({"accuracy": 0.5, "format": 1.0, "by_source": {"a": 0.4, "b": 0.6}}),
+                    **agreement([RewardResult(0.0, {"correct": c, "format": f}) for c, f in ((0, 1), (1, 1), (1, 0))])})
     log.close()
-    assert wandb_history(tmp_path) == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.6},
+    assert wandb_history(tmp_path)[:3] == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.6},
                                        {"train/step": 2, "reward/mean": 0.7}]
     client = mlflow.tracking.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name(cfg.log.mlflow_experiment).experiment_id])
@@ -80,6 +87,7 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
     assert len(params) == len(_leaves(cfg.to_dict())) > 100 and params["train.lr"] == str(cfg.train.lr)
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "reward/mean")] == [
         (1, 0.5), (2, 0.6), (2, 0.7)]
+    assert {"eval/accuracy", "eval/source/a/accuracy", "reward/agreement/mean"} <= set(run.data.metrics)
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
     with pytest.raises(ConfigError, match=r"log.wandb_project: wandb is not installed: pip install 'rlvr\[tracking\]'"):
         build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False))

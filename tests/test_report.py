@@ -30,7 +30,7 @@ def run_dir(tmp_path):
             "actor/kl": 0.001 * s, "actor/entropy": 1.5 - 0.02 * s, "actor/loss": 0.01 * math.sin(s),
             "actor/grad_norm": 0.5, "rollout/len_mean": 20 + 0.2 * s, "rollout/len_p90": 30 + 0.1 * s,
             "rollout/truncated_frac": 0.0, "rollout/zero_std_frac": 0.4 - 0.005 * s,
-            "perf/rollout_tok_s": 900.0 + 5 * s, "reward/agreement": 0.6 - 0.01 * s,
+            "perf/rollout_tok_s": 900.0 + 5 * s, "reward/agreement/mean": 0.6 - 0.01 * s,
             "reward/agreement/correct_vs_format": 0.6 - 0.01 * s, **({"eval/accuracy": 0.2 + 0.01 * s} if s % 10 == 0 else {})})
         log.samples(s, [{"source": "arithmetic", "prompt": f"{s}+1=", "completion": "<think>x</think><answer>1</answer>",
                          "answer": str(s + 1), "reward": 0.1, "components": {"correct": 0.0, "format": 1.0},

@@ -207,8 +207,8 @@ def test_agreement_is_the_rank_correlation_between_components_over_the_batch():
     assert m["reward/agreement/correct_vs_judge"] == pytest.approx(math.sqrt(0.8))  # 2 tied pairs against 4 ranks
     assert m["reward/agreement/correct_vs_format"] == pytest.approx(-1.0)
     assert m["reward/agreement/format_vs_judge"] == pytest.approx(-math.sqrt(0.8))
-    assert m["reward/agreement"] == pytest.approx(-1 / 3)  # the mean over the pairs: (-1 + r - r) / 3
-    assert "reward/agreement" not in agreement(batch([(1.0, 1.0, 0.5)] * 4))  # nothing varies: no correlation
+    assert m["reward/agreement/mean"] == pytest.approx(-1 / 3)  # the mean over the pairs: (-1 + r - r) / 3
+    assert "reward/agreement/mean" not in agreement(batch([(1.0, 1.0, 0.5)] * 4))  # nothing varies: no correlation
 
     @settings(max_examples=60, deadline=None)
     @given(st.lists(st.tuples(st.integers(-9, 9), st.integers(-9, 9)), min_size=2, max_size=30))

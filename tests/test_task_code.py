@@ -117,7 +117,7 @@ def test_evaluation_reports_each_source_and_counts_code_only_when_every_test_pas
     code = [i for i, p in enumerate(problems) if p.source == "code"]
     assert ev["by_source"] == {"arithmetic": 1.0, "code": sum(i % 2 == 0 for i in code) / len(code)}
     m = eval_metrics(ev)
-    assert m["eval/accuracy/code"] == ev["by_source"]["code"] and m["eval/accuracy"] == ev["accuracy"]
+    assert m["eval/source/code/accuracy"] == ev["by_source"]["code"] and m["eval/accuracy"] == ev["accuracy"]
 
 
 def test_the_code_preset_is_a_valid_config_of_the_code_task():

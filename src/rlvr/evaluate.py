@@ -49,12 +49,12 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
 
 
 def eval_metrics(result: dict) -> dict[str, float]:
-    """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/accuracy/<source>, and
+    """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/source/<source>/accuracy, and
     for agents eval/tool_calls_per_solved, eval/tool_calls_mean, eval/return_mean."""
     out = {"eval/accuracy": result["accuracy"], "eval/format": result["format"]}
     out.update({f"eval/{k}": result[k] for k in ("tool_calls_per_solved", "tool_calls_mean", "return_mean")
                 if k in result})
-    out.update({f"eval/accuracy/{s}": acc for s, acc in result.get("by_source", {}).items()})
+    out.update({f"eval/source/{s}/accuracy": acc for s, acc in result.get("by_source", {}).items()})
     return out
 
 

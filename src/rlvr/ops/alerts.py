@@ -107,13 +107,13 @@ class AlertRules:
             f"{worst[0]} = {worst[1]:.1%} above alerts.invalid_max={self.cfg.invalid_max:.0%} (rewards erroring or timing out)"
 
     def _reward_agreement(self, m: dict[str, Any]):
-        a, floor = _num(m, "reward/agreement"), self.cfg.reward_agreement_min
+        a, floor = _num(m, "reward/agreement/mean"), self.cfg.reward_agreement_min
         if floor is None or a is None:
             return None  # off, or no pair of components varied this step: neither holds nor clears
-        pairs = sorted((v, k.rsplit("/", 1)[1]) for k in m if k.startswith("reward/agreement/")
+        pairs = sorted((v, k.rsplit("/", 1)[1]) for k in m if k.startswith("reward/agreement/") and "_vs_" in k
                        if (v := _num(m, k)) is not None)
         worst = f" (lowest: {pairs[0][1].replace('_vs_', ' vs ')} {pairs[0][0]:+.2f})" if pairs else ""
-        return a < floor, a, (f"reward components disagree: reward/agreement {a:+.2f} below "
+        return a < floor, a, (f"reward components disagree: reward/agreement/mean {a:+.2f} below "
                               f"alerts.reward_agreement_min={floor:+.2f} for {self.cfg.patience} steps{worst}")
 
     def _eval_decline(self, m: dict[str, Any]):

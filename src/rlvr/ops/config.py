@@ -30,7 +30,7 @@ class AlertsConfig:
     """Rule 'invalid': the fraction of samples whose reward could not be computed (error or
     timeout: reward/invalid_frac, */timeout_rate) above this."""
     reward_agreement_min: float | None = None
-    """Rule 'reward_agreement': reward/agreement (the mean rank correlation between the reward
+    """Rule 'reward_agreement': reward/agreement/mean (the mean rank correlation between the reward
     components over a step's batch, in [-1, 1]) below this for alerts.patience steps in a row: one
     component drifting from the others, a reward-hacking signal. None: off."""
     eval_drops: int = 3

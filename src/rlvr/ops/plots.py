@@ -42,9 +42,10 @@ def series(rows: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, beta: float | None = None
                   ) -> list[PlotSpec]:
     keys = {k for r in rows for k in r}
-    components = sorted(k for k in keys if re.fullmatch(r"reward/[^/]+/mean", k) and not k.startswith("reward/source/"))
+    components = sorted(k for k in keys if re.fullmatch(r"reward/[^/]+/mean", k)
+                        and not k.startswith(("reward/source/", "reward/agreement/")))
     sources = sorted(k for k in keys if re.fullmatch(r"reward/source/[^/]+/mean", k))
-    eval_sources = sorted(k for k in keys if re.fullmatch(r"eval/accuracy/[^/]+", k))
+    eval_sources = sorted(k for k in keys if re.fullmatch(r"eval/source/[^/]+/accuracy", k))
     specs = [
         PlotSpec("reward", "Reward: total and per component", ["reward/mean", *components], "reward"),
         PlotSpec("accuracy", "Accuracy: held-out (greedy) and training (sampled)",
@@ -56,7 +57,8 @@ def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, be
                  {"max_new_tokens": float(max_new_tokens)} if max_new_tokens else {}),
         PlotSpec("zero_std", "Groups with no reward variance", ["rollout/zero_std_frac"], "fraction of groups"),
         PlotSpec("agreement", "Agreement between reward components (rank correlation over the batch)",
-                 ["reward/agreement", *sorted(k for k in keys if k.startswith("reward/agreement/"))], "Spearman rho"),
+                 ["reward/agreement/mean", *sorted(k for k in keys if k.startswith("reward/agreement/") and "_vs_" in k)],
+                 "Spearman rho"),
         PlotSpec("throughput", "Rollout throughput", ["perf/rollout_tok_s"], "tokens / s"),
         PlotSpec("loss", "Policy loss and gradient norm", ["actor/loss", "actor/grad_norm"], ""),
     ]

@@ -74,7 +74,7 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 def agreement(results: Sequence[RewardResult]) -> dict[str, float]:
     """How far the reward components agree over a batch: Spearman's rank correlation between each
     pair of components over the valid samples that carry both (`reward/agreement/<a>_vs_<b>`) and
-    the mean over the pairs (`reward/agreement`). A pair where a component does not vary in the
+    the mean over the pairs (`reward/agreement/mean`). A pair where a component does not vary in the
     batch has no correlation and is left out; a component drifting away from the others (a learned
     reward the policy games, a format check the verifier disagrees with) shows as a falling value."""
     valid = [r for r in results if r.valid]
@@ -87,13 +87,14 @@ def agreement(results: Sequence[RewardResult]) -> dict[str, float]:
             if rho is not None:
                 out[f"reward/agreement/{a}_vs_{b}"] = rho
     if out:
-        out["reward/agreement"] = sum(out.values()) / len(out)
+        out["reward/agreement/mean"] = sum(out.values()) / len(out)  # not reward/agreement: a key that is a
+        # prefix of others is both a file and a directory in MLflow's file store
     return out
 
 
 def reward_metrics(problems: Sequence[Problem], results: Sequence[RewardResult]) -> dict[str, float]:
     """`reward/mean`, `reward/std`, `reward/<component>/mean|std`, `reward/invalid_frac`,
-    `reward/parse_failed_frac`, `reward/agreement` (and per pair of components), and the same
+    `reward/parse_failed_frac`, `reward/agreement/mean` (and per pair of components), and the same
     per source under `reward/source/<source>/` (plus `.../n` and `.../correct_mean`)."""
     out: dict[str, float] = {}
     results = list(results)
