@@ -10,7 +10,7 @@ from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards import RewardMonitor, build_reward, compose, normalize_groups, reward_metrics
-from rlvr.rewards.config import FormatConfig, RewardConfig
+from rlvr.rewards.config import FormatConfig, ProcessConfig, RewardConfig
 from rlvr.rewards.answers import Context, analyse
 from rlvr.rewards.canonical import gold_text
 from rlvr.rewards.extract import PARSE_FAILED, extract, find_boxed
@@ -114,10 +114,37 @@ def test_regex_and_json_formats():
 
 # --- process ----------------------------------------------------------------------------
 
-def test_process_fraction_of_true_equalities():
-    assert process_score(BUILTIN) == (1.0, 3)
-    assert process_score("<think>2+5=7, 1+4=6, 3*4=12 = 2*6</think>") == (0.75, 4)
-    assert process_score("<think>x=3, no arithmetic here</think>") == (0.0, 0)
+def test_process_scores_grounded_steps_and_takes_the_weakest():
+    p = Problem(id="p", prompt="12+345=", answer="357")
+    assert process_score(BUILTIN, p) == (1.0, 3)  # 0+3: a 0 padding the short column
+    tiny = Problem(id="t", prompt="667+259=", answer="926")
+    assert process_score("<think>7+9=16 6+5+1=12 6+2+1=9</think><answer>926</answer>", tiny) == (1.0, 3)  # carries
+    # a trivially true step grounded in nothing earns nothing, alone or beside real work
+    assert process_score("<think>1+1=2</think><answer>926</answer>", tiny) == (0.0, 1)
+    assert process_score("<think>0+0=0</think><answer>926</answer>", tiny) == (0.0, 1)
+    assert process_score("<think>1+1=2 7+9=16</think><answer>926</answer>", tiny, aggregate="mean") == (0.5, 2)
+    wrong = "<think>7+9=16 6+5+1=13 6+2+1=9</think><answer>936</answer>"
+    assert process_score(wrong, tiny) == (0.0, 3)  # min: one wrong step costs the chain
+    assert process_score(wrong, tiny, aggregate="mean") == (pytest.approx(2 / 3), 3)
+    q = Problem(id="q", prompt="What is 2*6 and 3*4?", answer="12")
+    assert process_score("<think>2*6=12, 3*4=12 = 2*6, 3*4=13</think>", q, aggregate="mean") == (0.75, 4)
+    assert process_score("<think>x=3, no arithmetic here</think>", p) == (0.0, 0)
+
+
+def shouting(steps, problem):
+    """A process scorer of one's own (reward.process.scorer=test_rewards:shouting): a step in capitals
+    is wrong, a step without letters is not checkable."""
+    return [None if not any(c.isalpha() for c in s) else 0.0 if s.isupper() else 1.0 for s in steps]
+
+
+def test_process_scorer_of_ones_own_by_import_path():
+    cfg = RewardConfig(weights={"process": 1.0, "format": 0.0, "correct": 0.0},
+                       process=ProcessConfig(scorer="test_rewards:shouting", aggregate="mean"))
+    text = "<think>first we add\nTHEN WE GUESS\n= 42\nand check</think><answer>42</answer>"
+    (r,) = build_reward(cfg).score([Problem(id="p", prompt="q", answer="42")], [text])
+    assert r.components["process"] == pytest.approx(2 / 3) and r.info["process_checked"] == 3
+    with pytest.raises(ConfigError, match="reward.process.scorer 'nowhere:fn': cannot import it"):
+        build_reward(RewardConfig(weights={"process": 1.0}, process=ProcessConfig(scorer="nowhere:fn")))
 
 
 # --- composition ------------------------------------------------------------------------

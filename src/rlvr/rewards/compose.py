@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from rlvr.configlib import ConfigError, import_object
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards.config import RewardConfig
 from rlvr.rewards.format import FormatCheck
@@ -116,6 +117,11 @@ class Reward:
             raise ValueError(f"reward.weights: unknown component(s) {unknown}; the components are {', '.join(sorted(known))}")
         self.format = FormatCheck(cfg.format)
         self._verifiers: dict[str, Verifier] = {}
+        try:
+            self._process_scorer = None if cfg.process.scorer == "arithmetic" else \
+                import_object(cfg.process.scorer, "reward.process.scorer")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def verifier(self, name: str) -> Verifier:
         if name not in self._verifiers:
@@ -164,7 +170,8 @@ class Reward:
             try:
                 r.components["format"] = self.format(text, problem.verifier)
                 if "process" in self.weights:
-                    r.components["process"], r.info["process_checked"] = process_score(text)
+                    r.components["process"], r.info["process_checked"] = process_score(
+                        text, problem, self._process_scorer, self.cfg.process.aggregate)
             except Exception as exc:
                 r.valid, r.error = False, f"format check failed: {type(exc).__name__}: {exc}"
             r.components.setdefault("correct", 0.0)

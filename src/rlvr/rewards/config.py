@@ -79,6 +79,19 @@ class FormatConfig:
 
 
 @dataclass
+class ProcessConfig:
+    """The process component (computed when reward.weights.process is set; rlvr.rewards.process)."""
+    scorer: str = "arithmetic"
+    """'arithmetic': each worked equality of the reasoning is a step, scoring 1 when true and
+    grounded in the problem (operands from the prompt, its digits, or earlier steps); or a function
+    'module:name' taking (steps, problem) -> a score in [0, 1] or None (not checkable) per step,
+    the steps being the reasoning's non-empty lines (a rule of yours, or a model you call)."""
+    aggregate: Literal["min", "mean"] = "min"
+    """'min' (default): a derivation is as sound as its weakest step, so one wrong step costs the
+    chain; 'mean': partial credit per step."""
+
+
+@dataclass
 class MonitorConfig:
     stuck_steps: int = 5
     """Alert when a source's outcome reward is 0 for this many consecutive steps while
@@ -183,6 +196,7 @@ class RewardConfig:
     math: MathConfig = field(default_factory=MathConfig)
     format: FormatConfig = field(default_factory=FormatConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
     code: CodeConfig = field(default_factory=CodeConfig)
     """The code verifier (rlvr.sandbox), used by problems with verifier 'code'."""
     models: dict[str, RewardModelConfig] = field(default_factory=dict)

@@ -1,8 +1,18 @@
-"""Process check: the fraction of worked equalities in the reasoning that are true.
+"""Process reward: the reasoning scored step by step, then aggregated.
 
-`12+345: 2+5=7, 1+4=5, 0+3=3` has three checkable equalities, all true: 1.0.
-Only arithmetic on numbers is checked (exact, with fractions); a step that uses
-variables is not counted either way.
+A scorer maps the reasoning's steps to one score each (None: not checkable); the component is
+their minimum (`reward.process.aggregate=min`, the default: a derivation is as sound as its
+weakest step, and one wrong step should cost the whole chain, as in step-level verification,
+Lightman et al. 2023, arXiv:2305.20050) or their mean. No checkable step scores 0, so the
+component cannot be earned by writing no work at all.
+
+The built-in scorer, 'arithmetic', takes each worked equality as a step: `12+345: 2+5=7, 1+4=5,
+0+3=3` has three, all true. Only arithmetic on numbers is checked (exact, with fractions); a step
+that uses variables is not counted either way. A true step earns 1 only when it works on this
+problem: every operand is a number of the prompt, one of its digits (column arithmetic), or
+something an earlier step produced (a carry), or a 0 padding a short column beside one of those;
+`1+1=2` or `0+0=0` written into any answer is true but grounded in nothing, and scores 0. Any other scorer is a function 'module:name' taking
+(steps, problem), the steps being the reasoning's non-empty lines.
 """
 
 from __future__ import annotations
@@ -40,10 +50,20 @@ def _value(expr: str) -> Fraction | None:
         return None
 
 
-def equality_checks(reasoning: str) -> tuple[int, int]:
-    """(true, checked) over adjacent sides of every arithmetic equality chain
-    that has an operator on at least one side."""
-    true = checked = 0
+_INT_RE = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers of `text` and their digits (what column arithmetic works on)."""
+    found = _INT_RE.findall(text)
+    return set(found) | {d for n in found for d in n if d.isdigit()}
+
+
+def arithmetic_steps(reasoning: str, prompt: str = "") -> list[float]:
+    """One score per checked equality (adjacent sides of a chain with an operator on one side):
+    1 when true and grounded (its operands come from the prompt or earlier steps), else 0."""
+    known = _numbers(prompt)
+    scores = []
     for m in _CHAIN_RE.finditer(reasoning):
         sides = m.group(0).split("=")
         for a, b in zip(sides, sides[1:]):
@@ -52,14 +72,39 @@ def equality_checks(reasoning: str) -> tuple[int, int]:
             va, vb = _value(a), _value(b)
             if va is None or vb is None:
                 continue
-            checked += 1
-            true += va == vb
-    return true, checked
+            worked = a if re.search(r"\d\s*[-+*/×÷·]", a) else b  # the side with the operation
+            operands = set(_INT_RE.findall(worked))
+            nonzero = {x for x in operands if float(x) != 0}  # a 0 pads a short column, beside a real operand
+            grounded = bool(nonzero) and nonzero <= known
+            scores.append(1.0 if va == vb and grounded else 0.0)
+            known |= _numbers(a) | _numbers(b)
+    return scores
 
 
-def process_score(text: str) -> tuple[float, int]:
-    """(fraction of true equalities, number checked); 0.0 when nothing is checkable,
-    so the component cannot be earned by writing no work at all."""
+def equality_checks(reasoning: str, prompt: str = "") -> tuple[int, int]:
+    """(true and grounded, checked) equalities of the reasoning."""
+    scores = arithmetic_steps(reasoning, prompt)
+    return int(sum(scores)), len(scores)
+
+
+def reasoning_of(text: str) -> str:
     m = re.search(r"<think>(.*?)</think>", text, re.DOTALL)
-    true, checked = equality_checks(m.group(1) if m else text)
-    return (true / checked if checked else 0.0), checked
+    return m.group(1) if m else text
+
+
+def _prompt_text(prompt) -> str:
+    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+
+
+def process_score(text: str, problem=None, scorer=None, aggregate: str = "min") -> tuple[float, int]:
+    """(aggregated step score, steps checked): `scorer(steps, problem)` (default: the arithmetic
+    equalities of the reasoning, grounded in the problem's prompt); 0.0 when nothing is checkable."""
+    reasoning = reasoning_of(text)
+    if scorer is None:
+        scores = arithmetic_steps(reasoning, _prompt_text(problem.prompt) if problem is not None else "")
+    else:
+        steps = [line.strip() for line in reasoning.splitlines() if line.strip()]
+        scores = [float(s) for s in scorer(steps, problem) if s is not None]
+    if not scores:
+        return 0.0, 0
+    return (min(scores) if aggregate == "min" else sum(scores) / len(scores)), len(scores)
