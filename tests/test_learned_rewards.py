@@ -111,3 +111,29 @@ def test_a_local_judge_generates_on_an_rlvr_engine_and_reads_its_score(tmp_path)
     for i, v in enumerate(out):
         found = re.findall(r"(\d)", judge.replies[i])
         assert v == pytest.approx(int(found[-1]) / 9) if found else isinstance(v, JudgeError)
+
+
+def test_a_run_whose_reward_model_fails_completes_with_the_samples_invalid(tiny_overrides, monkeypatch):
+    """Every other scoring call of the reward model raises (an OOM, a device error): those samples
+    are invalid and counted, the others train, and the run completes."""
+    from rlvr.inference import reward_models
+    from rlvr.models.tiny import build_tokenizer
+
+    calls = []
+
+    def flaky(model, tokenizer, texts, **kwargs):
+        calls.append(len(texts))
+        if len(calls) % 2 == 0:
+            raise RuntimeError("CUDA out of memory")
+        return [float(len(t)) for t in texts]
+
+    monkeypatch.setattr(reward_models, "load_reward_model", lambda path, device: (None, build_tokenizer()))
+    monkeypatch.setattr(reward_models, "score_texts", flaky)
+    assert main(["train", *tiny_overrides, "train.steps=2", "reward.models.style.path=rm-dir",
+                 "reward.models.style.batch_size=8"]) == 0
+    run = Path([o.split("=", 1)[1] for o in tiny_overrides if o.startswith("run.dir=")][0])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert len(steps) == 2 and json.loads((run / "summary.json").read_text())["status"] == "completed"
+    for r in steps:
+        assert r["reward/style/failed"] > 0 and r["reward/invalid_frac"] == pytest.approx(r["reward/style/failed"] / 16)
