@@ -10,11 +10,13 @@ prompt and the completion rendered with its own tokenizer's chat template (the c
 assistant's turn), in batches, on the run's device. Its score becomes the component
 `reward/<name>` after normalisation, weighted into the total beside the rule components:
 
-- 'batch' (default): standardised over the step's valid samples (mean 0, std 1). A Bradley-Terry
-  model is defined only up to a constant and its scale drifts with training, so its raw value
-  means nothing on its own; its ranking of the batch is what it knows.
-- 'sigmoid': sigma(score), in (0, 1) like the rule components (the preference probability against
-  a completion scored 0).
+- 'sigmoid' (default): sigma(score), in (0, 1) like the rule components (the preference probability
+  against a completion scored 0). Once the model no longer tells the batch's completions apart
+  (the policy has learned what it prefers), the differences it adds shrink with it.
+- 'batch': standardised over the step's valid samples (mean 0, std 1). A Bradley-Terry score is
+  defined only up to a constant, so its ranking of the batch is what it knows; but a saturated
+  model's noise is blown up to unit variance and competes with the verifier (measured: it drove
+  held-out correctness down; docs/benchmarks.md, "Learned rewards").
 - 'none': the raw score.
 
 A model that fails on a batch (an exception, a non-finite score) marks that batch's samples

@@ -106,9 +106,11 @@ class RewardModelConfig:
     """The model directory (AutoModelForSequenceClassification, num_labels=1; `rlvr rm train` writes one)."""
     weight: float = 0.1
     """Its weight in the total, beside reward.weights (format small, outcome dominant: keep it small)."""
-    normalize: Literal["batch", "sigmoid", "none"] = "batch"
-    """'batch': standardised over the step's valid samples (a Bradley-Terry score is defined only up
-    to a constant: its ranking of the batch is what it knows); 'sigmoid': in (0, 1); 'none': raw."""
+    normalize: Literal["sigmoid", "batch", "none"] = "sigmoid"
+    """'sigmoid' (default): sigma(score), in (0, 1) like the rule components, so a model that no longer
+    tells the batch's completions apart adds next to nothing; 'batch': standardised over the step's
+    valid samples, which blows a saturated model's noise up to unit variance (measured: it swamped
+    correctness, docs/benchmarks.md); 'none': the raw score."""
     batch_size: int = 16
     """Sequences per forward pass."""
     max_length: int = 1024
