@@ -176,19 +176,17 @@ class LearnedReward:
         self.close()
 
 
-def learned_components(cfg) -> dict[str, Any]:
-    """The run's `reward.models` (each loaded on its device; 'auto': the run's, train.device) and
+def learned_components(cfg, device: str) -> dict[str, Any]:
+    """The run's `reward.models` (each loaded on its device; 'auto': `device`, the run's) and
     `reward.judges`, by component name."""
     from rlvr.inference.judge import Judge
-    from rlvr.train.parallel import train_device
 
-    device = str(train_device(cfg.train.device))
     out: dict[str, Any] = {name: RewardModel(name, m, device if m.device == "auto" else m.device)
                            for name, m in cfg.reward.models.items()}
     out.update({name: Judge(name, j, device) for name, j in cfg.reward.judges.items()})
     return out
 
 
-def with_learned_rewards(rules, cfg):
-    """`rules` as it is when no learned reward is configured, else wrapped with them."""
-    return LearnedReward(rules, learned_components(cfg)) if cfg.reward.models or cfg.reward.judges else rules
+def with_learned_rewards(rules, cfg, device: str):
+    """`rules` as it is when no learned reward is configured, else wrapped with them (on `device`)."""
+    return LearnedReward(rules, learned_components(cfg, device)) if cfg.reward.models or cfg.reward.judges else rules

@@ -201,7 +201,8 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         if cfg.rollout.speculative.method != "none":
             check_speculation(cfg, engine, model, tokenizer, task_held_out, log)
         from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
-        source = LocalBatches.create(cfg, model, tokenizer, engine, with_learned_rewards(reward, cfg), log, par)
+        learned = with_learned_rewards(reward, cfg, str(train_device(cfg.train.device)))
+        source = LocalBatches.create(cfg, model, tokenizer, engine, learned, log, par)
     retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
                      best_mode=cfg.ckpt.best_mode)
     checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, **retention) if par.sharded
