@@ -9,7 +9,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 pytest.importorskip("peft")
 
+from rlvr.cli import main  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
+from rlvr.ops.report import recommended_length  # noqa: E402
 from rlvr.train.grpo import train  # noqa: E402
 from test_models import save_tiny  # noqa: E402
 
@@ -33,7 +35,7 @@ def _overrides(tmp_path, *extra):
             "reward.math.extract=[answer_tag,last_number]", *extra]
 
 
-def test_lora_run_on_a_data_file_exports_a_merged_model_and_resumes(tmp_path):
+def test_lora_run_on_a_data_file_exports_a_merged_model_and_resumes(tmp_path, capsys):
     save_tiny(tmp_path / "base")
     _data(tmp_path / "d.jsonl")
     cfg = load_config(None, _overrides(tmp_path, "model.lora.enabled=true", "model.lora.r=4", "algo.beta=0.1"))
@@ -58,6 +60,20 @@ def test_lora_run_on_a_data_file_exports_a_merged_model_and_resumes(tmp_path):
                                   return_tensors="pt", return_dict=True)
     out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
     assert out.shape[1] > ids["input_ids"].shape[1]
+    # the run's recommended length (1.2 x P90) is the export's generation default, which `rlvr eval` of
+    # the run takes with no flag; a configured length wins; --device cuda without CUDA is a one-line error
+    rec = recommended_length(metrics, None)["tokens"]
+    assert model.generation_config.max_new_tokens == rec != load_config(None, []).rollout.max_new_tokens
+    evaluate = ["eval", str(run), "--data", str(tmp_path / "d.jsonl"), "--limit", "2", "data.chat=false"]
+    capsys.readouterr()
+    assert main(evaluate) == 0
+    assert f"cpu, compute float32, max_new_tokens {rec} (the model's generation_config.json" in capsys.readouterr().err
+    assert main([*evaluate, "rollout.max_new_tokens=3"]) == 0
+    assert "max_new_tokens 3 (rollout.max_new_tokens)" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main([*evaluate, "--device", "cuda"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "train.device=cuda" in err and len(err.splitlines()) == 1
     base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
     assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, base.model.layers[0].self_attn.q_proj.weight)
     # resuming loads the adapter from the newest checkpoint and continues

@@ -13,6 +13,8 @@ ray = pytest.importorskip("ray")
 
 from rlvr.checkpoint import list_checkpoints, open_checkpoint  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
+from rlvr.configlib import ConfigError  # noqa: E402
+from rlvr.deploy.ray.actors import LOGICAL_GPUS  # noqa: E402
 from rlvr.deploy.ray.driver import run  # noqa: E402
 from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
 from rlvr.records import Completion, Problem, RewardResult  # noqa: E402
@@ -32,7 +34,10 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=6, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    # logical GPUs on this CPU node: actors given some resolve their device as on a GPU node and
+    # place their weights on the CPU (rlvr.deploy.ray.actors.pool_device)
+    ray.init(num_cpus=6, num_gpus=4, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
+             runtime_env={"env_vars": {LOGICAL_GPUS: "1"}})
     yield
     ray.shutdown()
 
@@ -208,9 +213,50 @@ def test_a_2_actor_fsdp_trainer_pool_trains_as_one_trainer(ray_sync, sft_dir, tm
     assert (tmp_path / "pool" / "model" / "model.safetensors").exists()
 
 
-def test_trainer_replicas_need_fsdp():
-    from rlvr.configlib import ConfigError
+GPU_LAYOUT = ["deploy.address=null", "deploy.pools.rollout.replicas=2", "deploy.pools.reward.replicas=2",
+              *(f"deploy.pools.{m}.cpus=1" for m in ("rollout", "reward", "inference", "trainer"))]
+"""configs/ray_multinode_gpu.yaml on this cluster: its pools and GPUs, fewer replicas and CPUs."""
 
+
+@pytest.mark.slow
+def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
+    cfg = load_config("configs/ray_multinode_gpu.yaml", TINY + GPU_LAYOUT + [
+        f"run.dir={tmp_path / 'gpu'}", f"sft.cache_dir={sft_dir}"])
+    assert run(cfg)["status"] == "completed"
+    placed = {(e["module"], e["replica"]): e for e in rows(tmp_path / "gpu", "events") if e["kind"] == "placement"}
+    assert set(placed) == {("rollout", 0), ("rollout", 1), ("reward", 0), ("reward", 1), ("inference", 0),
+                           ("trainer", 0)}
+    for (module, _), e in placed.items():
+        if module == "reward":  # CPU work only: no GPU reserved, none assigned
+            assert e["gpu_ids"] == [] and e["device"] == "cpu" and e["weights"] is None
+        else:  # one GPU each, resolved as cuda:0 (Ray shows an actor only its own); weights on the logical stand-in
+            assert len(e["gpu_ids"]) == 1 and e["device"] == "cuda:0" and e["placed"] == e["weights"] == "cpu", e
+    assert len({e["gpu_ids"][0] for e in placed.values() if e["gpu_ids"]}) == 4  # four different GPUs
+    assert [r["step"] for r in rows(tmp_path / "gpu", "metrics") if "reward/mean" in r] == [1, 2, 3]
+
+
+def test_a_gpu_that_torch_cannot_see_is_an_error_not_an_idle_gpu(cluster):
+    from rlvr.deploy.ray.actors import Placed
+
+    real = ray.remote(num_gpus=1, runtime_env={"env_vars": {LOGICAL_GPUS: "0"}})(Placed).remote()
+    with pytest.raises(ray.exceptions.RayTaskError, match="sees no CUDA device"):
+        ray.get(real.placement.remote())
+    ray.kill(real)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["deploy.pools.reward.gpus=1"], "deploy.pools.reward.gpus"),
+    (["deploy.pools.trainer.gpus=1", "train.device=cpu"], "deploy.pools.trainer.gpus"),
+    (["train.device=cuda"], "train.device"),
+    (["deploy.pools.rollout.gpus=1", "rollout.engine=loop", "rollout.speculative.method=ngram"],
+     "rollout.speculative.method"),
+])
+def test_a_pool_that_would_leave_its_gpus_idle_is_a_config_error(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, ["deploy.backend=ray", *overrides])
+
+
+def test_trainer_replicas_need_fsdp():
     with pytest.raises(ConfigError, match="deploy.pools.trainer.replicas"):
         load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2"])
     with pytest.raises(ConfigError, match="train.world_size"):

@@ -505,3 +505,17 @@ def test_rlvr_serve_command_answers_like_transformers(models, engine):
         assert children, "vLLM runs its engine core in a process of its own"
         _, alive = psutil.wait_procs(children, timeout=10)
         assert not alive, f"rlvr serve left {[p.name() for p in alive]} running after SIGTERM"
+
+
+def test_the_default_max_tokens_a_configured_value_then_the_run_then_the_export(tmp_path):
+    from types import SimpleNamespace
+
+    from rlvr.cli.serve import default_max_tokens
+
+    exported = SimpleNamespace(max_new_tokens=37)  # an rlvr export's generation_config.json
+    cfg = load_config(None, [])
+    assert default_max_tokens(cfg, str(tmp_path), exported)[0] == 37
+    assert default_max_tokens(cfg, str(tmp_path), None) == (cfg.serve.max_tokens, "serve.max_tokens (default)")
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "rollout/len_p90": 20.0}) + "\n")
+    assert default_max_tokens(cfg, str(tmp_path), exported)[0] == 24  # the run directory's own 1.2 x P90
+    assert default_max_tokens(load_config(None, ["serve.max_tokens=9"]), str(tmp_path), exported)[0] == 9

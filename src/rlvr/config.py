@@ -514,6 +514,8 @@ class Config:
                 "reward.models" if self.reward.models else "reward.judges",
                 "learned rewards score in the trainer's process (deploy.backend=embedded); their Ray pool is not "
                 "built yet: train with deploy.backend=embedded")
+        if self.deploy.backend == "ray":
+            self._check_pool_devices()
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
             require(self.train.world_size in (0, trainers), "train.world_size",
@@ -536,6 +538,22 @@ class Config:
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")
+
+    def _check_pool_devices(self) -> None:
+        """Every GPU a Ray pool reserves is used by its actors (rlvr.deploy.ray.actors.pool_device):
+        a pool whose work cannot run on one reserves none."""
+        pools = self.deploy.pools
+        require(pools["reward"].gpus == 0, "deploy.pools.reward.gpus",
+                "the reward pool runs rule rewards, the code sandbox and tool calls on CPUs; it would leave its "
+                "GPUs idle: set it to 0")
+        require(not (pools["trainer"].gpus > 0 and self.train.device == "cpu"), "deploy.pools.trainer.gpus",
+                "reserves GPUs but train.device=cpu keeps the trainer off them: set train.device=auto (or cuda), or 0 GPUs")
+        require(not (pools["trainer"].gpus == 0 and self.train.device == "cuda"), "train.device",
+                "cuda, but the Ray trainer pool reserves no GPU (deploy.pools.trainer.gpus=0): Ray shows its actors "
+                "none; give the pool GPUs, or train.device=auto")
+        require(not (pools["rollout"].gpus > 0 and self.rollout.speculative.method != "none"),
+                "rollout.speculative.method", "rlvr's speculative decoding runs on the CPU only; a rollout pool with "
+                "GPUs samples on them: set rollout.speculative.method=none, or deploy.pools.rollout.gpus=0")
 
     @property
     def run_dir(self) -> Path:

@@ -27,5 +27,13 @@ def config_argv(args: argparse.Namespace) -> list[str]:
         (["--profile", args.profile] if args.profile else [])
 
 
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """--device for the commands that run a model outside training (eval, compare, serve)."""
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                        help="where the model runs (= train.device; default auto: CUDA when visible)")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    return load_config(args.config, args.overrides, profile=args.profile)
+    device = getattr(args, "device", None)
+    overrides = [*args.overrides, f"train.device={device}"] if device else args.overrides
+    return load_config(args.config, overrides, profile=args.profile)

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlvr.cli._common import add_config_arguments, config_from_args
+from rlvr.cli._common import add_config_arguments, add_device_argument, config_from_args
 
 
 def add_sampling_arguments(parser) -> None:
@@ -20,6 +20,7 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="k of pass@k, maj@k, avg@k (k <= N)")
     parser.add_argument("--batch-size", type=int, default=None, help="problems per engine call (default: eval.batch_size when a config or override sets it, else 64)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N problems")
+    add_device_argument(parser)
 
 
 def add_arguments(parser) -> None:
@@ -66,21 +67,54 @@ def problems_for(cfg, args) -> list:
     return problems[: args.limit] if args.limit else problems
 
 
+def inference_model(cfg, path: str):
+    """(model, tokenizer) to run outside training, as training ran it: fp32 weights on train.device
+    (`--device`), the engines computing in model.dtype (bf16 autocast, never bf16 weights)."""
+    from rlvr.models import load_model
+    from rlvr.train.parallel import train_device
+
+    device = train_device(cfg.train.device)  # cuda without CUDA: a one-line config error, before loading
+    model, tokenizer = load_model(path, "float32")  # a missing directory: a one-line config error
+    return model.to(device).eval(), tokenizer
+
+
+def default_length(cfg, model, key: str = "rollout.max_new_tokens") -> tuple[int, str]:
+    """Tokens to generate when nothing says otherwise: `key` when a config or override sets it, else
+    the model's generation_config.json max_new_tokens (an rlvr export writes the run's recommended
+    length there), else `key`'s default."""
+    configured = _dotted(cfg, key)
+    if key in cfg.sources:
+        return configured, key
+    exported = getattr(getattr(model, "generation_config", None), "max_new_tokens", None)
+    if exported:
+        return int(exported), "the model's generation_config.json max_new_tokens"
+    return configured, f"{key} (default)"
+
+
+def _dotted(cfg, key: str):
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
     """Outcomes of one model on `problems` (rlvr.evaluate.score_problems), with a progress bar."""
     from rich.progress import Progress
 
     from rlvr.evaluate import score_problems
-    from rlvr.models import load_model
     from rlvr.rollout import build_engine, episode_spec
 
     path = model_dir(path)
-    model, tokenizer = load_model(path, cfg.model.dtype)  # a missing directory: a one-line config error
+    model, tokenizer = inference_model(cfg, path)
+    max_new_tokens, why = default_length(cfg, model)
+    print(f"eval {label or path}: {next(model.parameters()).device}, compute {cfg.model.dtype}, "
+          f"max_new_tokens {max_new_tokens} ({why})", file=sys.stderr)
     engine = build_engine(cfg.rollout, model, tokenizer, name=cfg.eval.engine, model_dir=path, seed=cfg.seed,
                           dtype=cfg.model.dtype, episodes=episode_spec(cfg))  # eval.engine, else rollout.engine
     with Progress(transient=True, console=_stderr()) as bar:
         task = bar.add_task(f"eval {label or path}", total=len(problems))
-        return score_problems(engine, problems, reward, max_new_tokens=cfg.rollout.max_new_tokens,
+        return score_problems(engine, problems, reward, max_new_tokens=max_new_tokens,
                               samples=args.samples, temperature=args.temperature, top_p=cfg.rollout.top_p,
                               batch_size=args.batch_size, progress=lambda n: bar.advance(task, n))
 

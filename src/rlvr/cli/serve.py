@@ -14,7 +14,7 @@ import socket
 import sys
 from pathlib import Path
 
-from rlvr.cli._common import add_config_arguments, config_from_args
+from rlvr.cli._common import add_config_arguments, add_device_argument, config_from_args
 from rlvr.configlib import ConfigError
 
 
@@ -24,6 +24,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--split", type=float, default=None, metavar="P", help="share of users sent to B (default 0.5)")
     parser.add_argument("--host", help="bind address (= serve.host)")
     parser.add_argument("--port", type=int, help="TCP port (= serve.port; 0 = any free port)")
+    add_device_argument(parser)
     add_config_arguments(parser)
 
 
@@ -44,21 +45,29 @@ def chat_template(scfg, tokenizer) -> str | None:
     return Path(choice).read_text()
 
 
-def default_max_tokens(path: str, scfg) -> tuple[int, str]:
-    """A run directory's recommended inference length (rlvr.ops.report), else serve.max_tokens."""
+def default_max_tokens(cfg, path: str, generation_config=None) -> tuple[int, str]:
+    """max_tokens of a request that names none: serve.max_tokens when a config or override sets it,
+    else a run directory's recommended inference length (rlvr.ops.report), else the model's
+    generation_config.json max_new_tokens (an rlvr export writes the recommended length there),
+    else serve.max_tokens' default."""
     from rlvr.ops.report import recommended_length
     from rlvr.runlog import read_jsonl
 
+    if "serve.max_tokens" in cfg.sources:
+        return cfg.serve.max_tokens, "serve.max_tokens"
     metrics = Path(path) / "metrics.jsonl"
     rec = recommended_length(read_jsonl(metrics), None) if metrics.exists() else None
     if rec:
         return rec["tokens"], f"the run's recommended length (1.2 x P90 {rec['p90']:.0f})"
-    return scfg.max_tokens, "serve.max_tokens"
+    exported = getattr(generation_config, "max_new_tokens", None)
+    if exported:
+        return int(exported), "the model's generation_config.json max_new_tokens"
+    return cfg.serve.max_tokens, "serve.max_tokens (default)"
 
 
 def build_arm(cfg, path: str, key: str, name: str):
-    from rlvr.cli.eval import model_dir
-    from rlvr.models import load_model, load_tokenizer
+    from rlvr.cli.eval import inference_model, model_dir
+    from rlvr.models import load_tokenizer
     from rlvr.serve.app import Arm
     from rlvr.serve.backends import HFBackend, VLLMBackend
 
@@ -71,15 +80,25 @@ def build_arm(cfg, path: str, key: str, name: str):
         backend = VLLMBackend(weights, tokenizer, dtype=cfg.model.dtype if v.dtype == "auto" else v.dtype,
                               seed=cfg.seed, max_model_len=v.max_model_len,
                               gpu_memory_utilization=v.gpu_memory_utilization)
+        generation_config, where = _generation_config(weights), "vLLM's device"
     else:
-        model, tokenizer = load_model(weights, cfg.model.dtype)  # a missing directory: a one-line config error
+        model, tokenizer = inference_model(cfg, weights)
         backend = HFBackend(model, tokenizer, max_batch=scfg.max_concurrency, dtype=cfg.model.dtype)
+        generation_config, where = model.generation_config, str(next(model.parameters()).device)
     template = chat_template(scfg, tokenizer)
-    max_tokens, why = default_max_tokens(path, scfg)
-    print(f"rlvr serve: {name} = {weights} ({scfg.engine}; chat: "
+    max_tokens, why = default_max_tokens(cfg, path, generation_config)
+    print(f"rlvr serve: {name} = {weights} ({scfg.engine} on {where}, compute {cfg.model.dtype}; chat: "
           f"{'its chat template' if template else 'plain, the contents one per line'}; "
           f"default max_tokens {max_tokens}: {why})", file=sys.stderr)
     return Arm(key, name, tokenizer, backend, template, max_tokens)
+
+
+def _generation_config(weights: str):
+    from transformers import GenerationConfig
+    try:
+        return GenerationConfig.from_pretrained(weights)
+    except OSError:  # no generation_config.json
+        return None
 
 
 def open_server(cfg, model: str, model_b: str | None = None, split: float | None = None):

@@ -42,13 +42,17 @@ def reference_policy(model):
     return copy.deepcopy(model)
 
 
-def export_model(model, tokenizer, path: str | Path):
+def export_model(model, tokenizer, path: str | Path, *, max_new_tokens: int | None = None):
     """Write the final model as plain Hugging Face files (safetensors, config, generation config,
     tokenizer and chat template), loadable with `AutoModelForCausalLM.from_pretrained` alone.
+    max_new_tokens: the run's recommended inference length, written to generation_config.json,
+    where `rlvr eval`, `rlvr serve`, transformers' `generate` and vLLM take their default from.
 
     A LoRA adapter is merged into the weights in place, so call this last; returns the plain model.
     """
     plain = lora.merged(model)
+    if max_new_tokens is not None and plain.generation_config is not None:
+        plain.generation_config.max_new_tokens = int(max_new_tokens)
     # transformers >= 5 renamed gradient to activation checkpointing; the old property warns when read
     checkpointing = (plain.is_activation_checkpointing if hasattr(type(plain), "is_activation_checkpointing")
                      else plain.is_gradient_checkpointing)

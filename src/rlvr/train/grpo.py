@@ -362,6 +362,16 @@ def eval_change(before: dict | None, after: dict | None) -> dict | None:
             "only_before": report["only_a"], "only_after": report["only_b"]}
 
 
+def recommended_tokens(run_dir: Path) -> int | None:
+    """The run's recommended inference length so far (1.2 x P90 of the last steps' completion lengths)."""
+    from rlvr.ops.report import recommended_length
+    from rlvr.runlog import read_jsonl
+
+    metrics = run_dir / "metrics.jsonl"
+    rec = recommended_length(read_jsonl(metrics), None) if metrics.exists() else None
+    return rec["tokens"] if rec else None
+
+
 def finish(run: Run, state: TrainerState, status: str) -> dict:
     """The end of every run: a completed one is checkpointed, evaluated and exported; then the
     summary, the report and the closed log, whichever way it ended."""
@@ -379,8 +389,8 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
             weights = run.par.full_state_dict(state.model)
             plain = run.rollout_model
             plain.load_state_dict(weights, strict=False)
-        if run.par.main:
-            export_model(plain, run.tokenizer, cfg.run_dir / "model")  # Hugging Face format; LoRA merged
+        if run.par.main:  # Hugging Face format; LoRA merged; the recommended length as its generation default
+            export_model(plain, run.tokenizer, cfg.run_dir / "model", max_new_tokens=recommended_tokens(cfg.run_dir))
     rewards = state.history["reward"]
 
     def figures(ev: dict | None) -> dict | None:

@@ -27,6 +27,41 @@ def _threads(n: int) -> None:
     torch.set_num_threads(max(1, n))
 
 
+LOGICAL_GPUS = "RLVR_LOGICAL_GPUS"
+"""Set to 1 where Ray's GPUs are logical (`num_gpus` declared on a CPU node, in tests): an actor
+resolves its device as on a GPU node, and places its model on the CPU, saying so."""
+
+
+def pool_device() -> tuple[torch.device, torch.device]:
+    """(resolved, placed) device of this actor's model: the GPU Ray assigned it from its pool's
+    `gpus` (Ray shows an actor only its own GPUs, numbered from 0), else the CPU. `placed` differs
+    from `resolved` only under RLVR_LOGICAL_GPUS=1. A GPU assigned on a node whose torch sees
+    none is an error: the pool's GPUs would sit idle."""
+    if not ray.get_gpu_ids():
+        return torch.device("cpu"), torch.device("cpu")
+    resolved = torch.device("cuda", 0)
+    if torch.cuda.is_available():
+        return resolved, resolved
+    if os.environ.get(LOGICAL_GPUS) == "1":
+        return resolved, torch.device("cpu")
+    raise RuntimeError(f"Ray assigned this actor GPU(s) {ray.get_gpu_ids()} but torch {torch.__version__} on "
+                       f"{ray.util.get_node_ip_address()} sees no CUDA device: install a CUDA build of torch on the "
+                       "GPU nodes, or set the pool's gpus to 0 in deploy.pools")
+
+
+class Placed:
+    """What every actor reports of where it runs (`placement()`): the GPUs Ray assigned it, the
+    device it resolved from them, and where its model's weights are."""
+
+    weights_device: str | None = None
+    """Where the actor's model weights are, once loaded (None: no model, or not loaded yet)."""
+
+    def placement(self) -> dict:
+        resolved, placed = pool_device()
+        return {"pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": str(resolved),
+                "placed": str(placed), "weights": self.weights_device}
+
+
 def _reply(t0: float, **out) -> dict:
     return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}
 
@@ -56,9 +91,10 @@ def tool_host(workers: Sequence) -> Callable[[ToolCall, float], ToolResult]:
     return host
 
 
-class RolloutWorker:
-    """A rollout engine (`rollout.engine`) on a policy copy, sampling with the published weights.
-    Its environments live here; their tool calls run on the reward workers (`tool_workers`)."""
+class RolloutWorker(Placed):
+    """A rollout engine (`rollout.engine`) on a policy copy, on its pool's device, sampling with the
+    published weights. Its environments live here; their tool calls run on the reward workers
+    (`tool_workers`)."""
 
     def __init__(self, cfg: Config, threads: int, tool_workers: Sequence = ()) -> None:
         _threads(threads)
@@ -80,10 +116,11 @@ class RolloutWorker:
             from rlvr.models import load_policy, load_tokenizer
             from rlvr.rollout import build_engine, episode_spec
             c = self.cfg
-            if c.rollout.engine == "vllm":  # the engine loads the weights itself
+            if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
                 model, tokenizer = None, load_tokenizer(start_path)
             else:
-                model, tokenizer = load_policy(c.model, start_path)
+                model, tokenizer = load_policy(c.model, start_path, device=pool_device()[1])
+                self.weights_device = str(next(model.parameters()).device)
             self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
                                        dtype=c.model.dtype,
                                        episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
@@ -99,7 +136,7 @@ class RolloutWorker:
         return _reply(t0, completions=completions, rng_state=torch.get_rng_state())
 
 
-class RewardWorker:
+class RewardWorker(Placed):
     """Rule rewards (math verification, the code sandbox) on CPU cores, whole groups at a time, and
     the rollout workers' tool calls (in a concurrency group of their own, beside the scoring)."""
 
@@ -132,8 +169,8 @@ class RewardWorker:
         return _reply(t0, results=results)
 
 
-class ReferenceWorker:
-    """Frozen reference log-probs of completions (the inference module)."""
+class ReferenceWorker(Placed):
+    """Frozen reference log-probs of completions (the inference module), on its pool's device."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
         _threads(threads)
@@ -149,14 +186,15 @@ class ReferenceWorker:
         if self.start_path != start_path:
             from rlvr.inference.reference import ReferenceModel
             from rlvr.models import load_policy, reference_policy
-            model, tokenizer = load_policy(self.cfg.model, start_path)
+            model, tokenizer = load_policy(self.cfg.model, start_path, device=pool_device()[1])
+            self.weights_device = str(next(model.parameters()).device)
             self.ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, self.cfg.rollout.temperature,
                                       self.cfg.model.dtype)
             self.start_path = start_path
         return _reply(t0, logp=self.ref.logprobs(completions))
 
 
-class TrainerActor:
+class TrainerActor(Placed):
     """The embedded GRPO loop (rlvr.train.grpo.train) with its batches collected on the other actors.
     A pool of N (train.strategy=fsdp) is one torch.distributed group: rank 0 collects the batches,
     every rank trains on its share (rlvr.train.parallel)."""
@@ -177,8 +215,14 @@ class TrainerActor:
 
     def train(self, cfg: Config, workers: dict, pending_events: list[dict], attempt: int, rank: int = 0,
               world: int = 1, master: tuple[str, int] | None = None) -> dict:
+        import dataclasses
+
         from rlvr.deploy.ray.source import RayBatchSource
         from rlvr.train.grpo import train
+        placed = pool_device()[1]
+        if cfg.train.device == "auto":  # the pool's device (the config forbids GPUs with train.device=cpu)
+            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device=placed.type))
+        self.weights_device = str(placed)
         if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows
             # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)
             os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master[0],

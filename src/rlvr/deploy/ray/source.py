@@ -34,6 +34,7 @@ from rlvr.console import RunConsole
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import RewardResult
 from rlvr.rollout import sampling_params
+from rlvr.train.parallel import train_device
 from rlvr.train.step import StepBatch, collect_batch
 
 MODULES = ("rollout", "reward", "inference")
@@ -181,6 +182,8 @@ class RayBatchSource:
         self.last_return: float | None = None
         self.killed = False
         self.log = None
+        self.placed = False
+        self.trainer_device = train_device(cfg.train.device)  # the trainer actor pinned it to its pool's
 
     def bind(self, log) -> "RayBatchSource":
         """Called by `train` with its RunLog: events that happened before it (a trainer restart) go in first."""
@@ -225,8 +228,22 @@ class RayBatchSource:
             if dropped and not batch.completions:  # nothing fresh enough: sample this step again, now
                 batch = self._collect(sampler, step, handle)
         batch.metrics.update(self._perf(batch, version, dropped, t_enter))
+        if not self.placed:  # once every pool has loaded its model: where each actor's weights are
+            self._log_placement(step)
         self._flush_events(step)
         return batch
+
+    def _log_placement(self, step: int) -> None:
+        """One `placement` event per actor: the GPUs Ray assigned it, the device it resolved from them
+        (rlvr.deploy.ray.actors.pool_device) and where its weights are."""
+        from rlvr.deploy.ray.actors import Placed
+
+        self.placed = True
+        for m in MODULES:
+            for j, info in enumerate(ray.get([w.placement.remote() for w in self.workers[m]])):
+                self.log.event(step=step, kind="placement", module=m, replica=j, **info)
+        self.log.event(step=step, kind="placement", module="trainer", replica=0,
+                       **{**Placed().placement(), "weights": str(self.trainer_device)})
 
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
         return collect_batch(RemoteEngine(self, handle, step), sampler, self.reward, self.params, self.algo,
