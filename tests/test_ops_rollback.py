@@ -63,3 +63,31 @@ def test_divergence_without_retries_left_fails_the_run_cleanly(overrides, tmp_pa
     (failed,) = events(run, "failed")
     assert "RunDiverged" in failed["error"] and "rollback.max_retries=0" in failed["error"]
     assert events(run, "rollback") == []
+
+
+def test_a_restored_trainer_reloads_the_engine_whatever_version_it_holds(monkeypatch):
+    # rollout.sync_every=2 on an engine with its own weights: after a rollback the same version number
+    # comes again with other weights, so the engine is reloaded at once, not when the schedule says
+    from types import SimpleNamespace
+
+    from rlvr.train import step as step_module
+
+    monkeypatch.setattr(step_module, "collect_batch", lambda *a, **k: SimpleNamespace(metrics={}))
+
+    class Engine:
+        version, loads = 0, []
+
+        def load_weights(self, named_tensors, version):
+            self.loads.append(version)
+            self.version = version
+
+    engine = Engine()
+    source = step_module.LocalBatches(engine, None, None, None, None, 1, sync_every=2)
+    model, sampler = torch.nn.Linear(2, 2), object()
+    for step in (1, 2, 3):  # step 1: version 0 is the engine's already; step 2 not due; step 3 due
+        source.collect(model, sampler, step)
+    assert engine.loads == [2]
+    source.collect(model, object(), 3)  # a rollback restored step 2's checkpoint: version 2 again
+    assert engine.loads == [2, 2]
+    source.collect(model, source.sampler, 4)  # and the schedule goes on: step 4 is not due
+    assert engine.loads == [2, 2]

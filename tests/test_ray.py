@@ -160,6 +160,19 @@ def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir
 
 
 @pytest.mark.slow
+def test_sync_every_holds_the_published_weights_and_a_rollback_republishes(cluster, sft_dir, tmp_path):
+    cfg = config(tmp_path, sft_dir, "sync2", "deploy.backend=ray", "rollout.sync_every=2", "train.steps=5",
+                 "debug.inject_nan_at_step=4")
+    summary = run(cfg)
+    assert summary["status"] == "completed" and summary["rollbacks"] == 1
+    (rollback,) = [e for e in rows(tmp_path / "sync2", "events") if e["kind"] == "rollback"]
+    assert (rollback["step"], rollback["to_step"]) == (4, 3)
+    lag = {r["step"]: r["perf/staleness_max"] for r in rows(tmp_path / "sync2", "metrics") if "perf/staleness_max" in r}
+    # published at steps 1, 3, 5 (every 2nd); the retried step 4 samples the restored weights at once
+    assert lag == {1: 0, 2: 1, 3: 0, 4: 0, 5: 0}
+
+
+@pytest.mark.slow
 def test_killed_rollout_worker_and_trainer_do_not_stop_the_run(cluster, sft_dir, tmp_path):
     # one run, two faults: a rollout worker SIGKILLed mid-step 2, the trainer SIGKILLed at step 3
     cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "deploy.kill_rollout_at_step=2",

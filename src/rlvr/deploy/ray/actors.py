@@ -102,7 +102,7 @@ class RolloutWorker(Placed):
         self.tool_workers = list(tool_workers)
         self.engine = None
         self.start_path: str | None = None
-        self.version: int | None = None  # the weights the engine holds; None: those of start_path
+        self.publication: int | None = None  # the published weights the engine holds; None: those of start_path
 
     def pid(self) -> int:
         return os.getpid()
@@ -124,10 +124,10 @@ class RolloutWorker(Placed):
             self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
                                        dtype=c.model.dtype,
                                        episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
-            self.start_path, self.version = start_path, None
-        if self.version != weights.version:
+            self.start_path, self.publication = start_path, None
+        if self.publication != weights.publication:  # a version number may come again after a rollback
             self.engine.load_weights(fetch_weights(weights).items(), weights.version)
-            self.version = weights.version
+            self.publication = weights.publication
         if rng.get("state") is not None:
             torch.set_rng_state(rng["state"])
         else:

@@ -183,6 +183,9 @@ class RayBatchSource:
         self.killed = False
         self.log = None
         self.placed = False
+        self.staleness_bound = cfg.deploy.max_staleness + cfg.rollout.sync_every - 1
+        """Versions a used completion may lag: the batches sampled ahead, plus the updates a
+        rollout.sync_every > 1 lets the published weights fall behind by design."""
         self.trainer_device = train_device(cfg.train.device)  # the trainer actor pinned it to its pool's
 
     def bind(self, log) -> "RayBatchSource":
@@ -212,8 +215,9 @@ class RayBatchSource:
             self._drop_ahead()  # batches sampled ahead came from the abandoned policy and data order
             self.sampler = sampler
         engine = RemoteEngine(self, self.publisher.handle, step)
-        if restored or self.publisher.version != version:
-            engine.load_weights(model.state_dict().items(), version)
+        if restored or self.publisher.version is None or (
+                (step - 1) % self.cfg.rollout.sync_every == 0 and self.publisher.version != version):
+            engine.load_weights(model.state_dict().items(), version)  # rollout.sync_every; a rollback republishes
         handle = engine.handle
         dropped = 0
         if self.executor is None:
@@ -224,7 +228,7 @@ class RayBatchSource:
             for ahead in range(step + 1, min(step + d.max_staleness, self.cfg.train.steps) + 1):
                 if ahead not in self.ahead:
                     self.ahead[ahead] = self.executor.submit(self._collect, sampler, ahead, handle)
-            batch, dropped = within_staleness(batch, version, d.max_staleness, self.params.group_size)
+            batch, dropped = within_staleness(batch, version, self.staleness_bound, self.params.group_size)
             if dropped and not batch.completions:  # nothing fresh enough: sample this step again, now
                 batch = self._collect(sampler, step, handle)
         batch.metrics.update(self._perf(batch, version, dropped, t_enter))

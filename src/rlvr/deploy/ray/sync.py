@@ -24,6 +24,9 @@ class WeightHandle:
     names: tuple[str, ...] = ()
     """The parameter name of each ref."""
     transport: str = "object_store"
+    publication: int = 0
+    """Which publication of the trainer's this is (a counter): after a rollback the same version
+    number comes again with other weights, so workers compare publications, never versions."""
 
 
 class WeightPublisher:
@@ -31,6 +34,7 @@ class WeightPublisher:
 
     def __init__(self) -> None:
         self.handle: WeightHandle | None = None
+        self.publications = 0
 
     @property
     def version(self) -> int | None:
@@ -44,7 +48,8 @@ class WeightPublisher:
         for name, tensor in named_tensors:
             names.append(name)
             refs.append(ray.put(tensor.detach().to("cpu", copy=True)))
-        self.handle = WeightHandle(version, refs, tuple(names))
+        self.publications += 1
+        self.handle = WeightHandle(version, refs, tuple(names), publication=self.publications)
         return self.handle
 
 
