@@ -12,7 +12,10 @@
 5. Measured on the held-out prompts: the marker rate of sampled completions (T=1) before and
    after RL, and greedy correctness before and after with its paired test (from summary.json).
 
-tests/test_learned_rewards.py runs the same pipeline at a smaller size.
+The full size runs step 4 three ways from the same cold start and reward model (reused from
+--root when there): without the reward model (the control), with it under the default group-std
+advantage scaling, and with it under `algo.scale=none` (Dr. GRPO). tests/test_learned_rewards.py
+runs the pipeline at a smaller size.
 """
 
 from __future__ import annotations
@@ -70,31 +73,57 @@ def marker_rate(model_dir: Path, problems, samples: int, max_new_tokens: int, se
 
 
 def run(root: Path, *, model: list[str], max_digits: int, n: int, eval_size: int, sft_steps: int, rm_steps: int,
-        rl: list[str], weight: float, samples: int) -> dict:
+        rl: list[str], weight: float, samples: int, variants: dict[str, list[str]] | None = None,
+        reuse: bool = False) -> dict:
+    """Steps 1-5; with `variants` ({name: extra overrides, with {rm} and {weight} filled in}) one RL
+    run per variant, each in root/run-<name>. reuse: keep root's data, cold start and reward model."""
     from rlvr.cli import main
     from rlvr.config import load_config
     from rlvr.tasks import build_task
 
     t0 = time.time()
-    data, pairs = write_data(root, max_digits, n, marked=0.3)
-    common = [*model, "data.chat=false", f"data.eval_size={eval_size}", f"sft.cache_dir={root / 'cache'}",
-              f"run.dir={root / 'run'}", "log.tensorboard=false", "run.progress=false"]
-    assert main(["sft", "--data", str(data), *common, *[o for o in rl if o.startswith("sft.")], f"sft.steps={sft_steps}",
-                 "--out", str(root / "sft")]) == 0
-    assert main(["rm", "train", str(pairs), "--out", str(root / "rm"), "--steps", str(rm_steps),
-                 *[o for o in model if o.startswith("model.")], f"sft.cache_dir={root / 'cache'}"]) == 0
-    assert main(["train", f"data.files=[{data}]", *common, f"model.init_from={root / 'sft'}", *rl,
-                 f"reward.models.marker.path={root / 'rm'}", f"reward.models.marker.weight={weight}"]) == 0
-    cfg = load_config(None, [f"data.files=[{data}]", *common])
-    held = build_task(cfg).held_out()
-    tokens = cfg.rollout.max_new_tokens
-    summary = json.loads((root / "run" / "summary.json").read_text())
+    if reuse and (root / "sft").is_dir() and (root / "rm").is_dir():
+        data, pairs = root / "sums.jsonl", root / "pairs.jsonl"
+    else:
+        data, pairs = write_data(root, max_digits, n, marked=0.3)
+        common = [*model, "data.chat=false", f"data.eval_size={eval_size}", f"sft.cache_dir={root / 'cache'}",
+                  "log.tensorboard=false", "run.progress=false"]
+        assert main(["sft", "--data", str(data), *common, *[o for o in rl if o.startswith("sft.")],
+                     f"sft.steps={sft_steps}", "--out", str(root / "sft")]) == 0
+        assert main(["rm", "train", str(pairs), "--out", str(root / "rm"), "--steps", str(rm_steps),
+                     *[o for o in model if o.startswith("model.")], f"sft.cache_dir={root / 'cache'}"]) == 0
     rm = json.loads((root / "rm" / "rm.json").read_text())
-    return {"marker_rate_before": marker_rate(root / "sft", held, samples, tokens),
-            "marker_rate_after": marker_rate(root / "run" / "model", held, samples, tokens),
-            "samples": samples * len(held), "correct_before": summary["eval_before"]["accuracy"],
-            "correct_after": summary["eval_after"]["accuracy"], "correct_change": summary["eval_change"],
-            "rm_pair_accuracy": rm["held_out_after"]["pair_accuracy"], "wall_s": round(time.time() - t0, 1)}
+    out = {"rm_pair_accuracy": rm["held_out_after"]["pair_accuracy"]}
+    single = variants is None
+    for name, extra in (variants or {"": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}"]}).items():
+        run_dir = root / ("run" if single else f"run-{name}")
+        common = [*model, "data.chat=false", f"data.eval_size={eval_size}", f"sft.cache_dir={root / 'cache'}",
+                  f"run.dir={run_dir}", "log.tensorboard=false", "run.progress=false"]
+        extra = [o.format(rm=root / "rm", weight=weight) for o in extra]
+        assert main(["train", f"data.files=[{data}]", *common, f"model.init_from={root / 'sft'}", *rl, *extra]) == 0
+        cfg = load_config(None, [f"data.files=[{data}]", *common])
+        held = build_task(cfg).held_out()
+        tokens = cfg.rollout.max_new_tokens
+        summary = json.loads((run_dir / "summary.json").read_text())
+        result = {"overrides": extra, "marker_rate_before": marker_rate(root / "sft", held, samples, tokens),
+                  "marker_rate_after": marker_rate(run_dir / "model", held, samples, tokens),
+                  "samples": samples * len(held), "correct_before": summary["eval_before"]["accuracy"],
+                  "correct_after": summary["eval_after"]["accuracy"], "correct_change": summary["eval_change"]}
+        if single:
+            out.update(result)
+        else:
+            out[name] = result
+    out["wall_s"] = round(time.time() - t0, 1)
+    return out
+
+
+VARIANTS = {
+    "control": [],
+    "group_scale": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}"],
+    "no_scale": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}", "algo.scale=none"],
+}
+"""The full size's RL runs: no reward model; with it, advantages scaled by the group std (the
+default); with it, unscaled (Dr. GRPO), so the component's weight stays the weight it was given."""
 
 
 SMALL = {"model": ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "train.threads=1"],
@@ -109,12 +138,13 @@ def main_() -> int:
     ap.add_argument("--root", type=Path, default=Path("bench/results/learned_reward"))
     ap.add_argument("--out", type=Path, default=Path("bench/learned_reward_results.json"))
     ap.add_argument("--small", action="store_true", help="the test's size")
+    ap.add_argument("--reuse", action="store_true", help="keep --root's data, cold start and reward model")
     args = ap.parse_args()
     size = SMALL if args.small else {
         "model": [], "max_digits": 3, "n": 3000, "eval_size": 300, "sft_steps": 1000, "rm_steps": 100, "weight": 0.3,
-        "samples": 4, "rl": ["train.steps=40", "eval.every=0"]}
+        "samples": 4, "rl": ["train.steps=40", "eval.every=0", "train.threads=1"], "variants": VARIANTS}
     result = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]), "size": size,
-              **run(args.root, **size)}
+              **run(args.root, **size, reuse=args.reuse)}
     print(json.dumps(result, indent=2))
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

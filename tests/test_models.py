@@ -242,3 +242,18 @@ def test_a_gguf_without_the_gguf_package_is_a_one_line_config_error(tmp_path, mo
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
     with pytest.raises(ConfigError, match=r"model.name: reading tiny.gguf \(a GGUF\) needs gguf: pip install 'rlvr\[gguf\]'"):
         dequantize_gguf(tmp_path / "tiny.gguf", cache_dir=tmp_path / "cache")
+
+
+def test_every_weight_load_checks_its_keys(tmp_path):
+    # a tied lm_head is saved once and may be missing; anything else missing or unexpected is an error
+    from safetensors.torch import load_file, save_file
+
+    from rlvr.checkpoint import load_weights
+
+    model, _ = save_tiny(tmp_path / "m")
+    load_weights(model, tmp_path / "m")  # the tied lm_head.weight is not in the file: fine
+    state = load_file(tmp_path / "m" / "model.safetensors")
+    for broken in ({k: v for k, v in state.items() if "layers.1.mlp" not in k}, {**state, "extra.weight": torch.zeros(1)}):
+        save_file(broken, tmp_path / "m" / "model.safetensors")
+        with pytest.raises(RuntimeError, match="weights do not fit the model"):
+            load_weights(model, tmp_path / "m")

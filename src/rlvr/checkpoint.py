@@ -147,13 +147,20 @@ def load_weights(model: torch.nn.Module, model_dir: Path) -> None:
         return load_adapter_state(model, model_dir)
     state = read_weights(model_dir)
     result = model.load_state_dict(state, strict=False)
-    # A tied weight (lm_head sharing the embedding) is saved once; anything else missing is an error.
+    check_loaded_keys(model, state, result.missing_keys, result.unexpected_keys, model_dir)
+
+
+def check_loaded_keys(model: torch.nn.Module, loaded, missing, unexpected, source) -> None:
+    """Every load checks its keys: a tied weight (lm_head sharing the embedding) is saved once, so it
+    may be missing when its twin was loaded; anything else missing, or any key the model does not
+    have, is an error naming `source`. (Parameters are compared by identity, which holds for the
+    DTensor parameters of a sharded model too.)"""
     params = dict(model.named_parameters(remove_duplicate=False))
-    loaded_ptrs = {params[k].data_ptr() for k in state if k in params}
-    missing = [k for k in result.missing_keys if k not in params or params[k].data_ptr() not in loaded_ptrs]
-    if missing or result.unexpected_keys:
-        raise RuntimeError(f"{model_dir}: weights do not fit the model (missing {missing[:5]}, "
-                           f"unexpected {result.unexpected_keys[:5]}); was it saved from another model?")
+    loaded_ids = {id(params[k]) for k in loaded if k in params}
+    missing = [k for k in missing if k not in params or id(params[k]) not in loaded_ids]
+    if missing or unexpected:
+        raise RuntimeError(f"{source}: weights do not fit the model (missing {list(missing)[:5]}, "
+                           f"unexpected {list(unexpected)[:5]}); was it saved from another model?")
 
 
 def _write(root: Path, step: int, write_model: Callable[[Path], None], state_bytes: bytes,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.checkpoint import Checkpointer, config_drift, config_fingerprint, resume_point
+from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.evaluate import eval_metrics, evaluate
@@ -388,7 +388,8 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
         if run.par.sharded:  # gathered one tensor at a time into the full copy rank 0 samples with
             weights = run.par.full_state_dict(state.model)
             plain = run.rollout_model
-            plain.load_state_dict(weights, strict=False)
+            result = plain.load_state_dict(weights, strict=False)
+            check_loaded_keys(plain, weights, result.missing_keys, result.unexpected_keys, "the gathered FSDP weights")
         if run.par.main:  # Hugging Face format; LoRA merged; the recommended length as its generation default
             export_model(plain, run.tokenizer, cfg.run_dir / "model", max_new_tokens=recommended_tokens(cfg.run_dir))
     rewards = state.history["reward"]

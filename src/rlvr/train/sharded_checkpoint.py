@@ -110,5 +110,8 @@ def load_full_weights(model, model_dir: Path) -> None:
     own shards of them."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    set_model_state_dict(model, read_weights(Path(model_dir)),
-                         options=StateDictOptions(full_state_dict=True, strict=False))
+    from rlvr.checkpoint import check_loaded_keys
+
+    weights = read_weights(Path(model_dir))
+    result = set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+    check_loaded_keys(model, weights, result.missing_keys, result.unexpected_keys, model_dir)
