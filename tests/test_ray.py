@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 from rlvr.checkpoint import list_checkpoints, open_checkpoint  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.configlib import ConfigError  # noqa: E402
-from rlvr.deploy.ray.actors import LOGICAL_GPUS  # noqa: E402
+from rlvr.deploy.ray.devices import LOGICAL_GPUS  # noqa: E402
 from rlvr.deploy.ray.driver import run  # noqa: E402
 from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
 from rlvr.records import Completion, Problem, RewardResult  # noqa: E402
@@ -35,7 +35,7 @@ TINY = [
 @pytest.fixture(scope="module")
 def cluster():
     # logical GPUs on this CPU node: actors given some resolve their device as on a GPU node and
-    # place their weights on the CPU (rlvr.deploy.ray.actors.pool_device)
+    # place their weights on the CPU (rlvr.deploy.ray.devices.pool_device)
     ray.init(num_cpus=6, num_gpus=4, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
              runtime_env={"env_vars": {LOGICAL_GPUS: "1"}})
     yield
@@ -249,7 +249,7 @@ def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
 
 
 def test_a_gpu_that_torch_cannot_see_is_an_error_not_an_idle_gpu(cluster):
-    from rlvr.deploy.ray.actors import Placed
+    from rlvr.deploy.ray.devices import Placed
 
     real = ray.remote(num_gpus=1, runtime_env={"env_vars": {LOGICAL_GPUS: "0"}})(Placed).remote()
     with pytest.raises(ray.exceptions.RayTaskError, match="sees no CUDA device"):

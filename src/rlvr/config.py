@@ -542,7 +542,7 @@ class Config:
                 f"({self.rollout.max_new_tokens})")
 
     def _check_pool_devices(self) -> None:
-        """Every GPU a Ray pool reserves is used by its actors (rlvr.deploy.ray.actors.pool_device):
+        """Every GPU a Ray pool reserves is used by its actors (rlvr.deploy.ray.devices.pool_device):
         a pool whose work cannot run on one reserves none."""
         pools = self.deploy.pools
         require(pools["reward"].gpus == 0, "deploy.pools.reward.gpus",

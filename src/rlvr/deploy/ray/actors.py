@@ -17,6 +17,7 @@ import ray
 import torch
 
 from rlvr.config import Config
+from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.sync import WeightHandle, fetch_weights
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import SamplingParams
@@ -25,45 +26,6 @@ from rlvr.tools import ToolCall, ToolResult
 
 def _threads(n: int) -> None:
     torch.set_num_threads(max(1, n))
-
-
-LOGICAL_GPUS = "RLVR_LOGICAL_GPUS"
-"""Set to 1 where Ray's GPUs are logical (`num_gpus` declared on a CPU node, in tests): an actor
-resolves its device as on a GPU node, and places its model on the CPU, saying so."""
-
-
-def pool_device() -> tuple[torch.device, torch.device]:
-    """(resolved, placed) device of this actor's model: the GPU Ray assigned it from its pool's
-    `gpus` (Ray shows an actor only its own GPUs, numbered from 0), else the CPU. `placed` differs
-    from `resolved` only under RLVR_LOGICAL_GPUS=1. A GPU assigned on a node whose torch sees
-    none is an error: the pool's GPUs would sit idle."""
-    if not ray.get_gpu_ids():
-        return torch.device("cpu"), torch.device("cpu")
-    resolved = torch.device("cuda", 0)
-    if torch.cuda.is_available():
-        return resolved, resolved
-    if os.environ.get(LOGICAL_GPUS) == "1":
-        return resolved, torch.device("cpu")
-    raise RuntimeError(f"Ray assigned this actor GPU(s) {ray.get_gpu_ids()} but torch {torch.__version__} on "
-                       f"{ray.util.get_node_ip_address()} sees no CUDA device: install a CUDA build of torch on the "
-                       "GPU nodes, or set the pool's gpus to 0 in deploy.pools")
-
-
-class Placed:
-    """What every actor reports of where it runs (`placement()`): the GPUs Ray assigned it, the
-    device it resolved from them, and where its model's weights are."""
-
-    weights_device: str | None = None
-    """Where the actor's model weights are, once loaded (None: no model, or not loaded yet)."""
-
-    def placement(self) -> dict:
-        resolved, placed = pool_device()
-        return {"pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": str(resolved),
-                "placed": str(placed), "weights": self.weights_device}
-
-
-def _reply(t0: float, **out) -> dict:
-    return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}
 
 
 TOOL_THREADS = 16

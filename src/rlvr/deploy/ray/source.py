@@ -239,8 +239,8 @@ class RayBatchSource:
 
     def _log_placement(self, step: int) -> None:
         """One `placement` event per actor: the GPUs Ray assigned it, the device it resolved from them
-        (rlvr.deploy.ray.actors.pool_device) and where its weights are."""
-        from rlvr.deploy.ray.actors import Placed
+        (rlvr.deploy.ray.devices.pool_device) and where its weights are."""
+        from rlvr.deploy.ray.devices import Placed
 
         self.placed = True
         for m in MODULES:
