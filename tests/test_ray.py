@@ -248,6 +248,30 @@ def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
     assert [r["step"] for r in rows(tmp_path / "gpu", "metrics") if "reward/mean" in r] == [1, 2, 3]
 
 
+@pytest.mark.slow
+def test_learned_rewards_score_on_the_inference_pool(cluster, sft_dir, tmp_path):
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from rlvr.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()  # a tiny reward model with random weights: its scores vary, which is all this needs
+    torch.manual_seed(0)
+    LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)).save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    cfg = config(tmp_path, sft_dir, "learned", "deploy.backend=ray", "train.steps=2", "ckpt.every=0",
+                 f"reward.models.rm.path={tmp_path / 'rm'}", "reward.models.rm.weight=0.1")
+    assert run(cfg)["status"] == "completed"
+    steps = [r for r in rows(tmp_path / "learned", "metrics") if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["reward/rm/failed"] == 0 and r["reward/rm/std"] > 0 and "reward/rm/raw_mean" in r for r in steps)
+    assert all(r["reward/invalid_frac"] == 0 and "reward/agreement/correct_vs_rm" in r for r in steps)
+    placed = {e["module"]: e for e in rows(tmp_path / "learned", "events") if e["kind"] == "placement"}
+    assert placed["inference"]["weights"] == "cpu"  # the reward model's pool (no reference: algo.beta = 0)
+    assert "reference" not in json.dumps(rows(tmp_path / "learned", "events"))
+
+
 def test_a_gpu_that_torch_cannot_see_is_an_error_not_an_idle_gpu(cluster):
     from rlvr.deploy.ray.devices import Placed
 

@@ -508,10 +508,6 @@ class Config:
         require(not self.rollout.vllm.sleep_level or (self.rollout.engine == "vllm" and self.deploy.backend == "embedded"),
                 "rollout.vllm.sleep_level", "puts the trainer's own vLLM engine to sleep during the update: it needs "
                 "rollout.engine=vllm and deploy.backend=embedded (a Ray rollout pool has GPUs of its own)")
-        require(not ((self.reward.models or self.reward.judges) and self.deploy.backend == "ray"),
-                "reward.models" if self.reward.models else "reward.judges",
-                "learned rewards score in the trainer's process (deploy.backend=embedded); their Ray pool is not "
-                "built yet: train with deploy.backend=embedded")
         require(self.rollout.sync_every == 1 or self.rollout.engine == "vllm" or self.deploy.backend == "ray",
                 "rollout.sync_every", f"rollout.engine={self.rollout.engine} samples with the trainer's own weights, "
                 "so they are never stale; sync_every > 1 needs rollout.engine=vllm or deploy.backend=ray (where "

@@ -28,6 +28,10 @@ def _threads(n: int) -> None:
     torch.set_num_threads(max(1, n))
 
 
+def _reply(t0: float, **out) -> dict:
+    return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}
+
+
 TOOL_THREADS = 16
 """Tool calls a reward worker runs at once, beside its scoring (the sandbox pool bounds the programs)."""
 
@@ -131,14 +135,16 @@ class RewardWorker(Placed):
         return _reply(t0, results=results)
 
 
-class ReferenceWorker(Placed):
-    """Frozen reference log-probs of completions (the inference module), on its pool's device."""
+class InferenceWorker(Placed):
+    """The inference module on its pool's device: frozen reference log-probs of completions (when
+    algo.beta > 0) and the learned rewards (`reward.models`, `reward.judges`), each loaded on first use."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
         _threads(threads)
         self.cfg = cfg
         self.ref = None
         self.start_path: str | None = None
+        self.learned: dict | None = None
 
     def pid(self) -> int:
         return os.getpid()
@@ -154,6 +160,25 @@ class ReferenceWorker(Placed):
                                       self.cfg.model.dtype)
             self.start_path = start_path
         return _reply(t0, logp=self.ref.logprobs(completions))
+
+    def _learned(self) -> dict:
+        if self.learned is None:
+            from rlvr.inference.reward_models import learned_components
+            self.learned = learned_components(self.cfg, str(pool_device()[1]))  # 'auto' devices: the pool's
+            if self.weights_device is None and self.cfg.reward.models:
+                self.weights_device = str(pool_device()[1])
+        return self.learned
+
+    def score_learned(self, name: str, problems: Sequence[Problem], texts: Sequence[str]) -> dict:
+        """One learned component's raw scores (an exception in place of a sample's score: invalid),
+        and the replies a judge gave (by sample index)."""
+        t0 = time.time()
+        component = self._learned()[name]
+        scores = component.score(problems, texts)
+        return _reply(t0, scores=scores, replies=dict(getattr(component, "replies", {})))
+
+    def learned_metrics(self, name: str) -> dict:
+        return dict(getattr(self._learned()[name], "metrics", dict)())
 
 
 class TrainerActor(Placed):
@@ -182,8 +207,8 @@ class TrainerActor(Placed):
         from rlvr.deploy.ray.source import RayBatchSource
         from rlvr.train.grpo import train
         placed = pool_device()[1]
-        if cfg.train.device == "auto":  # the pool's device (the config forbids GPUs with train.device=cpu)
-            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device=placed.type))
+        if cfg.train.device == "auto" and placed.type == "cuda":  # the pool's GPU ('auto' is the CPU otherwise)
+            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device="cuda"))
         self.weights_device = str(placed)
         if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows
             # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)

@@ -40,7 +40,3 @@ class Placed:
         resolved, placed = pool_device()
         return {"pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": str(resolved),
                 "placed": str(placed), "weights": self.weights_device}
-
-
-def _reply(t0: float, **out) -> dict:
-    return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}

@@ -3,7 +3,7 @@
     ray.init (local, or deploy.address) -> placement groups (deploy.pools)
       rollout  x N  RolloutWorker    policy copies, sample shards of each batch; the environments
       reward   x R  RewardWorker     rule rewards / sandbox on CPU cores; the environments' tool calls
-      inference x 1 ReferenceWorker  reference log-probs (only when algo.beta > 0)
+      inference x 1 InferenceWorker  reference log-probs (algo.beta > 0), learned rewards (reward.models/judges)
       trainer  x 1  TrainerActor     the embedded GRPO loop, batches collected on the actors above
                (x N with train.strategy=fsdp: one process group, the policy sharded across it)
 
@@ -39,7 +39,8 @@ def resolved(cfg: Config) -> Config:
 
 
 def modules(cfg: Config) -> list[str]:
-    return ["rollout", "reward", "trainer"] + (["inference"] if cfg.algo.beta > 0 else [])
+    inference = cfg.algo.beta > 0 or cfg.reward.models or cfg.reward.judges
+    return ["rollout", "reward", "trainer"] + (["inference"] if inference else [])
 
 
 def run(cfg: Config) -> dict:
@@ -62,7 +63,7 @@ def run(cfg: Config) -> dict:
         ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
     placement = Placement(d, used)
     # the reward workers first: the rollout workers' tool calls run on them
-    classes = {"reward": actors.RewardWorker, "rollout": actors.RolloutWorker, "inference": actors.ReferenceWorker}
+    classes = {"reward": actors.RewardWorker, "rollout": actors.RolloutWorker, "inference": actors.InferenceWorker}
     workers: dict[str, list] = {m: [] for m in classes}
 
     def threads(m: str) -> int:

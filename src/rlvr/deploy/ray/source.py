@@ -95,6 +95,33 @@ class _RemoteReference:
         return out
 
 
+class _RemoteLearned:
+    """One learned reward component (`reward.models.<name>` or `reward.judges.<name>`) scored on the
+    inference pool, replicas in turn. A call that fails or times out makes its samples invalid."""
+
+    def __init__(self, source: "RayBatchSource", name: str, cfg) -> None:
+        self.source, self.name, self.cfg = source, name, cfg
+        self.turn = 0
+        self.replies: dict[int, str] = {}
+
+    def score(self, problems, texts) -> list:
+        src, workers = self.source, self.source.workers["inference"]
+        j = self.turn % len(workers)
+        self.turn += 1
+        call = lambda: workers[j].score_learned.remote(self.name, problems, texts)  # noqa: E731
+
+        def failed(why: str) -> dict:
+            return {"scores": [RuntimeError(why)] * len(texts), "replies": {}}
+        out = src.get("inference", j, call(), call, timeout=src.cfg.deploy.reward_timeout_s, fallback=failed)
+        self.replies = out["replies"]
+        return out["scores"]
+
+    def metrics(self) -> dict[str, float]:
+        workers = self.source.workers["inference"]
+        parts = ray.get([w.learned_metrics.remote(self.name) for w in workers])
+        return {k: sum(p.get(k, 0.0) for p in parts) for k in set().union(*parts)} if parts else {}
+
+
 class RemoteEngine:
     """The rollout pool as one `RolloutEngine`, pinned to the published weights of one version
     (a batch sampled ahead keeps the version it started with)."""
@@ -170,7 +197,11 @@ class RayBatchSource:
         self.pending = list(pending_events)
         self.publisher = WeightPublisher()
         self.reward = RemoteReward(self)
-        self.ref = _RemoteReference(self) if workers["inference"] else None
+        if cfg.reward.models or cfg.reward.judges:  # scored on the inference pool, beside the reference
+            from rlvr.inference.reward_models import LearnedReward
+            learned = {**cfg.reward.models, **cfg.reward.judges}
+            self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
+        self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
         self.start_path: str | None = None
         self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
         self.events: list[dict] = []
