@@ -272,6 +272,46 @@ def test_learned_rewards_score_on_the_inference_pool(cluster, sft_dir, tmp_path)
     assert "reference" not in json.dumps(rows(tmp_path / "learned", "events"))
 
 
+@pytest.mark.slow
+def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
+    # the rollout, reward and inference workers run where the driver's files (the run directory, the
+    # cold start, a reward model) are hidden under empty mounts: what they load comes through the
+    # object store (rlvr.deploy.ray.shipping); the trainer owns the run directory and writes it
+    import sys
+
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from rlvr.models.tiny import build_tokenizer
+
+    driver = tmp_path / "driver"
+    tok = build_tokenizer()
+    LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)).save_pretrained(driver / "rm")
+    tok.save_pretrained(driver / "rm")
+    hidden = f"{driver}:{sft_dir}"
+    hide = Path(__file__).with_name("hide_paths.sh")
+    env = {"py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
+           "env_vars": {"RLVR_HIDDEN": hidden}}
+
+    @ray.remote
+    class Look:
+        def look(self):
+            return [sorted(p.name for p in Path(d).iterdir()) for d in hidden.split(":")]
+    probe = Look.options(runtime_env=env).remote()
+    assert ray.get(probe.look.remote()) == [[], []]  # the pools' view: nothing of the driver's
+    ray.kill(probe)
+    envs = [f"deploy.pools.{m}.runtime_env={json.dumps(env)}" for m in ("rollout", "reward", "inference")]
+    cfg = load_config(None, TINY + [f"run.dir={driver / 'run'}", f"sft.cache_dir={sft_dir}", "deploy.backend=ray",
+                                    "train.steps=2", "ckpt.every=0", "algo.beta=0.04", *envs,
+                                    f"reward.models.rm.path={driver / 'rm'}", "reward.models.rm.weight=0.1"])
+    assert run(cfg)["status"] == "completed"
+    steps = [r for r in rows(driver / "run", "metrics") if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["actor/kl"] >= 0 and r["reward/rm/failed"] == 0 and r["reward/invalid_frac"] == 0 for r in steps)
+    assert (driver / "run" / "model" / "model.safetensors").exists()  # written by the trainer, on its node
+
+
 def test_a_gpu_that_torch_cannot_see_is_an_error_not_an_idle_gpu(cluster):
     from rlvr.deploy.ray.devices import Placed
 

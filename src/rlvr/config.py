@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rlvr import configfiles, configlib
 from rlvr.configlib import ConfigError, require
@@ -392,6 +392,8 @@ class PoolConfig:
     None = a placement group of its own."""
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     """Ray placement strategy of the pool's bundles (SPREAD puts replicas on different nodes)."""
+    runtime_env: dict[str, Any] | None = None
+    """Ray runtime_env of the pool's actors (env_vars, pip, py_executable, ...), as Ray takes it."""
 
     def __post_init__(self) -> None:
         require(self.cpus >= 0 and self.gpus >= 0, "cpus", "cpus and gpus must be >= 0")

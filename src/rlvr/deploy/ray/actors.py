@@ -18,6 +18,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
+from rlvr.deploy.ray.shipping import Shipped, materialize
 from rlvr.deploy.ray.sync import WeightHandle, fetch_weights
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import SamplingParams
@@ -67,19 +68,20 @@ class RolloutWorker(Placed):
         self.cfg = cfg
         self.tool_workers = list(tool_workers)
         self.engine = None
-        self.start_path: str | None = None
+        self.start_key: str | None = None
         self.publication: int | None = None  # the published weights the engine holds; None: those of start_path
 
     def pid(self) -> int:
         return os.getpid()
 
-    def sample(self, start_path: str, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
+    def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
                group_offset: int, rng: dict) -> dict:
         """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
-        if self.start_path != start_path:
+        if self.start_key != start.key:
             from rlvr.models import load_policy, load_tokenizer
+            start_path = str(materialize(start))  # this node's copy: no shared filesystem assumed
             from rlvr.rollout import build_engine, episode_spec
             c = self.cfg
             if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
@@ -90,7 +92,7 @@ class RolloutWorker(Placed):
             self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
                                        dtype=c.model.dtype,
                                        episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
-            self.start_path, self.publication = start_path, None
+            self.start_key, self.publication = start.key, None
         if self.publication != weights.publication:  # a version number may come again after a rollback
             self.engine.load_weights(fetch_weights(weights).items(), weights.version)
             self.publication = weights.publication
@@ -143,37 +145,48 @@ class InferenceWorker(Placed):
         _threads(threads)
         self.cfg = cfg
         self.ref = None
-        self.start_path: str | None = None
+        self.start_key: str | None = None
         self.learned: dict | None = None
 
     def pid(self) -> int:
         return os.getpid()
 
-    def logprobs(self, start_path: str, completions: Sequence[Completion]) -> dict:
+    def logprobs(self, start: Shipped, completions: Sequence[Completion]) -> dict:
         t0 = time.time()
-        if self.start_path != start_path:
+        if self.start_key != start.key:
             from rlvr.inference.reference import ReferenceModel
             from rlvr.models import load_policy, reference_policy
+            start_path = str(materialize(start))
             model, tokenizer = load_policy(self.cfg.model, start_path, device=pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
             self.ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, self.cfg.rollout.temperature,
                                       self.cfg.model.dtype)
-            self.start_path = start_path
+            self.start_key = start.key
         return _reply(t0, logp=self.ref.logprobs(completions))
 
-    def _learned(self) -> dict:
+    def _learned(self, shipped: dict[str, Shipped] | None = None) -> dict:
+        """The learned components, built on first use from this node's copies of their directories
+        (`shipped`: reward model and local judge directories, by component name)."""
         if self.learned is None:
+            import dataclasses
+
             from rlvr.inference.reward_models import learned_components
-            self.learned = learned_components(self.cfg, str(pool_device()[1]))  # 'auto' devices: the pool's
-            if self.weights_device is None and self.cfg.reward.models:
+            r = self.cfg.reward
+            local = {name: str(materialize(s)) for name, s in (shipped or {}).items()}
+            models = {n: dataclasses.replace(m, path=local.get(n, m.path)) for n, m in r.models.items()}
+            judges = {n: dataclasses.replace(j, model=local.get(n, j.model)) for n, j in r.judges.items()}
+            cfg = dataclasses.replace(self.cfg, reward=dataclasses.replace(r, models=models, judges=judges))
+            self.learned = learned_components(cfg, str(pool_device()[1]))  # 'auto' devices: the pool's
+            if self.weights_device is None and r.models:
                 self.weights_device = str(pool_device()[1])
         return self.learned
 
-    def score_learned(self, name: str, problems: Sequence[Problem], texts: Sequence[str]) -> dict:
+    def score_learned(self, name: str, shipped: dict[str, Shipped], problems: Sequence[Problem],
+                      texts: Sequence[str]) -> dict:
         """One learned component's raw scores (an exception in place of a sample's score: invalid),
         and the replies a judge gave (by sample index)."""
         t0 = time.time()
-        component = self._learned()[name]
+        component = self._learned(shipped)[name]
         scores = component.score(problems, texts)
         return _reply(t0, scores=scores, replies=dict(getattr(component, "replies", {})))
 

@@ -7,6 +7,7 @@ shares bundle j), so e.g. the reference worker can sit on the trainer's GPU.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import ray
@@ -53,7 +54,7 @@ class Placement:
         self.pools = {m: deploy.pools[m] for m in modules}
         for m, pool in self.pools.items():  # a pool colocated with an unused module gets its own group
             if pool.colocate_with is not None and pool.colocate_with not in self.pools:
-                self.pools[m] = PoolConfig(pool.cpus, pool.gpus, pool.replicas, None, pool.strategy)
+                self.pools[m] = dataclasses.replace(pool, colocate_with=None)
         self.groups = {name: placement_group(bundles, strategy=self.pools[name].strategy, name=f"rlvr-{name}")
                        for name, bundles in pool_bundles(self.pools).items()}
         try:
@@ -68,8 +69,11 @@ class Placement:
     def options(self, module: str, replica: int) -> dict:
         pool = self.pools[module]
         group = self.groups[pool.colocate_with or module]
-        return {"num_cpus": pool.cpus, "num_gpus": pool.gpus,
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=replica)}
+        out = {"num_cpus": pool.cpus, "num_gpus": pool.gpus,
+               "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=replica)}
+        if pool.runtime_env:
+            out["runtime_env"] = dict(pool.runtime_env)
+        return out
 
     def close(self) -> None:
         for pg in self.groups.values():

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import ray
 import torch
@@ -31,6 +32,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from rlvr.config import Config
 from rlvr.console import RunConsole
+from rlvr.deploy.ray.shipping import Shipped, ship
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import RewardResult
 from rlvr.rollout import sampling_params
@@ -85,7 +87,7 @@ class _RemoteReference:
     def logprobs(self, completions) -> torch.Tensor:
         src, workers = self.source, self.source.workers["inference"]
         parts = shards(len(completions), len(workers))
-        calls = [lambda j=j, a=a, b=b: workers[j].logprobs.remote(src.start_path, completions[a:b])
+        calls = [lambda j=j, a=a, b=b: workers[j].logprobs.remote(src.start, completions[a:b])
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
         outs = [src.get("inference", j, refs[j], calls[j])["logp"] for j in range(len(parts))]
@@ -93,6 +95,14 @@ class _RemoteReference:
         for (a, b), o in zip(parts, outs):
             out[a:b, : o.shape[1]] = o
         return out
+
+
+def learned_dirs(cfg) -> dict[str, Shipped]:
+    """The directories the learned components load (reward models; judges on a local model), shipped."""
+    out = {name: ship(m.path) for name, m in cfg.reward.models.items()}
+    out.update({name: ship(j.model) for name, j in cfg.reward.judges.items()
+                if j.base_url is None and Path(j.model).is_dir()})
+    return out
 
 
 class _RemoteLearned:
@@ -108,7 +118,9 @@ class _RemoteLearned:
         src, workers = self.source, self.source.workers["inference"]
         j = self.turn % len(workers)
         self.turn += 1
-        call = lambda: workers[j].score_learned.remote(self.name, problems, texts)  # noqa: E731
+        if src.learned_dirs is None:  # shipped once, from the trainer's node
+            src.learned_dirs = learned_dirs(src.cfg)
+        call = lambda: workers[j].score_learned.remote(self.name, src.learned_dirs, problems, texts)  # noqa: E731
 
         def failed(why: str) -> dict:
             return {"scores": [RuntimeError(why)] * len(texts), "replies": {}}
@@ -142,7 +154,7 @@ class RemoteEngine:
         rngs = ([{"state": torch.get_rng_state()}] if exact else
                 [{"seed": (src.cfg.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
                  for j, (a, _) in enumerate(parts)])
-        calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(src.start_path, self.handle, problems[a:b], params,
+        calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(src.start, self.handle, problems[a:b], params,
                                                                 group_offset + a, rngs[j])
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
@@ -203,6 +215,8 @@ class RayBatchSource:
             self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
         self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
         self.start_path: str | None = None
+        self.start: Shipped | None = None
+        self.learned_dirs: dict[str, Shipped] | None = None
         self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
         self.events: list[dict] = []
         self.busy: dict[str, float] = defaultdict(float)
@@ -240,6 +254,7 @@ class RayBatchSource:
         if self.start_path is None:  # the trainer has run (or found cached) cold-start SFT already
             from rlvr.train.grpo import starting_point
             self.start_path = str(starting_point(self.cfg, RunConsole(False)))
+            self.start = ship(self.start_path)  # the workers load it from the object store, not by path
         version = step - 1  # updates applied so far
         restored = sampler is not self.sampler  # a rollback restored the trainer (weights, a new sampler)
         if restored:
