@@ -57,6 +57,34 @@ def test_prometheus_serves_metrics_and_health():
         sink.close()
 
 
+def pool_health(events: list[dict]) -> tuple[int, dict]:
+    """/healthz after these events (a Ray run's events.jsonl)."""
+    sink = PrometheusSink("127.0.0.1", 0, stale_s=60.0)
+    try:
+        sink.metrics(1, {})
+        for e in events:
+            sink.event(e)
+        status, body = _get(f"http://127.0.0.1:{sink.port}/healthz")
+        return status, json.loads(body)
+    finally:
+        sink.close()
+
+
+def test_healthz_lists_every_ray_pool_and_a_dead_worker_fails_it():
+    placed = [{"kind": "placement", "module": m, "replica": j, "pid": 100 + j, "device": "cpu"}
+              for m, n in (("rollout", 2), ("reward", 1), ("trainer", 1)) for j in range(n)]
+    status, body = pool_health(placed + [
+        {"kind": "worker_failed", "module": "rollout", "replica": 1, "reissued": True},
+        {"kind": "worker_restarted", "module": "rollout", "replica": 1, "old_pid": 101, "new_pid": 201},
+        {"kind": "worker_timeout", "module": "reward", "replica": 0}])
+    assert status == 200 and body["status"] == "ok"
+    assert body["pools"]["rollout"]["1"] == {"state": "up", "restarts": 1, "failures": 1, "timeouts": 0, "pid": 201,
+                                             "device": "cpu"}
+    assert body["pools"]["rollout"]["0"]["restarts"] == 0 and body["pools"]["reward"]["0"]["state"] == "restarting"
+    status, body = pool_health(placed + [{"kind": "worker_failed", "module": "reward", "replica": 0, "reissued": False}])
+    assert status == 503 and body["status"] == "degraded" and body["pools"]["reward"]["0"]["state"] == "dead"
+
+
 def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(tmp_path, monkeypatch):
     """W&B in offline mode and MLflow's local file store, read back from what they wrote: W&B rows carry
     the training step as a metric, so the rows after a rollback (steps seen before) are kept; MLflow has

@@ -160,6 +160,26 @@ def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir
 
 
 @pytest.mark.slow
+def test_killed_reward_and_inference_workers_are_restarted_and_healthz_says_so(cluster, sft_dir, tmp_path):
+    from test_ops_sinks import pool_health
+
+    cfg = config(tmp_path, sft_dir, "kills", "deploy.backend=ray", "algo.beta=0.04", "deploy.kill_reward_at_step=1",
+                 "deploy.kill_inference_at_step=2", "train.steps=3", "ckpt.every=0")
+    assert run(cfg)["status"] == "completed"
+    events = rows(tmp_path / "kills", "events")
+    for module, step in (("reward", 1), ("inference", 2)):
+        (fault,) = [e for e in events if e["kind"] == "fault_injected" and e["module"] == module]
+        assert fault["step"] == step
+        (restart,) = [e for e in events if e["kind"] == "worker_restarted" and e["module"] == module]
+        assert restart["old_pid"] == fault["pid"] != restart["new_pid"]
+    assert [r["step"] for r in rows(tmp_path / "kills", "metrics") if "reward/mean" in r] == [1, 2, 3]
+    status, health = pool_health(events)  # /healthz from the run's own event stream
+    assert status == 200 and health["status"] == "ok"
+    assert health["pools"]["reward"]["0"]["restarts"] == health["pools"]["inference"]["0"]["restarts"] == 1
+    assert health["pools"]["rollout"]["0"]["restarts"] == 0 and health["pools"]["trainer"]["0"]["state"] == "up"
+
+
+@pytest.mark.slow
 def test_sync_every_holds_the_published_weights_and_a_rollback_republishes(cluster, sft_dir, tmp_path):
     cfg = config(tmp_path, sft_dir, "sync2", "deploy.backend=ray", "rollout.sync_every=2", "train.steps=5",
                  "debug.inject_nan_at_step=4")

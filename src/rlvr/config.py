@@ -434,6 +434,10 @@ class DeployConfig:
     """Fault injection: SIGKILL rollout replica 0 while it samples this step (0 = off)."""
     kill_trainer_at_step: int = 0
     """Fault injection: SIGKILL the trainer at the start of this step, once (0 = off)."""
+    kill_reward_at_step: int = 0
+    """Fault injection: SIGKILL reward replica 0 while it scores this step (0 = off)."""
+    kill_inference_at_step: int = 0
+    """Fault injection: SIGKILL inference replica 0 while it scores this step (0 = off)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.pools) - set(DEPLOY_MODULES))
@@ -516,6 +520,9 @@ class Config:
                 "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
+        require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges,
+                "deploy.kill_inference_at_step", "there is no inference pool to kill a worker of: it runs only with "
+                "algo.beta > 0 or learned rewards")
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
             require(self.train.world_size in (0, trainers), "train.world_size",

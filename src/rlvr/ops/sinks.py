@@ -120,7 +120,8 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 class PrometheusSink:
     """/metrics: every finite metric as a gauge `rlvr_<key>`, plus step, alert and rollback counters.
-    /healthz: 200 while steps keep finishing, 503 when none has for `stale_s` or the run failed."""
+    /healthz: 200 while steps keep finishing, 503 when none has for `stale_s`, the run failed or a
+    Ray worker is dead; on Ray it lists every pool's replicas (state, pid, device, restarts)."""
 
     def __init__(self, host: str, port: int, stale_s: float):
         from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -134,6 +135,7 @@ class PrometheusSink:
         self._started = self._last = time.time()
         self._last_step = 0
         self._status = "running"
+        self._pools: dict[str, dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self.port = self._server.server_address[1]
@@ -153,15 +155,47 @@ class PrometheusSink:
         self._events.labels(kind=record["kind"]).inc()
         if record["kind"] == "failed":
             self._status = "failed"
+        with self._lock:
+            self._pool_event(record)
+
+    def _pool_event(self, e: dict[str, Any]) -> None:
+        """The Ray pools' state, from the events the batch source logs: `placement` (up, where),
+        `worker_failed` (restarting, or dead out of restarts), `worker_timeout` (restarted to free
+        it), `worker_restarted` (up again, a new pid), `trainer_restarted`."""
+        kind = e["kind"]
+        if kind == "trainer_restarted":
+            e = {**e, "module": "trainer", "replica": 0}
+        elif kind not in ("placement", "worker_failed", "worker_timeout", "worker_restarted"):
+            return
+        replica = self._pools.setdefault(e["module"], {}).setdefault(
+            str(e["replica"]), {"state": "up", "restarts": 0, "failures": 0, "timeouts": 0})
+        if kind == "placement":
+            replica.update(state="up", pid=e.get("pid"), device=e.get("device"))
+        elif kind == "worker_failed":
+            replica["failures"] += 1
+            replica["state"] = "restarting" if e.get("reissued") else "dead"
+        elif kind == "worker_timeout":
+            replica["timeouts"] += 1
+            replica["state"] = "restarting"
+        else:  # a new process answered (worker) or the trainer came back from its checkpoint
+            replica["restarts"] += 1
+            replica.update(state="up", **({"pid": e["new_pid"]} if "new_pid" in e else {}))
 
     def rewind(self, step: int) -> None:
         pass
 
     def health(self) -> tuple[int, dict[str, Any]]:
         age = time.time() - self._last
-        ok = self._status != "failed" and age <= self._stale_s
-        return (200 if ok else 503), {"status": "ok" if ok else ("failed" if self._status == "failed" else "stale"),
-                                      "step": self._last_step, "seconds_since_step": round(age, 1)}
+        with self._lock:
+            pools = json.loads(json.dumps(self._pools))
+        dead = sorted(f"{m}/{r}" for m, reps in pools.items() for r, rep in reps.items() if rep["state"] == "dead")
+        ok = self._status != "failed" and age <= self._stale_s and not dead
+        status = ("failed" if self._status == "failed" else "stale" if age > self._stale_s else
+                  "degraded" if dead else "ok")
+        out = {"status": status, "step": self._last_step, "seconds_since_step": round(age, 1)}
+        if pools:  # a Ray run: every pool's replicas (rlvr.deploy.ray)
+            out["pools"] = pools
+        return (200 if ok else 503), out
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

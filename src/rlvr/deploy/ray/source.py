@@ -90,6 +90,7 @@ class _RemoteReference:
         calls = [lambda j=j, a=a, b=b: workers[j].logprobs.remote(src.start, completions[a:b])
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
+        src.inject_kill("inference", getattr(src.collecting, "step", None))
         outs = [src.get("inference", j, refs[j], calls[j])["logp"] for j in range(len(parts))]
         out = torch.zeros(len(completions), max(o.shape[1] for o in outs))  # (N, T)
         for (a, b), o in zip(parts, outs):
@@ -158,11 +159,7 @@ class RemoteEngine:
                                                                 group_offset + a, rngs[j])
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
-        if src.cfg.deploy.kill_rollout_at_step == self.step and src.attempt == 0 and not src.killed:
-            src.killed = True
-            # right after submitting: the call just sent is in flight on that process and is lost with it
-            src._event("fault_injected", module="rollout", replica=0, pid=src.pids["rollout"][0])
-            os.kill(src.pids["rollout"][0], signal.SIGKILL)
+        src.inject_kill("rollout", self.step)
         outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
         if exact:
             torch.set_rng_state(outs[0]["rng_state"])
@@ -190,6 +187,7 @@ class RemoteReward:
                                                                 None if env is None else env[a:b])
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
+        src.inject_kill("reward", getattr(src.collecting, "step", None))
         outs = []
         for j, (a, b) in enumerate(parts):
             def invalid(why: str, n=b - a) -> dict:
@@ -225,7 +223,8 @@ class RayBatchSource:
         self.sampler = None  # the trainer's sampler the batches ahead draw from
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if cfg.deploy.async_ else None
         self.last_return: float | None = None
-        self.killed = False
+        self.killed: set[str] = set()  # modules whose fault was injected
+        self.collecting = threading.local()  # .step: the step the calling thread collects
         self.log = None
         self.placed = False
         self.staleness_bound = cfg.deploy.max_staleness + cfg.rollout.sync_every - 1
@@ -296,6 +295,7 @@ class RayBatchSource:
                        **{**Placed().placement(), "weights": str(self.trainer_device)})
 
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
+        self.collecting.step = step
         return collect_batch(RemoteEngine(self, handle, step), sampler, self.reward, self.params, self.algo,
                              batch_size=self.batch_size, ref=self.ref, credit=self.cfg.env.credit)
 
@@ -359,6 +359,14 @@ class RayBatchSource:
         if old != pid:
             self.pids[module][j] = pid
             self._event("worker_restarted", module=module, replica=j, old_pid=old, new_pid=pid)
+
+    def inject_kill(self, module: str, step: int | None) -> None:
+        """Fault injection (deploy.kill_<module>_at_step): SIGKILL replica 0 of `module` right after a
+        call was submitted to it, so the call in flight is lost with the process; once per run."""
+        if getattr(self.cfg.deploy, f"kill_{module}_at_step") == step and self.attempt == 0 and module not in self.killed:
+            self.killed.add(module)
+            self._event("fault_injected", module=module, replica=0, pid=self.pids[module][0])
+            os.kill(self.pids[module][0], signal.SIGKILL)
 
     def _event(self, kind: str, **data) -> None:
         with self.lock:
