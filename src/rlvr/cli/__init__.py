@@ -24,6 +24,7 @@ COMMANDS = {
     "data": "check a training data file before spending compute on it",
     "sandbox": "run a program in the code sandbox and print the verdict",
     "report": "write report.html for a run directory",
+    "sweep": "a grid of runs over config values on Ray Tune, compared at the end",
     "plan": "memory per pool, step time and the GPU split a run needs, before it starts",
     "check": "go-live check: run the acceptance list against the configured setup",
     "serve": "serve a model behind OpenAI- and Anthropic-style APIs (streaming, API keys, /metrics, online A/B)",

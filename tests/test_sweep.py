@@ -1,0 +1,45 @@
+"""`rlvr sweep`: the grid from the arguments, trials on Ray Tune, a failing trial reported, not fatal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("ray.tune")
+
+from rlvr.cli import main  # noqa: E402
+from rlvr.configlib import ConfigError  # noqa: E402
+from rlvr.sweep import axes, split_values, trials  # noqa: E402
+
+
+def test_the_grid_from_the_arguments():
+    assert split_values("1,[a,b],{x: 1, y: 2}") == ["1", "[a,b]", "{x: 1, y: 2}"]
+    swept, fixed = axes(["algo.beta=0.001,0.003,0.01,0.03", "train.lr=1e-5,3e-5", "train.steps=100",
+                         "data.files=[a.jsonl,b.jsonl]"])
+    assert swept == {"algo.beta": ["0.001", "0.003", "0.01", "0.03"], "train.lr": ["1e-5", "3e-5"]}
+    assert fixed == ["train.steps=100", "data.files=[a.jsonl,b.jsonl]"]
+    grid = trials(swept)
+    assert len(grid) == 8 and grid[0] == ["algo.beta=0.001", "train.lr=1e-5"]
+    assert len(trials(swept, samples=3)) == 3 and all(t in grid for t in trials(swept, samples=3))
+    with pytest.raises(ConfigError, match="at least one"):
+        axes(["train.steps=3"])
+
+
+def test_a_sweep_runs_every_trial_and_reports_the_one_that_diverged(tmp_path, sft_cache, capsys):
+    from conftest import TINY
+
+    out = tmp_path / "sweep"
+    args = ["sweep", "debug.inject_nan_at_step=0,2", "rollback.max_retries=0", *TINY, "ckpt.every=0",
+            f"sft.cache_dir={sft_cache}", "log.tensorboard=false", "--out", str(out)]
+    assert main(args) == 0
+    report = json.loads((out / "sweep.json").read_text())
+    by_name = {t["trial"]: t for t in report["trials"]}
+    good, bad = by_name["debug.inject_nan_at_step=0"], by_name["debug.inject_nan_at_step=2"]
+    assert report["best"] == "debug.inject_nan_at_step=0" and report["failed"] == 1
+    assert good["status"] == "completed" and good["eval_after"] is not None
+    assert bad["status"] != "completed" and (out / "debug.inject_nan_at_step=2" / "metrics.jsonl").exists()
+    assert (out / "debug.inject_nan_at_step=0" / "model" / "model.safetensors").exists()  # a normal run directory
+    page = (out / "sweep.html").read_text()
+    assert "<img" in page and "debug.inject_nan_at_step=2" in page
+    assert "best: debug.inject_nan_at_step=0" in capsys.readouterr().err
