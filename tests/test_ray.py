@@ -180,6 +180,24 @@ def test_killed_reward_and_inference_workers_are_restarted_and_healthz_says_so(c
 
 
 @pytest.mark.slow
+def test_speculative_decoding_is_checked_and_falls_back_in_the_rollout_workers(cluster, sft_dir, tmp_path):
+    cfg = config(tmp_path, sft_dir, "spec", "deploy.backend=ray", "deploy.pools.rollout.replicas=2",
+                 "rollout.engine=loop", "rollout.speculative.method=ngram", "rollout.speculative.check_prompts=16",
+                 "rollout.speculative.check_tolerance=0.5",
+                 "rollout.speculative.min_accept=0.99", "rollout.speculative.patience=2", "ckpt.every=0")
+    assert run(cfg)["status"] == "completed"
+    events = rows(tmp_path / "spec", "events")
+    checked = [e for e in events if e["kind"] == "speculative_checked"]
+    assert sorted(e["replica"] for e in checked) == [0, 1] and all(e["step"] == 1 for e in checked)
+    assert all(abs(e["speculative"]["mean_logp"] - e["plain"]["mean_logp"]) <= 0.5 for e in checked)
+    (fallback,) = [e for e in events if e["kind"] == "speculative_fallback"]
+    assert fallback["step"] == 2 and fallback["accept_rate"] < 0.99  # two low steps in a row (patience 2)
+    steps = {r["step"]: r for r in rows(tmp_path / "spec", "metrics") if "reward/mean" in r}
+    assert "rollout/spec_accept_rate" in steps[1] and "rollout/spec_accept_rate" in steps[2]
+    assert "rollout/spec_accept_rate" not in steps[3]  # plain decoding in every worker after the fallback
+
+
+@pytest.mark.slow
 def test_sync_every_holds_the_published_weights_and_a_rollback_republishes(cluster, sft_dir, tmp_path):
     cfg = config(tmp_path, sft_dir, "sync2", "deploy.backend=ray", "rollout.sync_every=2", "train.steps=5",
                  "debug.inject_nan_at_step=4")

@@ -70,29 +70,34 @@ class RolloutWorker(Placed):
         self.engine = None
         self.start_key: str | None = None
         self.publication: int | None = None  # the published weights the engine holds; None: those of start_path
+        self.plain = False  # speculation switched off by the trainer's fallback
 
     def pid(self) -> int:
         return os.getpid()
 
+    def _build(self, start: Shipped, start_path: str) -> None:
+        from rlvr.models import load_policy, load_tokenizer
+        from rlvr.rollout import build_engine, episode_spec
+        c = self.cfg
+        if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
+            model, tokenizer = None, load_tokenizer(start_path)
+        else:
+            model, tokenizer = load_policy(c.model, start_path, device=pool_device()[1])
+            self.weights_device = str(next(model.parameters()).device)
+        self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed, dtype=c.model.dtype,
+                                   episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
+        self.start_key, self.publication, self.plain = start.key, None, False
+
     def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
-               group_offset: int, rng: dict) -> dict:
+               group_offset: int, rng: dict, speculate: bool = True) -> dict:
         """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
         if self.start_key != start.key:
-            from rlvr.models import load_policy, load_tokenizer
-            start_path = str(materialize(start))  # this node's copy: no shared filesystem assumed
-            from rlvr.rollout import build_engine, episode_spec
-            c = self.cfg
-            if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
-                model, tokenizer = None, load_tokenizer(start_path)
-            else:
-                model, tokenizer = load_policy(c.model, start_path, device=pool_device()[1])
-                self.weights_device = str(next(model.parameters()).device)
-            self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed,
-                                       dtype=c.model.dtype,
-                                       episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
-            self.start_key, self.publication = start.key, None
+            self._build(start, str(materialize(start)))  # this node's copy: no shared filesystem assumed
+        if speculate is False and hasattr(self.engine, "without_speculation") and not self.plain:
+            self.engine.without_speculation()  # the trainer's fallback: acceptance stayed too low
+            self.plain = True
         if self.publication != weights.publication:  # a version number may come again after a rollback
             self.engine.load_weights(fetch_weights(weights).items(), weights.version)
             self.publication = weights.publication
@@ -101,7 +106,26 @@ class RolloutWorker(Placed):
         else:
             torch.manual_seed(rng["seed"])
         completions = self.engine.generate(problems, params, group_offset=group_offset)
-        return _reply(t0, completions=completions, rng_state=torch.get_rng_state())
+        return _reply(t0, completions=completions, rng_state=torch.get_rng_state(),
+                      speculative=dict(getattr(self.engine, "speculative_stats", {}) or {}))
+
+    def check_speculation(self, start: Shipped, problems: Sequence[Problem], params: SamplingParams) -> dict:
+        """rlvr.rollout.speculative's fidelity check, here where the engine samples: one calibration
+        batch with the speculative engine and one with plain decoding of the same weights, both
+        scored by this worker's policy copy; a ConfigError (the run stops) when they disagree."""
+        from rlvr.models import load_policy
+        from rlvr.rollout import HFEngine
+        from rlvr.rollout.speculative import check_speculative
+
+        t0 = time.time()
+        spec = self.cfg.rollout.speculative
+        path = str(materialize(start))
+        scorer, tokenizer = load_policy(self.cfg.model, path, device=pool_device()[1])
+        if self.start_key != start.key:  # built by the first sample call otherwise; the check needs it now
+            self._build(start, path)
+        stats = check_speculative(self.engine, HFEngine(scorer, tokenizer, dtype=self.cfg.model.dtype), scorer,
+                                  tokenizer, problems, params, method=spec.method, tolerance=spec.check_tolerance)
+        return _reply(t0, stats=stats)
 
 
 class RewardWorker(Placed):

@@ -156,13 +156,17 @@ class RemoteEngine:
                 [{"seed": (src.cfg.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
                  for j, (a, _) in enumerate(parts)])
         calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(src.start, self.handle, problems[a:b], params,
-                                                                group_offset + a, rngs[j])
+                                                                group_offset + a, rngs[j], src.speculate)
                  for j, (a, b) in enumerate(parts)]
         refs = [call() for call in calls]
         src.inject_kill("rollout", self.step)
         outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
         if exact:
             torch.set_rng_state(outs[0]["rng_state"])
+        stats = [out["speculative"] for out in outs if out.get("speculative")]
+        if stats:  # draft acceptance over the replicas, weighed by their shares of the batch
+            with src.lock:
+                src.spec_stats = {k: sum(st[k] for st in stats) / len(stats) for k in ("accept_rate", "accept_len")}
         return [c for out in outs for c in out["completions"]]
 
 
@@ -224,6 +228,9 @@ class RayBatchSource:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if cfg.deploy.async_ else None
         self.last_return: float | None = None
         self.killed: set[str] = set()  # modules whose fault was injected
+        self.speculate = True  # rollout.speculative in the workers, until the acceptance fallback
+        self.spec_stats: dict[str, float] | None = None  # draft acceptance of the last sampling call
+        self.low_accept_steps = 0
         self.collecting = threading.local()  # .step: the step the calling thread collects
         self.log = None
         self.placed = False
@@ -254,6 +261,8 @@ class RayBatchSource:
             from rlvr.train.grpo import starting_point
             self.start_path = str(starting_point(self.cfg, RunConsole(False)))
             self.start = ship(self.start_path)  # the workers load it from the object store, not by path
+            if self.cfg.rollout.speculative.method != "none":
+                self._check_speculation()
         version = step - 1  # updates applied so far
         restored = sampler is not self.sampler  # a rollback restored the trainer (weights, a new sampler)
         if restored:
@@ -277,6 +286,7 @@ class RayBatchSource:
             if dropped and not batch.completions:  # nothing fresh enough: sample this step again, now
                 batch = self._collect(sampler, step, handle)
         batch.metrics.update(self._perf(batch, version, dropped, t_enter))
+        self._watch_speculation(batch, step)
         if not self.placed:  # once every pool has loaded its model: where each actor's weights are
             self._log_placement(step)
         self._flush_events(step)
@@ -359,6 +369,42 @@ class RayBatchSource:
         if old != pid:
             self.pids[module][j] = pid
             self._event("worker_restarted", module=module, replica=j, old_pid=old, new_pid=pid)
+
+    def _check_speculation(self) -> None:
+        """The speculative method's fidelity check in every rollout worker (rlvr.rollout.speculative),
+        before the run trains on its samples; a worker's refusal stops the run as a config error."""
+        import dataclasses
+
+        from ray.exceptions import RayTaskError
+
+        from rlvr.tasks import build_task
+
+        spec = self.cfg.rollout.speculative
+        problems = build_task(self.cfg).held_out()[: spec.check_prompts]
+        params = dataclasses.replace(self.params, group_size=2)
+        workers = self.workers["rollout"]
+        try:
+            replies = ray.get([w.check_speculation.remote(self.start, problems, params) for w in workers])
+        except RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None  # the worker's ConfigError, as it was raised
+        for j, reply in enumerate(replies):
+            self._event("speculative_checked", method=spec.method, replica=j, **reply["stats"])
+
+    def _watch_speculation(self, batch: StepBatch, step: int) -> None:
+        """Acceptance metrics; plain decoding in every rollout worker from the next call on once the
+        acceptance stays below rollout.speculative.min_accept for `patience` steps."""
+        with self.lock:
+            stats, self.spec_stats = self.spec_stats, None
+        if not stats or not self.speculate:
+            return
+        spec = self.cfg.rollout.speculative
+        batch.metrics.update({"rollout/spec_accept_rate": stats["accept_rate"],
+                              "rollout/spec_accept_len": stats["accept_len"]})
+        self.low_accept_steps = self.low_accept_steps + 1 if stats["accept_rate"] < spec.min_accept else 0
+        if self.low_accept_steps >= spec.patience:
+            self.speculate = False
+            self._event("speculative_fallback", accept_rate=stats["accept_rate"], min_accept=spec.min_accept,
+                        steps=self.low_accept_steps)
 
     def inject_kill(self, module: str, step: int | None) -> None:
         """Fault injection (deploy.kill_<module>_at_step): SIGKILL replica 0 of `module` right after a
