@@ -153,6 +153,28 @@ def test_engine_settings_that_cannot_work_are_config_errors():
         load_config(None, ["algo.rollout_is=token", "algo.recompute_logprobs=never"])
     with pytest.raises(ConfigError, match="rollout.engine"):
         load_config(None, ["rollout.engine=vllm", "model.lora.enabled=true"])
+    with pytest.raises(ConfigError, match="rollout.speculative.method"):  # vLLM's methods
+        load_config(None, ["rollout.engine=loop", "rollout.speculative.method=mtp"])
+    with pytest.raises(ConfigError, match="rollout.speculative.draft_model"):
+        load_config(None, ["rollout.engine=vllm", "rollout.speculative.method=draft"])
+
+
+def test_vllms_speculative_methods_as_its_speculative_config():
+    from rlvr.rollout.vllm_engine import speculative_config
+
+    def spec(*overrides):
+        return speculative_config(load_config(None, ["rollout.engine=vllm", *overrides]).rollout.speculative)
+    assert spec() is None
+    assert spec("rollout.speculative.method=ngram")["method"] == "ngram"
+    assert spec("rollout.speculative.method=draft", "rollout.speculative.draft_model=/m/draft") == {
+        "model": "/m/draft", "num_speculative_tokens": 3}
+    assert spec("rollout.speculative.method=mtp", "rollout.speculative.num_tokens=1") == {
+        "method": "mtp", "num_speculative_tokens": 1}
+    # on a GPU rollout pool vLLM's methods are allowed (they pass the same fidelity check); the loop's is not
+    gpu = ["deploy.backend=ray", "deploy.pools.rollout.gpus=1", "rollout.speculative.method=ngram"]
+    assert load_config(None, [*gpu, "rollout.engine=vllm"])
+    with pytest.raises(ConfigError, match="rollout.speculative.method"):
+        load_config(None, [*gpu, "rollout.engine=loop"])
 
 
 def test_a_missing_vllm_is_a_one_line_error(tmp_path):

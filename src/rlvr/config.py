@@ -169,9 +169,13 @@ class VLLMConfig:
 @dataclass
 class SpeculativeConfig:
     """Speculative decoding in the vllm or loop engine, checked before use (rlvr.rollout.speculative)."""
-    method: Literal["none", "ngram"] = "none"
+    method: Literal["none", "ngram", "draft", "mtp"] = "none"
     """'ngram': prompt lookup, up to num_tokens draft tokens copied from the context (vLLM's, or rlvr's
-    own with rejection sampling in the loop engine: rlvr.rollout.lookup)."""
+    own with rejection sampling in the loop engine: rlvr.rollout.lookup). vLLM only: 'draft' (a small
+    draft model, rollout.speculative.draft_model) and 'mtp' (the model's own multi-token-prediction
+    layers, where it has them). Every method passes the fidelity check before a run trains on it."""
+    draft_model: str | None = None
+    """The draft model directory of method 'draft' (same tokenizer as the policy)."""
     num_tokens: int = 3
     """Draft tokens proposed per step."""
     prompt_lookup_max: int = 4
@@ -191,6 +195,8 @@ class SpeculativeConfig:
         require(0 <= self.min_accept < 1, "min_accept", f"must be in [0, 1), got {self.min_accept}")
         require(self.patience >= 1, "patience", f"must be >= 1, got {self.patience}")
         require(self.check_prompts >= 1, "check_prompts", f"must be >= 1, got {self.check_prompts}")
+        require((self.method == "draft") == bool(self.draft_model), "draft_model",
+                "method 'draft' needs the draft model's directory, and only it takes one")
 
 
 @dataclass
@@ -229,6 +235,8 @@ class RolloutConfig:
         require(self.speculative.method == "none" or self.engine in ("vllm", "loop"), "speculative.method",
                 f"speculative decoding runs in the vllm and loop engines; rollout.engine={self.engine} has none "
                 "(set rollout.engine=loop or vllm, or rollout.speculative.method=none)")
+        require(self.speculative.method in ("none", "ngram") or self.engine == "vllm", "speculative.method",
+                f"'{self.speculative.method}' is vLLM's: set rollout.engine=vllm (the loop engine drafts by ngram only)")
 
 
 @dataclass
@@ -558,9 +566,11 @@ class Config:
         require(not (pools["trainer"].gpus == 0 and self.train.device == "cuda"), "train.device",
                 "cuda, but the Ray trainer pool reserves no GPU (deploy.pools.trainer.gpus=0): Ray shows its actors "
                 "none; give the pool GPUs, or train.device=auto")
-        require(not (pools["rollout"].gpus > 0 and self.rollout.speculative.method != "none"),
-                "rollout.speculative.method", "rlvr's speculative decoding runs on the CPU only; a rollout pool with "
-                "GPUs samples on them: set rollout.speculative.method=none, or deploy.pools.rollout.gpus=0")
+        require(not (pools["rollout"].gpus > 0 and self.rollout.speculative.method != "none"
+                     and self.rollout.engine != "vllm"),
+                "rollout.speculative.method", "the loop engine's speculative decoding runs on the CPU only; a rollout "
+                "pool with GPUs samples on them: use rollout.engine=vllm (vLLM's methods on the GPU), "
+                "rollout.speculative.method=none, or deploy.pools.rollout.gpus=0")
 
     @property
     def run_dir(self) -> Path:

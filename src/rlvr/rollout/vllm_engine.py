@@ -45,6 +45,10 @@ def speculative_config(spec) -> dict | None:
     """vLLM's speculative_config for a `SpeculativeConfig`, None when it is off."""
     if spec.method == "none":
         return None
+    if spec.method == "draft":  # vLLM infers its draft-model method from `model`
+        return {"model": spec.draft_model, "num_speculative_tokens": spec.num_tokens}
+    if spec.method == "mtp":
+        return {"method": "mtp", "num_speculative_tokens": spec.num_tokens}
     return {"method": spec.method, "num_speculative_tokens": spec.num_tokens,
             "prompt_lookup_max": spec.prompt_lookup_max, "prompt_lookup_min": 1}
 

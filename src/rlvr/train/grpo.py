@@ -278,10 +278,11 @@ def train(cfg: Config, ui: RunConsole | None = None,
     make_source: called with the run log, returns where batches come from (the Ray backend's
     actors); None samples in this process."""
     device = train_device(cfg.train.device)
-    if device.type == "cuda" and cfg.rollout.speculative.method != "none":
+    if device.type == "cuda" and cfg.rollout.speculative.method != "none" and cfg.rollout.engine != "vllm":
         from rlvr.configlib import ConfigError
-        raise ConfigError("rollout.speculative: speculative decoding runs on the CPU only; on CUDA use "
-                          "rollout.speculative.method=none (or train.device=cpu)")
+        raise ConfigError("rollout.speculative: the loop engine's speculative decoding runs on the CPU only; on "
+                          "CUDA use rollout.engine=vllm (vLLM's methods, through the same fidelity check) or "
+                          "rollout.speculative.method=none")
     if cfg.train.offload and device.type != "cuda":
         from rlvr.configlib import ConfigError
         raise ConfigError("train.offload: there is no GPU memory to offload from (train.device resolved to "
