@@ -262,8 +262,14 @@ def split_gpus(result: dict, cluster: Cluster) -> dict:
         if best is None or score < best[0]:
             best = (score, rollout, train, per_rank, per_rollout)
     if best is None:
-        return {"gpus": cluster.gpus, "fits": False, "why": reasons[-1] if reasons else
-                f"{cluster.gpus} GPU(s) cannot hold a rollout, a training{' and a reference' if ref else ''} pool"}
+        if not reasons:
+            why = f"{cluster.gpus} GPU(s) cannot hold a rollout, a training{' and a reference' if ref else ''} pool"
+        else:  # the split with the most training GPUs, and the trainer's largest term
+            terms = pools["trainer"]["terms_gb"]
+            largest = max(terms, key=terms.get)
+            why = (f"{reasons[0]} (its largest term: {largest} {terms[largest]:.1f} GiB; lower train.micro_batch_size, "
+                   "set model.gradient_checkpointing, LoRA, or add GPUs)")
+        return {"gpus": cluster.gpus, "fits": False, "why": why}
     score, rollout, train, per_rank, per_rollout = best
     out = {"gpus": cluster.gpus, "fits": True, "rollout_gpus": rollout, "trainer_gpus": train, "inference_gpus": ref,
            "trainer_rank_gb": per_rank, "rollout_gpu_gb": per_rollout, "not_fitting": reasons[:5]}
