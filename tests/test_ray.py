@@ -54,6 +54,21 @@ def config(tmp_path: Path, sft_dir: Path, name: str, *extra: str):
     return load_config(None, TINY + [f"run.dir={tmp_path / name}", f"sft.cache_dir={sft_dir}", *extra])
 
 
+def tiny_reward_model(path: Path) -> None:
+    """A one-layer reward model with random weights on the tiny tokenizer: its scores vary, which is
+    all a test of where it runs needs."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from rlvr.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)).save_pretrained(path)
+    tok.save_pretrained(path)
+
+
 def rows(run_dir: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / f"{name}.jsonl").read_text().splitlines()]
 
@@ -288,16 +303,7 @@ def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
 
 @pytest.mark.slow
 def test_learned_rewards_score_on_the_inference_pool(cluster, sft_dir, tmp_path):
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
-    from rlvr.models.tiny import build_tokenizer
-
-    tok = build_tokenizer()  # a tiny reward model with random weights: its scores vary, which is all this needs
-    torch.manual_seed(0)
-    LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)).save_pretrained(tmp_path / "rm")
-    tok.save_pretrained(tmp_path / "rm")
+    tiny_reward_model(tmp_path / "rm")
     cfg = config(tmp_path, sft_dir, "learned", "deploy.backend=ray", "train.steps=2", "ckpt.every=0",
                  f"reward.models.rm.path={tmp_path / 'rm'}", "reward.models.rm.weight=0.1")
     assert run(cfg)["status"] == "completed"
@@ -317,16 +323,8 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     # object store (rlvr.deploy.ray.shipping); the trainer owns the run directory and writes it
     import sys
 
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
-    from rlvr.models.tiny import build_tokenizer
-
     driver = tmp_path / "driver"
-    tok = build_tokenizer()
-    LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)).save_pretrained(driver / "rm")
-    tok.save_pretrained(driver / "rm")
+    tiny_reward_model(driver / "rm")
     hidden = f"{driver}:{sft_dir}"
     hide = Path(__file__).with_name("hide_paths.sh")
     env = {"py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
