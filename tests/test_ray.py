@@ -175,26 +175,6 @@ def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir
 
 
 @pytest.mark.slow
-def test_killed_reward_and_inference_workers_are_restarted_and_healthz_says_so(cluster, sft_dir, tmp_path):
-    from test_ops_sinks import pool_health
-
-    cfg = config(tmp_path, sft_dir, "kills", "deploy.backend=ray", "algo.beta=0.04", "deploy.kill_reward_at_step=1",
-                 "deploy.kill_inference_at_step=2", "train.steps=3", "ckpt.every=0")
-    assert run(cfg)["status"] == "completed"
-    events = rows(tmp_path / "kills", "events")
-    for module, step in (("reward", 1), ("inference", 2)):
-        (fault,) = [e for e in events if e["kind"] == "fault_injected" and e["module"] == module]
-        assert fault["step"] == step
-        (restart,) = [e for e in events if e["kind"] == "worker_restarted" and e["module"] == module]
-        assert restart["old_pid"] == fault["pid"] != restart["new_pid"]
-    assert [r["step"] for r in rows(tmp_path / "kills", "metrics") if "reward/mean" in r] == [1, 2, 3]
-    status, health = pool_health(events)  # /healthz from the run's own event stream
-    assert status == 200 and health["status"] == "ok"
-    assert health["pools"]["reward"]["0"]["restarts"] == health["pools"]["inference"]["0"]["restarts"] == 1
-    assert health["pools"]["rollout"]["0"]["restarts"] == 0 and health["pools"]["trainer"]["0"]["state"] == "up"
-
-
-@pytest.mark.slow
 def test_speculative_decoding_is_checked_and_falls_back_in_the_rollout_workers(cluster, sft_dir, tmp_path):
     cfg = config(tmp_path, sft_dir, "spec", "deploy.backend=ray", "deploy.pools.rollout.replicas=2",
                  "rollout.engine=loop", "rollout.speculative.method=ngram", "rollout.speculative.check_prompts=16",
@@ -226,23 +206,31 @@ def test_sync_every_holds_the_published_weights_and_a_rollback_republishes(clust
 
 
 @pytest.mark.slow
-def test_killed_rollout_worker_and_trainer_do_not_stop_the_run(cluster, sft_dir, tmp_path):
-    # one run, two faults: a rollout worker SIGKILLed mid-step 2, the trainer SIGKILLed at step 3
-    cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "deploy.kill_rollout_at_step=2",
-                 "deploy.kill_trainer_at_step=3")
+def test_killed_workers_of_every_kind_do_not_stop_the_run_and_healthz_says_so(cluster, sft_dir, tmp_path):
+    # one run, four faults: a reward worker SIGKILLed while it scores step 1, a rollout and an inference
+    # worker mid-step 2, the trainer at the start of step 3
+    from test_ops_sinks import pool_health
+
+    cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "algo.beta=0.04", "deploy.kill_reward_at_step=1",
+                 "deploy.kill_rollout_at_step=2", "deploy.kill_inference_at_step=2", "deploy.kill_trainer_at_step=3")
     summary = run(cfg)
     assert summary["status"] == "completed" and summary["steps"] == 3
     events = rows(tmp_path / "faults", "events")
-    kinds = [(e["kind"], e.get("module"), e["step"]) for e in events]
-    assert ("fault_injected", "rollout", 2) in kinds
-    failed = [e for e in events if e["kind"] == "worker_failed"]
-    assert failed and failed[0]["reissued"] and failed[0]["step"] == 2  # the lost call, re-issued in its step
-    restarted = [e for e in events if e["kind"] == "worker_restarted"]
-    assert restarted and restarted[0]["old_pid"] != restarted[0]["new_pid"]
+    for module, step in (("reward", 1), ("rollout", 2), ("inference", 2)):
+        (fault,) = [e for e in events if e["kind"] == "fault_injected" and e["module"] == module]
+        assert fault["step"] == step
+        failed = [e for e in events if e["kind"] == "worker_failed" and e["module"] == module]
+        assert failed and failed[0]["reissued"] and failed[0]["step"] == step  # the lost call, re-issued in its step
+        (restart,) = [e for e in events if e["kind"] == "worker_restarted" and e["module"] == module]
+        assert restart["old_pid"] == fault["pid"] != restart["new_pid"]
     assert "trainer_restarted" in [e["kind"] for e in events]
     resume = [e for e in events if e["kind"] == "resume"]
     assert resume and resume[0]["step"] == 2  # the checkpoint of step 2, the last before the kill
     assert [r["step"] for r in rows(tmp_path / "faults", "metrics") if "reward/mean" in r] == [1, 2, 3]
+    status, health = pool_health(events)  # /healthz from the run's own event stream
+    assert status == 200 and health["status"] == "ok"
+    for module in ("reward", "rollout", "inference", "trainer"):
+        assert health["pools"][module]["0"]["restarts"] == 1 and health["pools"][module]["0"]["state"] == "up", module
 
 
 @pytest.mark.slow
@@ -302,25 +290,11 @@ def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_learned_rewards_score_on_the_inference_pool(cluster, sft_dir, tmp_path):
-    tiny_reward_model(tmp_path / "rm")
-    cfg = config(tmp_path, sft_dir, "learned", "deploy.backend=ray", "train.steps=2", "ckpt.every=0",
-                 f"reward.models.rm.path={tmp_path / 'rm'}", "reward.models.rm.weight=0.1")
-    assert run(cfg)["status"] == "completed"
-    steps = [r for r in rows(tmp_path / "learned", "metrics") if "reward/mean" in r]
-    assert [r["step"] for r in steps] == [1, 2]
-    assert all(r["reward/rm/failed"] == 0 and r["reward/rm/std"] > 0 and "reward/rm/raw_mean" in r for r in steps)
-    assert all(r["reward/invalid_frac"] == 0 and "reward/agreement/correct_vs_rm" in r for r in steps)
-    placed = {e["module"]: e for e in rows(tmp_path / "learned", "events") if e["kind"] == "placement"}
-    assert placed["inference"]["weights"] == "cpu"  # the reward model's pool (no reference: algo.beta = 0)
-    assert "reference" not in json.dumps(rows(tmp_path / "learned", "events"))
-
-
-@pytest.mark.slow
 def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     # the rollout, reward and inference workers run where the driver's files (the run directory, the
     # cold start, a reward model) are hidden under empty mounts: what they load comes through the
-    # object store (rlvr.deploy.ray.shipping); the trainer owns the run directory and writes it
+    # object store (rlvr.deploy.ray.shipping); the trainer owns the run directory and writes it. The
+    # reward model is a learned reward, scored on the inference pool beside the reference.
     import sys
 
     driver = tmp_path / "driver"
@@ -344,7 +318,12 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     assert run(cfg)["status"] == "completed"
     steps = [r for r in rows(driver / "run", "metrics") if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    assert all(r["actor/kl"] >= 0 and r["reward/rm/failed"] == 0 and r["reward/invalid_frac"] == 0 for r in steps)
+    assert all(r["actor/kl"] >= 0 and r["reward/invalid_frac"] == 0 for r in steps)
+    # the learned reward, scored on the inference pool beside the reference, and compared with the verifier
+    assert all(r["reward/rm/failed"] == 0 and r["reward/rm/std"] > 0 and "reward/rm/raw_mean" in r for r in steps)
+    assert all("reward/agreement/correct_vs_rm" in r for r in steps)
+    placed = {e["module"]: e for e in rows(driver / "run", "events") if e["kind"] == "placement"}
+    assert placed["inference"]["weights"] == "cpu"
     assert (driver / "run" / "model" / "model.safetensors").exists()  # written by the trainer, on its node
 
 
