@@ -164,7 +164,7 @@ class RemoteEngine:
         if exact:
             torch.set_rng_state(outs[0]["rng_state"])
         stats = [out["speculative"] for out in outs if out.get("speculative")]
-        if stats:  # draft acceptance over the replicas, weighed by their shares of the batch
+        if stats:  # draft acceptance: the mean over the replicas that sampled speculatively
             with src.lock:
                 src.spec_stats = {k: sum(st[k] for st in stats) / len(stats) for k in ("accept_rate", "accept_len")}
         return [c for out in outs for c in out["completions"]]
