@@ -120,9 +120,12 @@ class RolloutWorker(Placed):
         t0 = time.time()
         spec = self.cfg.rollout.speculative
         path = str(materialize(start))
-        scorer, tokenizer = load_policy(self.cfg.model, path, device=pool_device()[1])
         if self.start_key != start.key:  # built by the first sample call otherwise; the check needs it now
             self._build(start, path)
+        scorer = getattr(self.engine, "model", None)  # the loop engine's own copy holds the start weights
+        if scorer is None:  # vLLM keeps its weights to itself: a copy to score with
+            scorer, _ = load_policy(self.cfg.model, path, device=pool_device()[1])
+        tokenizer = self.engine.tokenizer
         stats = check_speculative(self.engine, HFEngine(scorer, tokenizer, dtype=self.cfg.model.dtype), scorer,
                                   tokenizer, problems, params, method=spec.method, tolerance=spec.check_tolerance)
         return _reply(t0, stats=stats)
