@@ -12,11 +12,11 @@ step's logits, one (rows, V) slice at a time, never (rows, T, V).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 
 import torch
 
+from rlvr.rollout.stepper import make_stepper
 from rlvr.scoring import left_pad
 
 
@@ -40,21 +40,25 @@ def processed_probs(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return probs
 
 
+def sample_with_logprobs(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its log-prob under softmax(logits / temperature) (1 when greedy),
+    (R, V) -> (R,), (R,). Sampling by inverse CDF: one uniform per row, where multinomial draws an
+    exponential per vocabulary entry (6% of the loop's time on SmolLM2 at 16 rows, profiled)."""
+    log_p = torch.log_softmax(logits / (1.0 if greedy else temperature), dim=-1)  # (R, V)
+    if greedy:
+        tok = logits.argmax(-1)  # (R,)
+    else:
+        probs = log_p.exp() if top_p >= 1.0 else processed_probs(logits, temperature, top_p)  # (R, V)
+        cdf = probs.cumsum(-1)  # (R, V)
+        u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # (R, 1)
+        tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (R,)
+    return tok, log_p.gather(-1, tok[:, None]).squeeze(-1)
+
+
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:
     """One token per row, (R, V) -> (R,)."""
-    if greedy:
-        return logits.argmax(-1)
-    return torch.multinomial(processed_probs(logits, temperature, top_p), 1).squeeze(-1)  # (R,)
-
-
-def cache_arg_name(model) -> str:
-    """The forward argument that takes the KV cache: 'cache' in newer transformers, else 'past_key_values'."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def cache_of(out):
-    return out["cache"] if "cache" in out else out.past_key_values
+    return sample_with_logprobs(logits, temperature, top_p, greedy)[0]
 
 
 @torch.no_grad()
@@ -64,23 +68,17 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length'."""
     ids, mask = left_pad(prompts, pad_id)  # (B, P)
     device = next(model.parameters()).device
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P): left padding does not shift positions
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache, cache_arg = cache_of(out), cache_arg_name(model)
-    cache.batch_repeat_interleave(group_size)  # one prefill per prompt, G rows of cache
-    logits = out.logits[:, -1].float().repeat_interleave(group_size, 0)  # (R, V)
-    mask = mask.repeat_interleave(group_size, 0)  # (R, P)
-    next_pos = mask.sum(-1)  # (R,) position of each row's next token
+    stepper = make_stepper(model, max_new_tokens)
+    logits = stepper.prefill(ids.to(device), mask.to(device))  # (B, V)
+    stepper.repeat(group_size)  # one prefill per prompt, G rows of cache
+    logits = logits.repeat_interleave(group_size, 0)  # (R, V)
     n = len(prompts) * group_size
     rows = torch.arange(n, device=device)  # (R,) which output row each active row is
     tokens = [[] for _ in range(n)]
     logps: list[list[float]] = [[] for _ in range(n)]
     finish = ["length"] * n
-    temp = 1.0 if greedy else temperature
     for step in range(max_new_tokens):
-        tok = sample_tokens(logits, temperature, top_p, greedy)  # (R,)
-        lp = torch.log_softmax(logits / temp, dim=-1).gather(-1, tok[:, None]).squeeze(-1)  # (R,)
+        tok, lp = sample_with_logprobs(logits, temperature, top_p, greedy)  # (R,) each
         for r, t, p in zip(rows.tolist(), tok.tolist(), lp.tolist()):
             tokens[r].append(t)
             logps[r].append(p)
@@ -91,12 +89,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
             break
         if bool(done.any()):  # finished rows leave the batch, and their cache with them
             keep = (~done).nonzero().squeeze(-1)  # (R',)
-            cache.batch_select_indices(keep)
-            rows, tok, mask, next_pos = rows[keep], tok[keep], mask[keep], next_pos[keep]
-        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=-1)  # (R, P + step + 1)
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                    use_cache=True, **{cache_arg: cache})
-        cache = cache_of(out)
-        logits = out.logits[:, -1].float()  # (R, V)
-        next_pos = next_pos + 1
+            stepper.select(keep)
+            rows, tok = rows[keep], tok[keep]
+        logits = stepper.step(tok)  # (R, V)
     return [(tokens[r], logps[r], finish[r]) for r in range(n)]

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rlvr.rollout.decode import cache_arg_name, cache_of, processed_probs, sample_tokens
+from rlvr.rollout.decode import processed_probs, sample_tokens
+from rlvr.rollout.stepper import cache_arg_name, cache_of
 from rlvr.scoring import left_pad
 
 
