@@ -180,3 +180,52 @@ def test_speculative_sampling_keeps_the_distribution(tiny):
     observed = torch.bincount(seconds, minlength=v).float() / len(seconds)
     sd = (exact * (1 - exact) / len(seconds)).sqrt()
     assert ((observed - exact).abs() <= 4 * sd + 2e-3).all(), float((observed - exact).abs().max())
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "token_mean"])
+def test_packed_micro_batches_give_the_loss_and_gradients_of_unpacked_ones(tiny, loss_type, monkeypatch):
+    """train.micro_batch_tokens packs several sequences per row (position ids restart, each attends
+    only to itself): the loss and the gradient equal those of one sequence per forward, to 1e-6."""
+    import rlvr.train.update as update
+
+    shapes = []  # (sequences, rows) of every packed forward
+
+    def spy(*args, **kwargs):
+        batch = pack(*args, **kwargs)
+        shapes.append((len(batch.starts), len(batch.input_ids)))
+        return batch
+
+    pack = update.pack
+    monkeypatch.setattr(update, "pack", spy)
+    model, tok = tiny
+    torch.manual_seed(5)
+    completions = sample(model, tok, PROBLEMS, SamplingParams(group_size=4, temperature=1.3, max_new_tokens=12))
+    lengths = sorted(len(c.prompt_ids) + len(c.token_ids) for c in completions)
+    adv = torch.linspace(-1, 1, len(completions))
+    mask = torch.ones(len(completions))
+    ref = completion_logprobs(model, completions, tok.pad_token_id, 1.0) - 0.05
+    budget = 3 * lengths[-1]  # micro-batches of several rows
+    results = []
+    for sizes in (dict(micro_batch_size=1), dict(micro_batch_size=0, micro_batch_tokens=budget)):
+        m = __import__("copy").deepcopy(model)
+        opt = torch.optim.SGD(m.parameters(), lr=1.0)  # the step is the gradient
+        stats = policy_update(m, opt, completions, adv, mask, ref, tok.pad_token_id,
+                              _settings(loss_type=loss_type, ppo_epochs=1, mini_batches=1, max_grad_norm=1e9,
+                                        beta=0.05, entropy_coef=0.01, **sizes),
+                              generator=torch.Generator().manual_seed(0))
+        results.append(([(a - b).detach() for a, b in zip(model.parameters(), m.parameters())], stats))
+    (single, single_stats), (packed, packed_stats) = results
+    assert packed_stats["actor/loss"] == pytest.approx(single_stats["actor/loss"], abs=1e-6)
+    for a, b in zip(single, packed):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+    assert max(float(g.abs().max()) for g in single) > 1e-3  # a real gradient, not two zeros
+    assert any(rows < n for n, rows in shapes[len(completions):])  # rows that hold several sequences
+
+
+def test_packing_places_several_sequences_in_a_row_each_from_position_0():
+    from rlvr.scoring import pack
+
+    batch = pack([[1, 2, 3, 4], [5], [6, 7]], [[8, 9, 10, 11], [12, 13], [14]], pad_id=0, packed=True)
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 8, 9, 10, 11], [5, 12, 13, 6, 7, 14, 0, 0]]
+    assert batch.position_ids[1].tolist()[:6] == [0, 1, 2, 0, 1, 2]
+    assert batch.rows.tolist() == [0, 1, 1] and batch.starts.tolist() == [3, 0, 4]

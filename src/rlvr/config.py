@@ -310,6 +310,10 @@ class TrainConfig:
     """Optimizer steps per epoch: the rollout batch is split into this many mini-batches."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch."""
+    micro_batch_tokens: int = 0
+    """Token budget per forward/backward instead of a sequence count: sequences (prompt + completion)
+    packed several to a row, rows as wide as the micro-batch's longest sequence, each sequence
+    attending only to itself; a sequence longer than the budget runs alone. 0 = off (micro_batch_size)."""
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     warmup: int = 0
@@ -550,6 +554,10 @@ class Config:
             require(not self.model.lora.enabled, "model.lora.enabled",
                     "LoRA under train.strategy=fsdp is not built yet: train the adapter with train.strategy=single")
         check_env(self)
+        require(not (self.train.micro_batch_tokens and self.train.micro_batch_size), "train.micro_batch_tokens",
+                "a token budget and a sequence count both size the micro-batches: set train.micro_batch_size=0 "
+                "to pack by tokens, or train.micro_batch_tokens=0")
+        require(self.train.micro_batch_tokens >= 0, "train.micro_batch_tokens", "must be >= 0 (0 = off)")
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")

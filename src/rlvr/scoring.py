@@ -2,6 +2,7 @@
 
     ids, mask = left_pad(prompts, pad_id)                          # generation input (B, P)
     batch = pack(prompt_ids, completion_ids, pad_id)               # training input, right-padded
+    batch = pack(prompt_ids, completion_ids, pad_id, packed=True)  # several sequences per row
     logp, entropy = completion_scores(model, batch, temperature)   # (B, T) fp32, with grad if enabled
     with compute(model, "bfloat16"): ...                           # mixed precision: bf16 compute, fp32 weights
     logp = completion_logprobs(model, completions, pad_id, temp)   # (N, T), no grad, micro-batched
@@ -20,7 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from torch.utils.checkpoint import checkpoint
+
 from rlvr.algos import token_logprobs
+from rlvr.algos.logprobs import chunk_logprobs
 from rlvr.records import Completion
 
 __all__ = ["TokenBatch", "completion_logits", "completion_logprobs", "completion_scores", "compute", "forward_logits",
@@ -40,15 +44,29 @@ def compute(model, dtype: str):
 
 @dataclass
 class TokenBatch:
-    input_ids: torch.Tensor  # (B, L) prompt + completion, right-padded
-    attention_mask: torch.Tensor  # (B, L)
+    input_ids: torch.Tensor  # (R, L) prompt + completion, right-padded; R = B unless packed
+    attention_mask: torch.Tensor | None  # (R, L); None when packed (the position ids say where sequences start)
     targets: torch.Tensor  # (B, T) completion tokens, T = longest completion
     mask: torch.Tensor  # (B, T) 1.0 on real completion tokens
-    starts: torch.Tensor  # (B,) index in input_ids of the logit that predicts the first completion token
+    starts: torch.Tensor  # (B,) index in its row of the logit that predicts the first completion token
+    rows: torch.Tensor | None = None  # (B,) the row of each sequence; None = row i holds sequence i
+    position_ids: torch.Tensor | None = None  # (R, L) when packed
 
     def to(self, device) -> "TokenBatch":
-        return TokenBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.targets, self.mask,
-                                                    self.starts)))
+        return TokenBatch(*(None if t is None else t.to(device) for t in (
+            self.input_ids, self.attention_mask, self.targets, self.mask, self.starts, self.rows, self.position_ids)))
+
+    @property
+    def row_of(self) -> torch.Tensor:
+        return torch.arange(len(self.starts), device=self.starts.device) if self.rows is None else self.rows
+
+    def completion_positions(self, offset: int = 0) -> torch.Tensor:
+        """(B, T) index into the flattened (R * (L - offset)) positions of the logit that predicts each
+        completion token, for hidden states or logits that hold the last L - offset positions."""
+        width = self.input_ids.shape[1] - offset
+        t = torch.arange(self.targets.shape[1], device=self.starts.device)  # (T,)
+        pos = (self.starts[:, None] - offset + t[None, :]).clamp(0, width - 1)  # (B, T)
+        return self.row_of[:, None] * width + pos
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,59 +82,147 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
 
 
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-         masks: Sequence[Sequence[int]] | None = None) -> TokenBatch:
+         masks: Sequence[Sequence[int]] | None = None, *, packed: bool = False) -> TokenBatch:
     """Prompt + completion token lists as right-padded training tensors. masks: per completion token,
-    1 where it counts (a trajectory's sampled tokens; default every completion token)."""
+    1 where it counts (a trajectory's sampled tokens; default every completion token).
+
+    packed=True: rows as wide as the longest sequence, each holding as many sequences as fit
+    (first-fit, longest first), position ids restarting at 0 for each; the targets, mask and
+    starts stay per sequence, in the given order."""
     b = len(prompts)
-    width = max(len(p) + len(c) for p, c in zip(prompts, completions))
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    width = max(lengths)
     t = max(1, max(len(c) for c in completions))
-    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((b, width), dtype=torch.long)
+    row_of, offset_of = _place(lengths, width) if packed else (list(range(b)), [0] * b)
+    n_rows = max(row_of) + 1
+    input_ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n_rows, width), dtype=torch.long)
+    position_ids = torch.arange(width).repeat(n_rows, 1)  # (R, L); a row's tail after its last sequence continues it
     targets = torch.full((b, t), pad_id, dtype=torch.long)
     mask = torch.zeros((b, t), dtype=torch.float32)
     starts = torch.zeros(b, dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompts, completions)):
+        row, at = row_of[i], offset_of[i]
         seq = list(p) + list(c)
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        attention_mask[i, : len(seq)] = 1
+        input_ids[row, at: at + len(seq)] = torch.tensor(seq)
+        attention_mask[row, at: at + len(seq)] = 1
+        position_ids[row, at:] = torch.arange(width - at)
         if c:
             targets[i, : len(c)] = torch.tensor(list(c))
             mask[i, : len(c)] = 1.0 if masks is None else torch.tensor(list(masks[i]), dtype=torch.float32)
-        starts[i] = len(p) - 1
-    return TokenBatch(input_ids, attention_mask, targets, mask, starts)
+        starts[i] = at + len(p) - 1
+    if not packed:
+        return TokenBatch(input_ids, attention_mask, targets, mask, starts)
+    return TokenBatch(input_ids, None, targets, mask, starts, torch.tensor(row_of), position_ids)
+
+
+def _place(lengths: Sequence[int], width: int) -> tuple[list[int], list[int]]:
+    """First-fit decreasing of sequences into rows of `width` tokens: (row, offset) of each."""
+    free: list[int] = []  # room left in each row
+    row_of, offset_of = [0] * len(lengths), [0] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = next((r for r, room in enumerate(free) if room >= lengths[i]), None)
+        if row is None:
+            free.append(width)
+            row = len(free) - 1
+        row_of[i], offset_of[i] = row, width - free[row]
+        free[row] -= lengths[i]
+    return row_of, offset_of
 
 
 def forward_logits(model, batch: TokenBatch) -> torch.Tensor:
-    """Logits of the positions from the first completion-predicting one on, (B, K, V): the other
+    """Logits of the positions from the first completion-predicting one on, (R, K, V): the other
     prompt positions never go through the LM head, and no KV cache is built."""
     keep = batch.input_ids.shape[1] - int(batch.starts.min())
     try:
-        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
-                     logits_to_keep=keep).logits
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                     use_cache=False, logits_to_keep=keep).logits
     except TypeError:  # an architecture without logits_to_keep: all positions
-        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids).logits
 
 
 def completion_logits(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
-    """Logits that predict each completion token: (B, L, V) -> (B, T, V). `logits` may hold only
+    """Logits that predict each completion token: (R, L, V) -> (B, T, V). `logits` may hold only
     the last K positions (forward_logits); they are then indexed from position L - K."""
-    t = batch.targets.shape[1]
-    offset = batch.input_ids.shape[1] - logits.shape[1]
-    idx = batch.starts[:, None] - offset + torch.arange(t, device=batch.starts.device)[None, :]  # (B, T)
-    idx = idx.clamp(max=logits.shape[1] - 1)
-    return logits.gather(1, idx[..., None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
+    idx = batch.completion_positions(batch.input_ids.shape[1] - logits.shape[1])  # (B, T)
+    return logits.reshape(-1, logits.shape[-1])[idx]  # (B, T, V)
 
 
-def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: str = "float32"
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+CHUNK_FLOATS = 1 << 24
+"""fp32 logits upcast at once in completion_scores (64 MB): chunk_tokens = this // vocabulary."""
+
+
+def _chunk_scores(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                  temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(C, H) hidden states -> logp, entropy (C,) fp32 of the targets under softmax(head(h) / T)."""
+    return chunk_logprobs(torch.nn.functional.linear(hidden, weight, bias).float() / temperature, targets)
+
+
+class _ScoringHead(torch.nn.Module):
+    """Stands in for the LM head during one forward: (R, K, H) hidden states -> (n, 2) logp and entropy
+    of the n selected positions, `chunk` at a time, each chunk checkpointed under autograd."""
+
+    def __init__(self, head: torch.nn.Linear, where: torch.Tensor, targets: torch.Tensor, temperature: float,
+                 chunk: int) -> None:
+        super().__init__()
+        object.__setattr__(self, "head", head)  # not a submodule: the model's parameters stay as they are
+        self.where, self.targets, self.temperature, self.chunk = where, targets, temperature, chunk
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        picked = hidden.reshape(-1, hidden.shape[-1])[self.where]  # (n, H)
+        weight, bias = self.head.weight, self.head.bias
+        grad = torch.is_grad_enabled() and (picked.requires_grad or weight.requires_grad)
+        parts = []
+        for start in range(0, len(picked), self.chunk):
+            args = (picked[start:start + self.chunk], weight, bias, self.targets[start:start + self.chunk],
+                    self.temperature)
+            parts.append(torch.stack(checkpoint(_chunk_scores, *args, use_reentrant=False) if grad
+                                     else _chunk_scores(*args), dim=-1))  # (C, 2)
+        return torch.cat(parts) if parts else hidden.new_zeros(0, 2, dtype=torch.float32)  # (n, 2)
+
+
+@contextlib.contextmanager
+def _scoring_head(model, head: _ScoringHead):
+    """The model's output layer replaced by `head` (found by identity, adapters and FSDP wrappers
+    included) for the duration."""
+    original = model.get_output_embeddings()
+    owner, name = next((m, n) for m in model.modules() for n, c in m.named_children() if c is original)
+    object.__setattr__(head, "head", original)
+    setattr(owner, name, head)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: str = "float32",
+                      chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """logp and entropy (B, T) fp32 of the completion tokens under softmax(logits / temperature),
-    the distribution they were sampled from; carries gradient when autograd is on. dtype: the
-    forward's compute precision (`compute`); the log-probs are fp32 either way. The batch moves to
-    the model's device (train.device); so are the results."""
+    the distribution they were sampled from; 0 where batch.mask is 0. Carries gradient when
+    autograd is on. The (B, T, V) logits never exist: see the module docstring. dtype: the
+    forward's compute precision (`compute`); the log-probs are fp32 either way. The batch moves
+    to the model's device (train.device); so are the results."""
     batch = batch.to(next(model.parameters()).device)
-    with compute(model, dtype):
-        logits = forward_logits(model, batch)  # (B, K, V)
-    return token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)  # (B, T) each
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear):  # no plain linear head to stand in for: the full logits
+        with compute(model, dtype):
+            logits = forward_logits(model, batch)  # (R, K, V)
+        logp, entropy = token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)
+        return logp * batch.mask, entropy * batch.mask
+    keep = batch.input_ids.shape[1] - int(batch.starts.min())
+    selected = batch.mask > 0  # (B, T)
+    where = batch.completion_positions(batch.input_ids.shape[1] - keep)[selected]  # (n,)
+    chunk = chunk_tokens or max(1, CHUNK_FLOATS // head.out_features)
+    scorer = _ScoringHead(head, where, batch.targets[selected], temperature, chunk)
+    with compute(model, dtype), _scoring_head(model, scorer):
+        scores = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, use_cache=False, logits_to_keep=keep).logits  # (n, 2)
+    flat = selected.reshape(-1).nonzero().squeeze(-1)  # (n,)
+    b, t = batch.targets.shape
+    logp = scores.new_zeros(b * t).index_copy(0, flat, scores[:, 0]).reshape(b, t)  # (B, T)
+    entropy = scores.new_zeros(b * t).index_copy(0, flat, scores[:, 1]).reshape(b, t)
+    return logp, entropy
 
 
 @torch.no_grad()

@@ -14,10 +14,10 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["token_logprobs"]
+__all__ = ["chunk_logprobs", "token_logprobs"]
 
 
-def _chunk_logprobs(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+def chunk_logprobs(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
     """(C, V) any dtype, (C,) long -> logp (C,), entropy (C,), fp32."""
     x = logits.float()  # (C, V)
     # -inf logits (masked vocabulary) become the most negative finite float: p is still
@@ -51,9 +51,9 @@ def token_logprobs(logits: Tensor, targets: Tensor, *, chunk_size: int = 1024) -
     for start in range(0, b * t, chunk_size):
         rows = slice(start, start + chunk_size)
         if keep_graph:
-            logp, entropy = checkpoint(_chunk_logprobs, flat_logits[rows], flat_targets[rows], use_reentrant=False)
+            logp, entropy = checkpoint(chunk_logprobs, flat_logits[rows], flat_targets[rows], use_reentrant=False)
         else:
-            logp, entropy = _chunk_logprobs(flat_logits[rows], flat_targets[rows])
+            logp, entropy = chunk_logprobs(flat_logits[rows], flat_targets[rows])
         logps.append(logp)  # (C,)
         entropies.append(entropy)  # (C,)
     if not logps:  # B * T == 0

@@ -37,6 +37,8 @@ class UpdateSettings:
     loss: LossSettings
     dtype: str = "float32"
     """Compute precision of the forward passes (model.dtype): 'bfloat16' is mixed precision."""
+    micro_batch_tokens: int = 0
+    """Token budget per forward/backward, sequences packed (replaces micro_batch_size); 0 = off."""
 
 
 def update_settings(cfg) -> UpdateSettings:
@@ -47,7 +49,8 @@ def update_settings(cfg) -> UpdateSettings:
         ratio_level=a.ratio_level, beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages
         kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
     return UpdateSettings(ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
-                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss, dtype=cfg.model.dtype)
+                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss, dtype=cfg.model.dtype,
+                          micro_batch_tokens=t.micro_batch_tokens)
 
 
 def build_optimizer(train, model) -> torch.optim.Optimizer:
@@ -136,9 +139,10 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
             steps["zero_grad_seqs"].append(float(len(mini) - len(active)))
             if len(active) == 0:  # no signal at all: the shortest micro-batch still runs, for the
                 active = mini[:micro_size * par.world]  # statistics; its gradient is exactly zero, as the full one is
-            for micro, real in _micro_batches(active, micro_size, par):
+            for micro, real in _micro_batches(active, lengths, micro_size, s.micro_batch_tokens, par):
                 chunk = [completions[i] for i in micro.tolist()]
-                batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk])
+                batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk],
+                             packed=s.micro_batch_tokens > 0)
                 width = batch.targets.shape[1]
                 logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None] * float(real)  # (b, W); a rank's padding step counts nothing
@@ -176,18 +180,36 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
     return out
 
 
-def _micro_batches(active: torch.Tensor, micro_size: int, par: Parallel):
+def _micro_batches(active: torch.Tensor, lengths: torch.Tensor, micro_size: int, tokens: int, par: Parallel):
     """(indices, real) of this rank's micro-batches of a mini-batch's sequences `active` (sorted by
-    length): rank r takes every world-th sequence from r, so shares are balanced in length. Every
+    length): rank r takes every world-th sequence from r, so shares are balanced in length, and cuts
+    them `micro_size` sequences at a time, or by a budget of `tokens` tokens when it is > 0. Every
     rank runs as many forward/backward passes as the rank with the most (FSDP's collectives pair
     them up); a rank that has run out repeats its first sequence with real=False (weight 0)."""
-    mine = active[par.rank::par.world]
-    chunks = list(mine.split(micro_size)) if len(mine) else []
-    n_micro = math.ceil(math.ceil(len(active) / par.world) / micro_size)
+    shares = [_cut(active[rank::par.world], lengths, micro_size, tokens) for rank in range(par.world)]
+    chunks = shares[par.rank]
     for chunk in chunks:
         yield chunk, True
-    for _ in range(n_micro - len(chunks)):
+    for _ in range(max(len(share) for share in shares) - len(chunks)):
         yield active[:1], False
+
+
+def _cut(mine: torch.Tensor, lengths: torch.Tensor, micro_size: int, tokens: int) -> list[torch.Tensor]:
+    """Sequences (sorted by length) as micro-batches of `micro_size`, or of at most `tokens` tokens
+    (longest first; a longer sequence alone)."""
+    if not len(mine):
+        return []
+    if tokens <= 0:
+        return list(mine.split(micro_size))
+    chunks, current, used = [], [], 0
+    for i in reversed(mine.tolist()):
+        n = int(lengths[i])
+        if current and used + n > tokens:
+            chunks.append(torch.tensor(current))
+            current, used = [], 0
+        current.append(i)
+        used += n
+    return chunks + [torch.tensor(current)]
 
 
 def _merged_stats(parts) -> dict[str, float]:
