@@ -33,6 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
+TRL_VARIANTS = {
+    "matched": "every setting matched to rlvr's config (micro-batch, optimizer betas, clipping, fp32, no checkpointing)",
+    "default": "GRPOConfig's defaults but for the run's definition (steps, lr, G, lengths, temperature, 16 completions "
+               "per step, grpo loss, no KL) and bf16=False: its default bf16 autocast runs matmuls at ~1.2 GFLOP/s "
+               "on a CPU without bf16 units (bench/bench_roofline.py limits), ~50x slower than fp32",
+    "fast": "the defaults but gradient checkpointing off and the whole batch in one forward/backward "
+            "(per_device_train_batch_size = batch x G, no accumulation), fp32",
+}
+"""TRL configurations `--trl` can run beside rlvr."""
+
+
 def load_cfg(args):
     from rlvr.config import load_config
 
@@ -87,7 +98,7 @@ def run_rlvr(cfg, out: Path) -> dict:
                        "update_s": r["time/update_s"], "reward": r["reward/mean"]} for r in rows]}
 
 
-def run_trl(cfg, problems_path: Path, out: Path, save: Path | None = None) -> dict:
+def run_trl(cfg, problems_path: Path, out: Path, save: Path | None = None, variant: str = "matched") -> dict:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -120,7 +131,19 @@ def run_trl(cfg, problems_path: Path, out: Path, save: Path | None = None) -> di
 
     r, t, g = cfg.rollout, cfg.train, cfg.rollout.group_size
     micro = t.micro_batch_size or r.batch_size * g
-    args = GRPOConfig(
+    if variant != "matched":  # TRL's own settings for everything but what defines the run
+        per_device = 8 if variant == "default" else r.batch_size * g  # default: GRPOConfig's 8; fast: one pass
+        speed = dict(bf16=False, gradient_checkpointing=variant == "default")  # bf16 autocast: see TRL_VARIANTS
+        args = GRPOConfig(
+            output_dir=str(out / "trl_run"), max_steps=t.steps, learning_rate=t.lr, lr_scheduler_type="constant",
+            per_device_train_batch_size=per_device, gradient_accumulation_steps=r.batch_size * g // per_device,
+            num_generations=g, max_completion_length=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+            beta=cfg.algo.beta, loss_type="grpo", use_cpu=not torch.cuda.is_available(), shuffle_dataset=False,
+            seed=cfg.seed, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+            log_completions=False, remove_unused_columns=False, **speed)
+    else:
+        args = None
+    args = args or GRPOConfig(
         output_dir=str(out / "trl_run"), max_steps=t.steps, learning_rate=t.lr, lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=t.weight_decay, adam_beta1=0.9, adam_beta2=0.99, max_grad_norm=t.max_grad_norm,
         per_device_train_batch_size=micro, gradient_accumulation_steps=r.batch_size * g // micro,
@@ -155,9 +178,12 @@ def child(args) -> int:
         torch.set_num_threads(cfg.train.threads)
     out = Path(args.out)
     save = Path(args.save) if args.save else None
-    result = run_rlvr(cfg, out) if args.child == "rlvr" else run_trl(cfg, out / "problems.jsonl", out, save)
+    if args.child == "rlvr":
+        result = run_rlvr(cfg, out)
+    else:
+        result = run_trl(cfg, out / "problems.jsonl", out, save, variant=args.child.split(":")[1])
     result["loadavg_end"] = os.getloadavg()
-    (out / f"{args.child}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{args.child.replace(':', '_')}.json").write_text(json.dumps(result, indent=1))
     return 0
 
 
@@ -171,7 +197,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--lora", action="store_true", help="LoRA on both sides (model.lora.* of the config)")
     p.add_argument("--lora-lr", type=float, default=2e-5)
-    p.add_argument("--child", choices=["rlvr", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--trl", default="matched", help=f"TRL variants, comma-separated: {', '.join(TRL_VARIANTS)}")
+    p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--save", help=argparse.SUPPRESS)  # TRL child: write the trained model here
     p.add_argument("overrides", nargs="*", help="rlvr key=value overrides, applied to both sides")
@@ -182,14 +209,14 @@ def main() -> int:
     out = Path(tempfile.mkdtemp(prefix="bench_trl_"))
     dump_problems(cfg, out / "problems.jsonl")
     results = {}
-    for side in ("rlvr", "trl"):
+    for side in ["rlvr", *(f"trl:{v}" for v in args.trl.split(","))]:
         load = os.getloadavg()
         cmd = [sys.executable, __file__, "--child", side, "--out", str(out), "--config", args.config,
                "--steps", str(args.steps), *(["--lora", "--lora-lr", str(args.lora_lr)] if args.lora else []),
                *args.overrides]
         t0 = time.time()
         subprocess.run(cmd, check=True)
-        results[side] = json.loads((out / f"{side}.json").read_text())
+        results[side] = json.loads((out / f"{side.replace(':', '_')}.json").read_text())
         results[side].update(loadavg_start=load, wall_s=time.time() - t0)
     table = []
     for side, res in results.items():
@@ -199,13 +226,13 @@ def main() -> int:
                       "peak_rss_gb": max(s["peak_rss_gb"] for s in steps),
                       "tok_per_step": _mean(toks) if toks else None,
                       "load": f"{res['loadavg_start'][0]:.1f} -> {res['loadavg_end'][0]:.1f}"})
-    speed = table[1]["s_per_step"] / table[0]["s_per_step"]
-    memory = table[0]["peak_rss_gb"] / table[1]["peak_rss_gb"]
+    speed = {row["side"]: round(row["s_per_step"] / table[0]["s_per_step"], 2) for row in table[1:]}
+    memory = {row["side"]: round(table[0]["peak_rss_gb"] / row["peak_rss_gb"], 2) for row in table[1:]}
     for row in table:
         tok = f"{row['tok_per_step']:.0f}" if row["tok_per_step"] else "-"
-        print(f"{row['side']:5s}  {row['s_per_step']:7.1f} s/step  peak RSS {row['peak_rss_gb']:.2f} GB  "
+        print(f"{row['side']:12s}  {row['s_per_step']:7.1f} s/step  peak RSS {row['peak_rss_gb']:.2f} GB  "
               f"{tok} completion tokens/step  load {row['load']}")
-    print(f"TRL s/step / rlvr s/step = {speed:.2f}x   rlvr peak / TRL peak = {memory:.2f}")
+    print(f"TRL s/step / rlvr s/step = {speed}   rlvr peak / TRL peak = {memory}")
     summary = {"config": args.config, "lora": args.lora, "steps": args.steps, "overrides": args.overrides,
                "table": table, "speedup": speed, "memory_ratio": memory, "raw": results}
     dest = ROOT / "bench" / "results" / f"trl_{time.strftime('%Y%m%d_%H%M%S')}.json"

@@ -67,3 +67,9 @@ def test_cli_fails_before_any_work(tmp_path, override, key):
                          ids=lambda p: p.name)
 def test_every_shipped_config_loads(path):
     load_config(path)  # every key is known and every value passes validation
+
+
+def test_a_token_budget_and_a_sequence_count_cannot_both_size_micro_batches():
+    assert load_config(None, ["train.micro_batch_tokens=2048"]).train.micro_batch_tokens == 2048
+    with pytest.raises(ConfigError, match="train.micro_batch_tokens.*set train.micro_batch_size=0"):
+        load_config(None, ["train.micro_batch_tokens=2048", "train.micro_batch_size=4"])
