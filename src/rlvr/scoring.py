@@ -179,7 +179,9 @@ class _ScoringHead(torch.nn.Module):
                     self.temperature)
             parts.append(torch.stack(checkpoint(_chunk_scores, *args, use_reentrant=False) if grad
                                      else _chunk_scores(*args), dim=-1))  # (C, 2)
-        return torch.cat(parts) if parts else hidden.new_zeros(0, 2, dtype=torch.float32)  # (n, 2)
+        if not parts:  # nothing counted: an empty result still tied to the graph (a zero gradient, not none)
+            return hidden.new_zeros(0, 2, dtype=torch.float32) + 0.0 * (picked.sum() + weight.sum())
+        return torch.cat(parts)  # (n, 2)
 
 
 @contextlib.contextmanager
