@@ -46,3 +46,9 @@ def test_the_gpu_split_and_what_does_not_fit(tmp_path, capsys):
     assert not split["fits"] and "GiB" in split["why"]
     assert "does not fit" in capsys.readouterr().err
     assert main(["plan", "--cluster", "nodes=2,gpu=8"]) == 2  # a misspelt key: a config error
+
+
+def test_the_plan_counts_the_updates_logit_chunks_as_scoring_sizes_them():
+    from rlvr import plan, scoring
+
+    assert plan.CHUNK_FLOATS == scoring.CHUNK_FLOATS

@@ -33,6 +33,10 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+CHUNK_FLOATS = 1 << 24
+"""fp32 logits the update upcasts at once (rlvr.scoring.CHUNK_FLOATS; repeated here to keep the
+planner free of torch)."""
+
 GB = 2**30
 RUNTIME_GB = 0.40
 """Resident memory of a process that imported torch, transformers and rlvr's trainer (ru_maxrss,
@@ -157,7 +161,8 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     p = shape.params
     trainable = lora_params(shape, m.lora) if m.lora.enabled else p
     act_bytes = 2 if m.dtype == "bfloat16" else 4
-    micro = t.micro_batch_size or math.ceil(rows / t.mini_batches / n)
+    micro = (max(1, t.micro_batch_tokens // seq) if t.micro_batch_tokens  # packed: full-length sequences per budget
+             else t.micro_batch_size or math.ceil(rows / t.mini_batches / n))
     recompute = a.recompute_logprobs == "always" or (a.recompute_logprobs == "auto" and (
         r.engine == "vllm" or a.rollout_is != "none"))
     no_grad_rows = min(REF_MICRO, rows)
@@ -166,10 +171,10 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
         "gradients": 4 * trainable / n,
         "optimizer": 8 * trainable / n,
         "activations": _activation_bytes(shape, micro * seq, act_bytes, m.gradient_checkpointing),
-        "logits": 3 * micro * r.max_new_tokens * shape.vocab * 4,
+        "logits": 3 * min(CHUNK_FLOATS, micro * r.max_new_tokens * shape.vocab) * 4,  # fp32 chunks (rlvr.scoring)
         "fsdp_gathered_layers": 2 * 4 * shape.layer_params if n > 1 else 0,
     }
-    no_grad_logits = 2 * no_grad_rows * r.max_new_tokens * shape.vocab * 4
+    no_grad_logits = 2 * min(CHUNK_FLOATS, no_grad_rows * r.max_new_tokens * shape.vocab) * 4
     if recompute:
         trainer["anchor_logits"] = no_grad_logits
     kv_bytes = 2 if (m.dtype == "bfloat16" or (r.engine == "vllm" and r.vllm.dtype == "bfloat16")) else 4
