@@ -52,7 +52,7 @@ def sample_with_logprobs(logits: torch.Tensor, temperature: float, top_p: float,
         probs = log_p.exp() if top_p >= 1.0 else processed_probs(logits, temperature, top_p)  # (R, V)
         cdf = probs.cumsum(-1)  # (R, V)
         u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # (R, 1)
-        tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (R,)
+        tok = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (R,): cdf > u, never a zero-probability token
     return tok, log_p.gather(-1, tok[:, None]).squeeze(-1)
 
 
