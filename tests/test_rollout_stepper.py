@@ -1,11 +1,11 @@
 """The loop engine's lean Llama-family forward (rlvr.rollout.stepper.LlamaStepper) gives the
-logits of the model's own forward, through prefill, group repeat, row drops and decode steps."""
+logits of the model's own forward, through prefill (with and without a prefix the prompts share),
+group repeat, row drops (finished rows left in the cache, then compacted) and decode steps."""
 
 import pytest
 import torch
 
 from rlvr.rollout.stepper import HFStepper, LlamaStepper, make_stepper
-from rlvr.scoring import left_pad
 
 
 def _model(kind: str):
@@ -19,23 +19,33 @@ def _model(kind: str):
     return LlamaForCausalLM(LlamaConfig(**shape, rope_theta=500.0)).eval()
 
 
+PROMPTS = {"distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
+           "shared prefix": [[5, 9, 13, 20, 7], [5, 9, 13, 2], [5, 9, 13, 4, 5, 6, 7, 8, 9, 10]],
+           "one a prefix of another": [[5, 9, 13], [5, 9, 13, 20, 7, 8], [5, 9, 13, 20]]}
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_lean_forward_equals_the_models_own(kind):
+@pytest.mark.parametrize("prompts", list(PROMPTS))
+def test_lean_forward_equals_the_models_own(kind, prompts):
     model = _model(kind)
     assert LlamaStepper.supports(model)
-    ids, mask = left_pad([[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]], pad_id=0)  # (3, 8)
-    logits = []
+    # rows finishing: 1 of 6 (5 left: stays in the cache), then 2 more (3 of 6: the cache is compacted)
+    drops = {1: [0, 1, 2, 3, 5], 3: [0, 2, 3]}
+    logits, caches = [], []
     with torch.no_grad():
         for stepper in (HFStepper(model), LlamaStepper(model, max_new_tokens=6)):
-            out = [stepper.prefill(ids, mask)]
+            out = [stepper.prefill(PROMPTS[prompts], pad_id=0)]
             stepper.repeat(2)  # 6 rows
             tokens = torch.arange(6) * 7 + 1
             for t in range(5):
-                if t == 2:  # rows 1 and 4 finish
-                    stepper.select(torch.tensor([0, 2, 3, 5]))
-                    tokens = tokens[[0, 2, 3, 5]]
+                if t in drops:
+                    stepper.select(torch.tensor(drops[t]))
+                    tokens = tokens[drops[t]]
                 out.append(stepper.step(tokens + t))
+                if isinstance(stepper, LlamaStepper):
+                    caches.append(len(stepper.k[0]))
             logits.append(out)
+    assert caches == [6, 6, 6, 3, 3]  # the cache rows at each step: the finished row stayed until the compaction
     for ours, theirs in zip(logits[1], logits[0]):
         assert ours.shape == theirs.shape
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)

@@ -4,7 +4,7 @@ transformers' `generate` prefills each of the G copies of a prompt on its
 own and keeps every row in the batch until the longest one stops. RL
 rollouts waste most of that: here each distinct prompt is prefilled once
 and its KV cache repeated G times, and a row that emits eos leaves the
-batch (its cache rows are dropped), so compute follows the tokens actually
+batch (its cache row at the next compaction), so compute follows the tokens actually
 generated. The sampling distribution is the same (softmax of logits /
 temperature, optional nucleus); behaviour log-probs are read off each
 step's logits, one (rows, V) slice at a time, never (rows, T, V).
@@ -17,7 +17,6 @@ from collections.abc import Sequence
 import torch
 
 from rlvr.rollout.stepper import make_stepper
-from rlvr.scoring import left_pad
 
 
 def supports_loop(model) -> bool:
@@ -66,10 +65,9 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
            top_p: float, greedy: bool, eos_id: int, pad_id: int) -> list[tuple[list[int], list[float], str]]:
     """(token ids, behaviour log-probs, finish reason) for `group_size` samples of each prompt,
     prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length'."""
-    ids, mask = left_pad(prompts, pad_id)  # (B, P)
     device = next(model.parameters()).device
     stepper = make_stepper(model, max_new_tokens)
-    logits = stepper.prefill(ids.to(device), mask.to(device))  # (B, V)
+    logits = stepper.prefill(prompts, pad_id, device)  # (B, V)
     stepper.repeat(group_size)  # one prefill per prompt, G rows of cache
     logits = logits.repeat_interleave(group_size, 0)  # (R, V)
     n = len(prompts) * group_size

@@ -1,7 +1,7 @@
 """One decode step at a time over a KV cache: the model calls of rlvr's decode loop.
 
     stepper = make_stepper(model, max_new_tokens)
-    logits = stepper.prefill(ids, mask)      # (B, V) next-token logits of left-padded prompts
+    logits = stepper.prefill(prompts, pad_id, device)  # (B, V) next-token logits of the prompts
     stepper.repeat(group_size)               # B prompts -> B * G rows, one prefill per prompt
     logits = stepper.step(tokens)            # (R,) fed -> (R, V)
     stepper.select(keep)                     # finished rows leave
@@ -11,12 +11,20 @@
 plain `nn.Linear` layers, no adapters), over a cache preallocated for the whole
 decode. Profiling the loop engine on SmolLM2-135M (16 rows, 2 threads) showed
 61% of the time in `aten::mm` at ~15-20 GFLOP/s while the same matmuls
-reach 2-3x that with the weight as the left operand (W @ x^T: the GEMM's long
+reach 2-3x that with the weight as the left operand (W @ x: the GEMM's long
 side is the weight's 49152 or 1536 rows, not the batch's 16), the rest in
-per-layer cache concatenation, mask building and small ops. So here: the
-small-batch linears computed as W @ x^T, the cache written in place, one mask
-per step, RMSNorm fused (F.rms_norm), attention in SDPA with grouped KV heads.
-The weights are read from the model's modules at every call, so an
+per-layer cache concatenation, mask building and small ops. So here: every
+linear is W @ x on feature-major activations (features, tokens), which also
+spares the transposes of its output (at 128 rows those cost 8% of a step);
+the cache is written in place, one mask per step, attention in SDPA with
+grouped KV heads. At 128 rows two more costs showed (32 prompts of ~81
+tokens): the prefill, 12% of the rollout, though 58 tokens of every prompt
+are the same system prompt and chat header; and dropping finished rows, 8%,
+a copy of the whole cache each time a row ends. So the prompts' common prefix
+is prefilled once and its keys and values copied to every row, and a
+finished row only leaves the linears: its cache row stays (its attention
+output unread) until a quarter of the rows have finished, then the cache is
+compacted. The weights are read from the model's modules at every call, so an
 optimizer step on a shared model is seen at once. Its logits equal the HF
 forward's to float rounding (tests/test_rollout_stepper.py).
 """
@@ -24,13 +32,19 @@ forward's to float rounding (tests/test_rollout_stepper.py).
 from __future__ import annotations
 
 import inspect
+import os
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-SMALL_BATCH = 256
-"""Rows up to which a linear is computed as W @ x^T (measured faster on CPU at 16-128 rows)."""
+from rlvr.scoring import left_pad
+
+FEW_TOKENS = 16
+"""Tokens below which a product takes its activations row-major (measured 2-3x faster at 4-8)."""
+COMPACT_AT = 0.75
+"""The cache is compacted once no more than this fraction of its rows is still decoding."""
 
 
 def cache_arg_name(model) -> str:
@@ -49,7 +63,8 @@ class HFStepper:
     def __init__(self, model) -> None:
         self.model, self.cache, self.arg = model, None, cache_arg_name(model)
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def prefill(self, prompts: Sequence[Sequence[int]], pad_id: int, device="cpu") -> torch.Tensor:
+        ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))  # (B, P) each
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P): left padding does not shift positions
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         self.cache, self.mask, self.next_pos = cache_of(out), mask, mask.sum(-1)
@@ -86,15 +101,13 @@ def _fused(*layers: nn.Linear) -> _Weights:
     return _Weights(torch.cat([layer.weight.detach() for layer in layers]), None if bias is None else bias.detach())
 
 
-def _linear(x: torch.Tensor, layer: nn.Linear | _Weights) -> torch.Tensor:
-    """layer(x) for x (..., K); small batches as (W @ x^T)^T."""
-    flat = x.reshape(-1, x.shape[-1])  # (M, K)
-    if flat.shape[0] > SMALL_BATCH:
-        return F.linear(x, layer.weight, layer.bias)
-    out = (layer.weight @ flat.t()).t().contiguous()  # (M, N), row-major for what follows (SDPA's fused kernel)
-    if layer.bias is not None:
-        out = out + layer.bias
-    return out.reshape(*x.shape[:-1], -1)
+def _mm(layer: nn.Linear | _Weights, x: torch.Tensor) -> torch.Tensor:
+    """layer(x) in the feature-major layout: x (K, N) -> (N_out, N), the product W @ x that needs no
+    transposes around it. Below FEW_TOKENS tokens the activations go in row-major (MKL's fast path
+    for a few columns)."""
+    x = x.t().contiguous().t() if x.shape[1] < FEW_TOKENS else x.contiguous()
+    out = layer.weight @ x
+    return out if layer.bias is None else out + layer.bias[:, None]
 
 
 class LlamaStepper:
@@ -131,34 +144,48 @@ class LlamaStepper:
         self.gate_up = [_fused(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.body.layers]
 
     def _norm(self, x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, self.eps)
+        """RMSNorm of feature-major x (H, N), as LlamaRMSNorm computes it."""
+        return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + self.eps) * norm.weight[:, None]
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor) -> torch.Tensor:
-        """Hidden state of each row's last position (R, H); writes the S new positions' keys and values
-        into slots [self.filled, self.filled + S). attend: (R, 1, S, filled + S) bool."""
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor,
+                 live: torch.Tensor | None = None) -> torch.Tensor:
+        """Feature-major hidden state of each row's last position (H, R); writes the S new positions'
+        keys and values into slots [self.filled, self.filled + S) of the cache rows `live` (R,), all
+        rows when None (then S may be > 1). attend: (cache rows, 1, S, filled + S) bool.
+        Activations are feature-major, (features, R * S): every product is W @ x, with no transposes
+        of its output (at 128 rows those cost more than attention's softmax)."""
         r, s = ids.shape
         start, end = self.filled, self.filled + s
-        h = self.body.embed_tokens(ids)  # (R, S, H)
-        cos, sin = self.body.rotary_emb(h, positions)  # (R, S, D) each
-        cos, sin = cos[:, :, None], sin[:, :, None]  # (R, S, 1, D): one rotation for every head
+        emb = self.body.embed_tokens(ids)  # (R, S, H)
+        cos, sin = self.body.rotary_emb(emb, positions)  # (R, S, D) each
+        cos, sin = cos[:, None], sin[:, None]  # (R, 1, S, D): one rotation for every head
+        h = emb.view(r * s, -1).t().contiguous()  # (H, N), N = R * S
         hq, hkv, d = self.heads, self.kv_heads, self.head_dim
+        half = d // 2
         for i, layer in enumerate(self.body.layers):
             att = layer.self_attn
-            x = self._norm(h, layer.input_layernorm)  # (R, S, H)
-            qkv = _linear(x, self.qkv[i]).view(r, s, hq + 2 * hkv, d)  # (R, S, Hq + 2 Hkv, D)
-            qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
-            half = d // 2
+            qkv = _mm(self.qkv[i], self._norm(h, layer.input_layernorm)).view(hq + 2 * hkv, d, r, s)
+            qk = qkv[: hq + hkv].permute(2, 0, 3, 1).contiguous()  # (R, Hq + Hkv, S, D)
             qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary (rotate-half form)
-            q = qk[:, :, :hq].transpose(1, 2)  # (R, Hq, S, D)
-            self.k[i][:, :, start:end] = qk[:, :, hq:].transpose(1, 2)  # (R, Hkv, S, D)
-            self.v[i][:, :, start:end] = qkv[:, :, hq + hkv:].transpose(1, 2)
-            o = self._attend(q, self.k[i][:, :, :end], self.v[i][:, :, :end], attend, att.scaling)  # (R, Hq, S, D)
-            h = h + _linear(o.transpose(1, 2).reshape(r, s, hq * d), att.o_proj)
-            x = self._norm(h, layer.post_attention_layernorm)
-            gate, up = _linear(x, self.gate_up[i]).chunk(2, dim=-1)  # (R, S, I) each
-            h = h + _linear(F.silu(gate) * up, layer.mlp.down_proj)
+            q, k_new = qk[:, :hq], qk[:, hq:]  # (R, Hq, S, D), (R, Hkv, S, D)
+            v_new = qkv[hq + hkv:].permute(2, 0, 3, 1)  # (R, Hkv, S, D)
+            k, v = self.k[i], self.v[i]  # (cache rows, Hkv, slots, D)
+            if live is None:
+                k[:, :, start:end] = k_new
+                v[:, :, start:end] = v_new
+                o = self._attend(q, k[:, :, :end], v[:, :, :end], attend, att.scaling)  # (R, Hq, S, D)
+            else:  # finished rows stay in the cache: every cache row attends, the live rows' outputs are read
+                k[live, :, start] = k_new[:, :, 0]  # (R, Hkv, D)
+                v[live, :, start] = v_new[:, :, 0]
+                q_all = q.new_zeros(len(k), hq, 1, d)  # (cache rows, Hq, 1, D)
+                q_all[live] = q
+                o = self._attend(q_all, k[:, :, :end], v[:, :, :end], attend, att.scaling)[live]  # (R, Hq, 1, D)
+            h = h + _mm(att.o_proj, o.transpose(1, 2).reshape(r * s, hq * d).t())  # (H, N)
+            gate_up = _mm(self.gate_up[i], self._norm(h, layer.post_attention_layernorm))  # (2 I, N)
+            gate, up = gate_up.chunk(2, dim=0)  # (I, N) each
+            h = h + _mm(layer.mlp.down_proj, F.silu(gate) * up)
         self.filled = end
-        return self._norm(h[:, -1], self.body.norm)  # (R, H)
+        return self._norm(h.view(-1, r, s)[:, :, -1], self.body.norm)  # (H, R)
 
     def _attend(self, q, k, v, attend, scale):
         """SDPA of q (R, Hq, S, D) over k, v (R, Hkv, L, D). One query position: the heads that share
@@ -174,22 +201,39 @@ class LlamaStepper:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=scale)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return _linear(hidden, self.model.lm_head).float()  # (R, V)
+        return _mm(self.model.lm_head, hidden).t().float().contiguous()  # (R, V)
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, p = ids.shape
-        size = (b, self.kv_heads, p + self.max_new, self.head_dim)
+    def prefill(self, prompts: Sequence[Sequence[int]], pad_id: int, device="cpu") -> torch.Tensor:
+        """Next-token logits of each prompt (B, V). The prompts' common prefix (a system prompt, a chat
+        header) is computed once, on one row, and its keys and values copied to every row; then the
+        rest of each prompt, left-padded, attends to it. Slots: [prefix | padded rests | generated]."""
+        b = len(prompts)
+        c = len(os.path.commonprefix([list(p) for p in prompts])) if b > 1 else 0
+        c = max(0, min(c, min(len(p) for p in prompts) - 1))  # every prompt keeps a token: its logits
+        ids, mask = left_pad([list(p)[c:] for p in prompts], pad_id)  # (B, S) each
+        n = ids.shape[1]
+        size = (b, self.kv_heads, c + n + self.max_new, self.head_dim)
         dtype = self.body.embed_tokens.weight.dtype
         self.k = [torch.zeros(size, dtype=dtype) for _ in self.body.layers]  # (B, Hkv, slots, D) per layer
         self.v = [torch.zeros(size, dtype=dtype) for _ in self.body.layers]
-        self.valid = torch.zeros(b, p + self.max_new, dtype=torch.bool)  # (B, slots): slot holds a real token
-        self.valid[:, :p] = mask.bool()
-        self.filled = 0
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        causal = torch.ones(p, p, dtype=torch.bool).tril()  # (P, P)
-        attend = causal[None, None] & self.valid[:, None, None, :p]  # (B, 1, P, P)
-        attend |= torch.eye(p, dtype=torch.bool)[None, None]  # a padding query attends to itself (never read)
-        self.next_pos = mask.sum(-1)  # (B,)
+        self.valid = torch.zeros(b, size[2], dtype=torch.bool)  # (B, slots): slot holds a real token
+        self.valid[:, :c] = True
+        self.valid[:, c:c + n] = mask.bool()
+        self.filled, self.live = 0, None
+        if c:  # the prefix into row 0's slots [0, c), then copied to the other rows
+            rows_k, rows_v = self.k, self.v
+            self.k, self.v = [t[:1] for t in rows_k], [t[:1] for t in rows_v]
+            self._forward(torch.tensor([list(prompts[0][:c])]), torch.arange(c)[None],
+                          torch.ones(c, c, dtype=torch.bool).tril()[None, None])
+            self.k, self.v = rows_k, rows_v
+            for t in self.k + self.v:
+                t[1:, :, :c] = t[:1, :, :c]
+        positions = c + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, S): padding does not shift positions
+        causal = torch.ones(n, n, dtype=torch.bool).tril()  # (S, S)
+        attend = causal[None, None] & self.valid[:, None, None, c:c + n]  # (B, 1, S, S)
+        attend |= torch.eye(n, dtype=torch.bool)[None, None]  # a padding query attends to itself (never read)
+        attend = torch.cat([attend.new_ones(b, 1, n, c), attend], dim=-1)  # (B, 1, S, c + S): the prefix for all
+        self.next_pos = c + mask.sum(-1)  # (B,)
         return self._logits(self._forward(ids, positions, attend))
 
     def repeat(self, g: int) -> None:
@@ -198,14 +242,26 @@ class LlamaStepper:
         self.valid, self.next_pos = self.valid.repeat_interleave(g, 0), self.next_pos.repeat_interleave(g, 0)
 
     def select(self, keep: torch.Tensor) -> None:
-        self.k = [t[keep] for t in self.k]
-        self.v = [t[keep] for t in self.v]
-        self.valid, self.next_pos = self.valid[keep], self.next_pos[keep]
+        """Keep the decoding rows `keep` (indices into the current ones). The cache is compacted only
+        once a quarter of its rows has finished: a copy of all of it per finished row cost 8% of a
+        128-row rollout, a finished row left in place costs only its share of attention."""
+        rows = len(self.k[0])
+        live = (self.live if self.live is not None else torch.arange(rows))[keep]  # (R',) cache rows
+        self.next_pos = self.next_pos[keep]
+        if len(live) > COMPACT_AT * rows:
+            self.live = live
+            return
+        self.k = [t[live] for t in self.k]
+        self.v = [t[live] for t in self.v]
+        self.valid, self.live = self.valid[live], None
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.valid[:, self.filled] = True
-        attend = self.valid[:, None, None, : self.filled + 1]  # (R, 1, 1, filled + 1)
-        hidden = self._forward(tokens[:, None], self.next_pos[:, None], attend)
+        if self.live is None:
+            self.valid[:, self.filled] = True
+        else:
+            self.valid[self.live, self.filled] = True
+        attend = self.valid[:, None, None, : self.filled + 1]  # (cache rows, 1, 1, filled + 1)
+        hidden = self._forward(tokens[:, None], self.next_pos[:, None], attend, self.live)
         self.next_pos = self.next_pos + 1
         return self._logits(hidden)
 
