@@ -60,6 +60,21 @@ def test_sampled_token_logprobs_match_transformers_in_fp32(engine, tiny_dir):
                for i, c in enumerate(hot)) < 1e-4
 
 
+def test_a_batch_whose_prefill_is_split_over_steps_samples_reproducibly(engine):
+    """vLLM splits a prefill longer than its token budget over several steps; with a seed per request its
+    CPU build then fails ("CPU Generator does not use offset"), so on CPU rlvr samples from torch's own
+    generator: still reproducible under torch.manual_seed."""
+    long = [Problem(id=str(i), prompt=f"{i} " * 40 + "=") for i in range(64)]
+    params = SamplingParams(group_size=2, temperature=1.0, max_new_tokens=3)
+    torch.manual_seed(0)
+    out = engine.generate(long, params)
+    budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    assert sum(len(c.prompt_ids) for c in out[::2]) > budget  # the prompts' prefill did not fit one step
+    torch.manual_seed(0)
+    assert [c.token_ids for c in engine.generate(long, params)] == [c.token_ids for c in out]
+    assert [c.token_ids for c in engine.generate(long, params)] != [c.token_ids for c in out]  # new draws each call
+
+
 def test_after_an_update_greedy_output_equals_transformers(engine, tiny_dir):
     model, tok = load_model(tiny_dir)
     with torch.no_grad():  # an "update": every weight moves

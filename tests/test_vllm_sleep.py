@@ -60,7 +60,7 @@ def engine(level: int) -> tuple[VLLMEngine, RecordingLLM]:
     llm = RecordingLLM()
     e._vllm = SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw))
     e.tokenizer, e.version, e.sync_timeout_s, e.speculative, e.llm = Tok(), 0, 30.0, None, llm
-    e.sleep_level, e._asleep, e.episodes = level, set(), SINGLE_TURN
+    e.sleep_level, e._asleep, e.episodes, e._on_cpu = level, set(), SINGLE_TURN, False  # sleep mode is CUDA-only
     return e, llm
 
 

@@ -9,8 +9,9 @@ raises `WeightSyncError` naming the step instead of hanging the run.
 Behaviour log-probs come from vLLM's sampler after temperature scaling
 (`logprobs_mode="processed_logprobs"`), the distribution the trainer scores
 with; the trainer recomputes them every step and reports the difference
-(rlvr.train.fidelity). Sampling is seeded per call from torch's generator, so a
-seeded run samples the same on the same machine.
+(rlvr.train.fidelity). Sampling is seeded per call from torch's generator (on
+CPU it draws from that generator itself), so a seeded run samples the same on
+the same machine.
 
 Speculative decoding (`rollout.speculative`) is vLLM's; its draft acceptance
 is read from vLLM's counters after each call (`speculative_stats`), and
@@ -99,6 +100,7 @@ class VLLMEngine:
                           logprobs_mode="processed_logprobs", enable_sleep_mode=sleep_level > 0,
                           distributed_executor_backend="uni")  # in this process, also where Ray is initialised
         self.llm = self._start(speculative)
+        self._on_cpu = self._vllm.platforms.current_platform.is_cpu()
         self._counts = self._spec_counts()
         self.speculative_stats: dict[str, float] = {}
         """Draft acceptance of the last generate call (empty without speculation)."""
@@ -157,8 +159,12 @@ class VLLMEngine:
         return run_episodes(self, problems, params, self.episodes, group_offset=group_offset)
 
     def sample(self, contexts: Sequence[Sequence[int]], params: SamplingParams, group_size: int) -> list[Sample]:
-        # one seed per call from torch's generator: reproducible under torch.manual_seed, new each call
-        seed = int(torch.randint(0, 2**31 - 1, (1,)))
+        # one seed per call from torch's generator: reproducible under torch.manual_seed, new each call. On
+        # CPU none: vLLM (in this process) then samples from torch's own generator, reproducible alike; a
+        # seeded request there fails once its prefill is split over steps (vLLM rewinds the request's
+        # generator by an offset a CPU generator does not have: "CPU Generator does not use offset",
+        # measured at 32 prompts of ~81 tokens; the rewind of vllm-project/vllm#10097)
+        seed = None if self._on_cpu else int(torch.randint(0, 2**31 - 1, (1,)))
         sampling = self._vllm.SamplingParams(
             n=group_size, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
             max_tokens=params.max_new_tokens, logprobs=0, seed=seed, stop_token_ids=[self.tokenizer.eos_token_id])
