@@ -1,0 +1,80 @@
+"""What one decode step of the loop engine costs by its number of rows, and how much of it is GEMM.
+
+    .venv/bin/python bench/bench_decode_rows.py --rows 1,2,4,8,12,16 --threads 2
+
+For each row count: the lean forward (`LlamaStepper.step`) on SmolLM2-135M-Instruct with every row
+kept decoding (ms per step, after warm-up), then the GEMMs alone over the model's own weights (the
+products a step makes, one pass: q/k/v and gate/up fused, o, down, the LM head) with the
+activations feature-major (W @ x) and row-major (W @ x^T, the stepper's layout below FEW_TOKENS).
+A 1-row step shows what streaming the weights costs here; the step minus its cheaper GEMM pass is
+what the small per-layer operations cost. Both measured in the same process, interleaved per row
+count: the host is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import torch
+
+
+def per_call_ms(fn, reps: int) -> float:
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps * 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,4,8,12,16")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per row count")
+    args = ap.parse_args()
+
+    from bench_rollout import model_setup
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.models import load_tokenizer
+    from rlvr.rollout.engine import render_prompt
+    from rlvr.rollout.stepper import LlamaStepper
+
+    torch.set_num_threads(args.threads)
+    _, path, problems = model_setup("smollm2", args.threads)
+    tok = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompt = render_prompt(tok, problems[0])
+    fused = LlamaStepper(model, 1)  # the products a step makes: q/k/v and gate/up fused, o, down, the head
+    weights = [w.weight for w in fused.qkv + fused.gate_up] + [w.detach() for layer in model.model.layers for w in (
+        layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight)] + [model.lm_head.weight.detach()]
+    flop_per_row = sum(2 * w.numel() for w in weights)
+    print(f"threads {args.threads}, {len(weights)} weights, {sum(w.numel() for w in weights) * 4 / 1e6:.0f} MB")
+    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms W@x':>12} {'GEMM ms W@xT':>13} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
+    with torch.no_grad():
+        for rows in (int(r) for r in args.rows.split(",")):
+            stepper = LlamaStepper(model, args.steps + 8)
+            stepper.prefill([prompt], tok.pad_token_id)
+            stepper.repeat(rows)
+            tokens = torch.full((rows,), 100, dtype=torch.long)
+            for _ in range(3):
+                stepper.step(tokens)
+            step = per_call_ms(lambda st=stepper, t=tokens: st.step(t), args.steps - 1)
+            xs = {k: torch.randn(k, rows) for k in {w.shape[1] for w in weights}}
+            feature = per_call_ms(lambda xs=xs: [w @ xs[w.shape[1]] for w in weights], 3)
+            row = per_call_ms(lambda xs=xs: [w @ xs[w.shape[1]].t().contiguous().t() for w in weights], 3)
+            gemm = min(feature, row)
+            print(f"{rows:>4} {step:>8.1f} {feature:>12.1f} {row:>13.1f} {step - gemm:>8.1f} "
+                  f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
