@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,14 +22,6 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import torch
-
-
-def per_call_ms(fn, reps: int) -> float:
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps * 1e3
 
 
 def main() -> int:
@@ -41,6 +32,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from bench_rollout import model_setup
+    from bench_roofline import timed
     from transformers import AutoModelForCausalLM
 
     from rlvr.models import load_tokenizer
@@ -66,10 +58,10 @@ def main() -> int:
             tokens = torch.full((rows,), 100, dtype=torch.long)
             for _ in range(3):
                 stepper.step(tokens)
-            step = per_call_ms(lambda st=stepper, t=tokens: st.step(t), args.steps - 1)
+            step = 1e3 * timed(lambda st=stepper, t=tokens: st.step(t), min_s=0, min_reps=args.steps - 1)
             xs = {k: torch.randn(k, rows) for k in {w.shape[1] for w in weights}}
-            feature = per_call_ms(lambda xs=xs: [w @ xs[w.shape[1]] for w in weights], 3)
-            row = per_call_ms(lambda xs=xs: [w @ xs[w.shape[1]].t().contiguous().t() for w in weights], 3)
+            feature = 1e3 * timed(lambda xs=xs: [w @ xs[w.shape[1]] for w in weights], min_s=0)
+            row = 1e3 * timed(lambda xs=xs: [w @ xs[w.shape[1]].t().contiguous().t() for w in weights], min_s=0)
             gemm = min(feature, row)
             print(f"{rows:>4} {step:>8.1f} {feature:>12.1f} {row:>13.1f} {step - gemm:>8.1f} "
                   f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
