@@ -4,11 +4,11 @@
 
 For each row count: the lean forward (`LlamaStepper.step`) on SmolLM2-135M-Instruct with every row
 kept decoding (ms per step, after warm-up), then the GEMMs alone over the model's own weights (the
-products a step makes, one pass: q/k/v and gate/up fused, o, down, the LM head) with the
-activations feature-major (W @ x) and row-major (W @ x^T, the stepper's layout below FEW_TOKENS).
-A 1-row step shows what streaming the weights costs here; the step minus its cheaper GEMM pass is
-what the small per-layer operations cost. Both measured in the same process, interleaved per row
-count: the host is shared and noisy.
+products a step makes, one pass: q/k/v fused, o, gate, up, down, the LM head), row-major
+activations, on the plain weights (F.linear: MKL) and on the weights oneDNN reordered (the
+stepper's). A 1-row step shows what streaming the weights costs here; the step minus its GEMM pass
+is what the small per-layer operations and attention cost. Both measured in the same process,
+interleaved per row count: the host is shared and noisy.
 """
 
 from __future__ import annotations
@@ -44,12 +44,17 @@ def main() -> int:
     tok = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     prompt = render_prompt(tok, problems[0])
-    fused = LlamaStepper(model, 1)  # the products a step makes: q/k/v and gate/up fused, o, down, the head
-    weights = [w.weight for w in fused.qkv + fused.gate_up] + [w.detach() for layer in model.model.layers for w in (
-        layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight)] + [model.lm_head.weight.detach()]
-    flop_per_row = sum(2 * w.numel() for w in weights)
-    print(f"threads {args.threads}, {len(weights)} weights, {sum(w.numel() for w in weights) * 4 / 1e6:.0f} MB")
-    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms W@x':>12} {'GEMM ms W@xT':>13} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
+    lean = LlamaStepper(model, 1)  # the products a step makes, as the stepper holds them
+    linears = [lin for group in (lean.qkv, lean.o, lean.gate, lean.up, lean.down) for lin in group] + [lean.head]
+    layers = model.model.layers
+    groups = ([(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in layers]
+              + [(la.self_attn.o_proj,) for la in layers] + [(la.mlp.gate_proj,) for la in layers]
+              + [(la.mlp.up_proj,) for la in layers] + [(la.mlp.down_proj,) for la in layers] + [(model.lm_head,)])
+    plain = [torch.cat([m.weight.detach() for m in group]) for group in groups]  # as `linears`, not reordered
+    flop_per_row = sum(2 * w.numel() for w in plain)
+    print(f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
+          f"stepper on oneDNN: {lean.head.onednn}")
+    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'GEMM ms oneDNN':>15} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):
             stepper = LlamaStepper(model, args.steps + 8)
@@ -59,11 +64,11 @@ def main() -> int:
             for _ in range(3):
                 stepper.step(tokens)
             step = 1e3 * timed(lambda st=stepper, t=tokens: st.step(t), min_s=0, min_reps=args.steps - 1)
-            xs = {k: torch.randn(k, rows) for k in {w.shape[1] for w in weights}}
-            feature = 1e3 * timed(lambda xs=xs: [w @ xs[w.shape[1]] for w in weights], min_s=0)
-            row = 1e3 * timed(lambda xs=xs: [w @ xs[w.shape[1]].t().contiguous().t() for w in weights], min_s=0)
-            gemm = min(feature, row)
-            print(f"{rows:>4} {step:>8.1f} {feature:>12.1f} {row:>13.1f} {step - gemm:>8.1f} "
+            xs = {k: torch.randn(rows, k) for k in {w.shape[1] for w in plain}}
+            mkl = 1e3 * timed(lambda xs=xs: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in plain], min_s=0)
+            packed = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(linears, plain)], min_s=0)
+            gemm = packed if lean.head.onednn else mkl
+            print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>15.1f} {step - gemm:>8.1f} "
                   f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
     return 0
 

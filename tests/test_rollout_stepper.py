@@ -26,14 +26,21 @@ PROMPTS = {"distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 @pytest.mark.parametrize("prompts", list(PROMPTS))
-def test_lean_forward_equals_the_models_own(kind, prompts):
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "plain"])
+def test_lean_forward_equals_the_models_own(kind, prompts, onednn, monkeypatch):
+    import rlvr.rollout.stepper as stepper_module
+
+    if not onednn:  # the linears as F.linear and the fused op after them in torch (builds without oneDNN)
+        monkeypatch.setattr(stepper_module, "_onednn", lambda: False)
     model = _model(kind)
     assert LlamaStepper.supports(model)
     # rows finishing: 1 of 6 (5 left: stays in the cache), then 2 more (3 of 6: the cache is compacted)
     drops = {1: [0, 1, 2, 3, 5], 3: [0, 2, 3]}
     logits, caches = [], []
     with torch.no_grad():
-        for stepper in (HFStepper(model), LlamaStepper(model, max_new_tokens=6)):
+        lean = LlamaStepper(model, max_new_tokens=6)
+        assert lean.head.onednn == (onednn and stepper_module._onednn())
+        for stepper in (HFStepper(model), lean):
             out = [stepper.prefill(PROMPTS[prompts], pad_id=0)]
             stepper.repeat(2)  # 6 rows
             tokens = torch.arange(6) * 7 + 1

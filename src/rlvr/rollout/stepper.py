@@ -9,24 +9,25 @@
 `HFStepper` drives any transformers model through its own forward and cache.
 `LlamaStepper` is a lean forward for Llama-family models on CPU (llama, qwen2:
 plain `nn.Linear` layers, no adapters), over a cache preallocated for the whole
-decode. Profiling the loop engine on SmolLM2-135M (16 rows, 2 threads) showed
-61% of the time in `aten::mm` at ~15-20 GFLOP/s while the same matmuls
-reach 2-3x that with the weight as the left operand (W @ x: the GEMM's long
-side is the weight's 49152 or 1536 rows, not the batch's 16), the rest in
-per-layer cache concatenation, mask building and small ops. So here: every
-linear is W @ x on feature-major activations (features, tokens), which also
-spares the transposes of its output (at 128 rows those cost 8% of a step);
-the cache is written in place, one mask per step, attention in SDPA with
-grouped KV heads. At 128 rows two more costs showed (32 prompts of ~81
-tokens): the prefill, 12% of the rollout, though 58 tokens of every prompt
-are the same system prompt and chat header; and dropping finished rows, 8%,
-a copy of the whole cache each time a row ends. So the prompts' common prefix
-is prefilled once and its keys and values copied to every row, and a
-finished row only leaves the linears: its cache row stays (its attention
-output unread) until a quarter of the rows have finished, then the cache is
-compacted. The weights are read from the model's modules at every call, so an
-optimizer step on a shared model is seen at once. Its logits equal the HF
-forward's to float rounding (tests/test_rollout_stepper.py).
+decode. The model's own forward spends a decode step in per-layer cache
+concatenation, mask building and small ops beside its GEMMs, and the GEMMs at a
+decode batch's few rows run well below the matmul peak. So here: the cache is
+written in place, one mask per step, attention in SDPA with grouped KV heads;
+each linear runs on oneDNN over a weight reordered once per decode into its
+blocked layout, with the op after it fused in (silu, silu(gate) * up, the
+residual add). On the 2-core Xeon (AVX-512) that made a 16-row step's products
+1.3x faster than MKL on the plain weights and the small ops fewer (the
+feature-major layout this file used before, W @ x, suited MKL on the AMD host
+where it was measured and no longer helps). At 128 rows two more costs showed
+(32 prompts of ~81 tokens): the prefill, 12% of the rollout, though 58 tokens of
+every prompt are the same system prompt and chat header; and dropping finished
+rows, 8%, a copy of the whole cache each time a row ends. So the prompts' common
+prefix is prefilled once and its keys and values copied to every row, and a
+finished row only leaves the linears: its cache row stays (its attention output
+unread) until a quarter of the rows have finished, then the cache is compacted.
+The weights are copied when the stepper is made (one per decode call), so an
+optimizer step is seen by the next decode. Its logits equal the HF forward's to
+float rounding (tests/test_rollout_stepper.py).
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ from torch import nn
 
 from rlvr.scoring import left_pad
 
-FEW_TOKENS = 16
-"""Tokens below which a product takes its activations row-major (measured 2-3x faster at 4-8)."""
 COMPACT_AT = 0.75
 """The cache is compacted once no more than this fraction of its rows is still decoding."""
 
@@ -86,28 +85,43 @@ class HFStepper:
         return out.logits[:, -1].float()  # (R, V)
 
 
-class _Weights:
-    """A linear layer's weight (N, K) and bias (N,) or None."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.weight, self.bias = weight, bias
+def _onednn() -> bool:
+    """Whether linears can run on oneDNN with weights reordered once into its blocked layout."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
-def _fused(*layers: nn.Linear) -> _Weights:
-    """Linear layers over the same input as one: outputs side by side."""
-    biases = [layer.bias for layer in layers]
-    bias = None if all(b is None for b in biases) else torch.cat(
-        [b if b is not None else layer.weight.new_zeros(layer.out_features) for b, layer in zip(biases, layers)])
-    return _Weights(torch.cat([layer.weight.detach() for layer in layers]), None if bias is None else bias.detach())
+class _Linear:
+    """Linear layers over the same input as one product (outputs side by side), x (M, K) -> (M, N),
+    with the op after it fused into the GEMM where oneDNN can: silu, or + / * another (M, N) tensor.
+    The weight is a copy, reordered once into oneDNN's blocked layout: on the 2-core Xeon (AVX-512)
+    a decode step's products took 55 ms at 16 rows against MKL's 73 on the plain weight, 40 against
+    57 at 4 rows (bench/bench_decode_rows.py). Without oneDNN, F.linear and the op after it."""
 
+    PACK_ROWS = 16
+    """The batch oneDNN is told to expect when it reorders a weight (any batch runs on it)."""
 
-def _mm(layer: nn.Linear | _Weights, x: torch.Tensor) -> torch.Tensor:
-    """layer(x) in the feature-major layout: x (K, N) -> (N_out, N), the product W @ x that needs no
-    transposes around it. Below FEW_TOKENS tokens the activations go in row-major (MKL's fast path
-    for a few columns)."""
-    x = x.t().contiguous().t() if x.shape[1] < FEW_TOKENS else x.contiguous()
-    out = layer.weight @ x
-    return out if layer.bias is None else out + layer.bias[:, None]
+    def __init__(self, *layers: nn.Linear) -> None:
+        weight = torch.cat([layer.weight.detach() for layer in layers])  # (N, K)
+        biases = [layer.bias for layer in layers]
+        self.bias = None if all(b is None for b in biases) else torch.cat(
+            [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
+             for b, layer in zip(biases, layers)])
+        self.onednn = _onednn() and weight.dtype == torch.float32
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, self.PACK_ROWS) if self.onednn else weight
+
+    def __call__(self, x: torch.Tensor, then: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ W^T + b, then 'none', 'silu', 'add' (+ other) or 'mul' (* other)."""
+        if self.onednn:
+            ops = torch.ops.mkldnn._linear_pointwise
+            if other is not None:
+                return ops.binary(x, other, self.weight, self.bias, then)
+            return ops(x, self.weight, self.bias, "swish" if then == "silu" else then, [], "")
+        y = F.linear(x, self.weight, self.bias)
+        if then == "silu":
+            return F.silu(y)
+        if then == "add":
+            return y + other
+        return y * other if then == "mul" else y
 
 
 class LlamaStepper:
@@ -137,55 +151,57 @@ class LlamaStepper:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
         self.max_new = max_new_tokens
-        # q, k, v and gate, up as one matmul each: fewer, longer GEMMs and one rotary call on q and k
-        # together. Copies of this call's weights (a stepper lives for one decode call).
-        self.qkv = [_fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                    for layer in self.body.layers]
-        self.gate_up = [_fused(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.body.layers]
+        # q, k, v as one product (one rotary call on q and k together); gate with its silu and up with the
+        # product silu(gate) * up fused into theirs; o and down with the residual add fused into theirs.
+        # Copies of this call's weights (a stepper lives for one decode call).
+        layers = self.body.layers
+        self.qkv = [_Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers]
+        self.o = [_Linear(layer.self_attn.o_proj) for layer in layers]
+        self.gate = [_Linear(layer.mlp.gate_proj) for layer in layers]
+        self.up = [_Linear(layer.mlp.up_proj) for layer in layers]
+        self.down = [_Linear(layer.mlp.down_proj) for layer in layers]
+        self.head = _Linear(model.lm_head)
 
     def _norm(self, x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-        """RMSNorm of feature-major x (H, N), as LlamaRMSNorm computes it."""
-        return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + self.eps) * norm.weight[:, None]
+        """RMSNorm of x (N, H), as LlamaRMSNorm computes it."""
+        return F.rms_norm(x, x.shape[-1:], norm.weight, self.eps)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor,
                  live: torch.Tensor | None = None) -> torch.Tensor:
-        """Feature-major hidden state of each row's last position (H, R); writes the S new positions'
-        keys and values into slots [self.filled, self.filled + S) of the cache rows `live` (R,), all
-        rows when None (then S may be > 1). attend: (cache rows, 1, S, filled + S) bool.
-        Activations are feature-major, (features, R * S): every product is W @ x, with no transposes
-        of its output (at 128 rows those cost more than attention's softmax)."""
+        """Hidden state of each row's last position (R, H); writes the S new positions' keys and values
+        into slots [self.filled, self.filled + S) of the cache rows `live` (R,), all rows when None
+        (then S may be > 1). attend: (cache rows, 1, S, filled + S) bool. Activations (R * S, features)."""
         r, s = ids.shape
         start, end = self.filled, self.filled + s
-        emb = self.body.embed_tokens(ids)  # (R, S, H)
-        cos, sin = self.body.rotary_emb(emb, positions)  # (R, S, D) each
-        cos, sin = cos[:, None], sin[:, None]  # (R, 1, S, D): one rotation for every head
-        h = emb.view(r * s, -1).t().contiguous()  # (H, N), N = R * S
+        h = self.body.embed_tokens(ids).view(r * s, -1)  # (N, H), N = R * S
+        cos, sin = self.body.rotary_emb(h, positions)  # (R, S, D) each
+        cos, sin = cos[:, :, None], sin[:, :, None]  # (R, S, 1, D): one rotation for every head
         hq, hkv, d = self.heads, self.kv_heads, self.head_dim
         half = d // 2
         for i, layer in enumerate(self.body.layers):
             att = layer.self_attn
-            qkv = _mm(self.qkv[i], self._norm(h, layer.input_layernorm)).view(hq + 2 * hkv, d, r, s)
-            qk = qkv[: hq + hkv].permute(2, 0, 3, 1).contiguous()  # (R, Hq + Hkv, S, D)
+            qkv = self.qkv[i](self._norm(h, layer.input_layernorm)).view(r, s, hq + 2 * hkv, d)
+            qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
             qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary (rotate-half form)
-            q, k_new = qk[:, :hq], qk[:, hq:]  # (R, Hq, S, D), (R, Hkv, S, D)
-            v_new = qkv[hq + hkv:].permute(2, 0, 3, 1)  # (R, Hkv, S, D)
+            q, k_new = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)  # (R, Hq, S, D), (R, Hkv, S, D)
+            v_new = qkv[:, :, hq + hkv:].transpose(1, 2)  # (R, Hkv, S, D)
             k, v = self.k[i], self.v[i]  # (cache rows, Hkv, slots, D)
             if live is None:
                 k[:, :, start:end] = k_new
                 v[:, :, start:end] = v_new
-                o = self._attend(q, k[:, :, :end], v[:, :, :end], attend, att.scaling)  # (R, Hq, S, D)
+                o = self._attend(q.contiguous(), k[:, :, :end], v[:, :, :end], attend, att.scaling)  # (R, Hq, S, D)
             else:  # finished rows stay in the cache: every cache row attends, the live rows' outputs are read
                 k[live, :, start] = k_new[:, :, 0]  # (R, Hkv, D)
                 v[live, :, start] = v_new[:, :, 0]
                 q_all = q.new_zeros(len(k), hq, 1, d)  # (cache rows, Hq, 1, D)
                 q_all[live] = q
                 o = self._attend(q_all, k[:, :, :end], v[:, :, :end], attend, att.scaling)[live]  # (R, Hq, 1, D)
-            h = h + _mm(att.o_proj, o.transpose(1, 2).reshape(r * s, hq * d).t())  # (H, N)
-            gate_up = _mm(self.gate_up[i], self._norm(h, layer.post_attention_layernorm))  # (2 I, N)
-            gate, up = gate_up.chunk(2, dim=0)  # (I, N) each
-            h = h + _mm(layer.mlp.down_proj, F.silu(gate) * up)
+            h = self.o[i](o.transpose(1, 2).reshape(r * s, hq * d), "add", h)  # h + o_proj(o)
+            x = self._norm(h, layer.post_attention_layernorm)
+            gated = self.up[i](x, "mul", self.gate[i](x, "silu"))  # silu(gate(x)) * up(x)
+            h = self.down[i](gated, "add", h)  # h + down_proj(...)
         self.filled = end
-        return self._norm(h.view(-1, r, s)[:, :, -1], self.body.norm)  # (H, R)
+        return self._norm(h.view(r, s, -1)[:, -1], self.body.norm)  # (R, H)
 
     def _attend(self, q, k, v, attend, scale):
         """SDPA of q (R, Hq, S, D) over k, v (R, Hkv, L, D). One query position: the heads that share
@@ -201,7 +217,7 @@ class LlamaStepper:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=scale)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return _mm(self.model.lm_head, hidden).t().float().contiguous()  # (R, V)
+        return self.head(hidden).float()  # (R, V)
 
     def prefill(self, prompts: Sequence[Sequence[int]], pad_id: int, device="cpu") -> torch.Tensor:
         """Next-token logits of each prompt (B, V). The prompts' common prefix (a system prompt, a chat
