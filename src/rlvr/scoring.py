@@ -21,10 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from torch.utils.checkpoint import checkpoint
-
 from rlvr.algos import token_logprobs
-from rlvr.algos.logprobs import chunk_logprobs
 from rlvr.records import Completion
 
 __all__ = ["TokenBatch", "completion_logits", "completion_logprobs", "completion_scores", "compute", "forward_logits",
@@ -153,15 +150,50 @@ CHUNK_FLOATS = 1 << 24
 """fp32 logits upcast at once in completion_scores (64 MB): chunk_tokens = this // vocabulary."""
 
 
-def _chunk_scores(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                  temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(C, H) hidden states -> logp, entropy (C,) fp32 of the targets under softmax(head(h) / T)."""
-    return chunk_logprobs(torch.nn.functional.linear(hidden, weight, bias).float() / temperature, targets)
+class _HeadScores(torch.autograd.Function):
+    """(C, H) hidden states -> logp, entropy (C,) fp32 of the targets under softmax(head(h) / T).
+
+    The (C, V) logits live only inside forward and, recomputed once, inside backward, which forms
+    their gradient in place: d logp_t / dz = onehot(t) - p and d H / dz = -p (log p + H), so
+    dz = onehot(t) g_logp - p (g_logp + g_H (log p + H)), divided by T. Against autograd through a
+    checkpointed log-softmax (which replays the forward's (C, V) temporaries, then keeps its own
+    for backward) this makes fewer passes over (C, V): 1.4-1.7x faster for 1,800 tokens of
+    SmolLM2's 49k vocabulary on the 2-core Xeon. Backward recomputes under the forward's autocast."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature):
+        z = torch.nn.functional.linear(hidden, weight, bias).float().div_(temperature)  # (C, V)
+        lse = torch.logsumexp(z, dim=-1)  # (C,)
+        logp = z.gather(-1, targets[:, None]).squeeze(-1) - lse  # (C,)
+        p = torch.softmax(z, dim=-1)  # (C, V)
+        entropy = lse - torch.bmm(p[:, None, :], z[:, :, None]).view(-1)  # H = lse - sum p z
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.temperature = temperature
+        device = hidden.device.type
+        ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, g_logp, g_entropy):
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        device, enabled, dtype = ctx.autocast
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            log_p = torch.nn.functional.linear(hidden, weight, bias).float().div_(ctx.temperature)  # (C, V) z
+        log_p.sub_(lse[:, None])
+        p = log_p.exp()
+        dz = log_p.add_(entropy[:, None]).mul_(g_entropy[:, None]).add_(g_logp[:, None]).mul_(p).neg_()
+        dz.scatter_add_(-1, targets[:, None], g_logp[:, None]).div_(ctx.temperature)  # (C, V)
+        dz = dz if enabled else dz.to(weight.dtype)  # bf16 weights without autocast: products in theirs
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            g_hidden = (dz @ weight).to(hidden.dtype) if ctx.needs_input_grad[0] else None  # (C, H)
+            g_weight = (dz.t() @ hidden).to(weight.dtype) if ctx.needs_input_grad[1] else None  # (V, H)
+        g_bias = dz.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
+        return g_hidden, g_weight, g_bias, None, None
 
 
 class _ScoringHead(torch.nn.Module):
     """Stands in for the LM head during one forward: (R, K, H) hidden states -> (n, 2) logp and entropy
-    of the n selected positions, `chunk` at a time, each chunk checkpointed under autograd."""
+    of the n selected positions, `chunk` at a time (`_HeadScores`)."""
 
     def __init__(self, head: torch.nn.Linear, where: torch.Tensor, targets: torch.Tensor, temperature: float,
                  chunk: int) -> None:
@@ -172,13 +204,11 @@ class _ScoringHead(torch.nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         picked = hidden.reshape(-1, hidden.shape[-1])[self.where]  # (n, H)
         weight, bias = self.head.weight, self.head.bias
-        grad = torch.is_grad_enabled() and (picked.requires_grad or weight.requires_grad)
         parts = []
         for start in range(0, len(picked), self.chunk):
-            args = (picked[start:start + self.chunk], weight, bias, self.targets[start:start + self.chunk],
-                    self.temperature)
-            parts.append(torch.stack(checkpoint(_chunk_scores, *args, use_reentrant=False) if grad
-                                     else _chunk_scores(*args), dim=-1))  # (C, 2)
+            parts.append(torch.stack(_HeadScores.apply(picked[start:start + self.chunk], weight, bias,
+                                                        self.targets[start:start + self.chunk], self.temperature),
+                                     dim=-1))  # (C, 2)
         if not parts:  # nothing counted: an empty result still tied to the graph (a zero gradient, not none)
             return hidden.new_zeros(0, 2, dtype=torch.float32) + 0.0 * (picked.sum() + weight.sum())
         return torch.cat(parts)  # (n, 2)
