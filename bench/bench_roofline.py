@@ -268,6 +268,9 @@ def bench_model(name: str, threads: int, args) -> dict:
     from rlvr.models import load_model
     from rlvr.rollout import SamplingParams, build_engine
 
+    from rlvr.train.memory import keep_freed_memory
+
+    keep_freed_memory()  # as `rlvr train` sets the process up
     torch.set_num_threads(threads)
     cfg, path, problems = model_setup(name, threads)
     torch.set_num_threads(threads)

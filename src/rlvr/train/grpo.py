@@ -36,7 +36,7 @@ from rlvr.rollout import RolloutEngine, build_engine, episode_spec
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
 from rlvr.tasks import build_task
-from rlvr.train.memory import peak_memory, reset_peak_memory
+from rlvr.train.memory import keep_freed_memory, peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, describe, run_sft, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
@@ -294,6 +294,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
                           f"{device.type}); leave train.offload=false")
     par = Parallel.create(cfg.train, device)
     ui = ui or RunConsole(cfg.run.progress and par.main)
+    keep_freed_memory()
     threads = cfg.train.threads or (_cores_per_rank() if "LOCAL_WORLD_SIZE" in os.environ else 0)
     if threads:
         import torch
