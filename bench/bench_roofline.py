@@ -177,7 +177,7 @@ def update(name, cfg, model, tok, completions, counts, lim, budget: int) -> dict
 
     import rlvr.train.update as upd
     from rlvr.scoring import completion_logprobs
-    from rlvr.train.memory import peak_rss_bytes, reset_peak_memory
+    from rlvr.train.memory import peak_rss_bytes, release_freed_memory, reset_peak_memory
 
     n = len(completions)
     all_tokens = [len(c.prompt_ids) + len(c.token_ids) for c in completions]
@@ -193,6 +193,7 @@ def update(name, cfg, model, tok, completions, counts, lim, budget: int) -> dict
            "micro_batch_size": s.micro_batch_size, "micro_batch_tokens": budget}
     saved = upd.completion_scores
     for label, (settings, scorer) in variants.items():
+        release_freed_memory()  # the heap keeps freed blocks (keep_freed_memory): not the last variant's
         m = copy.deepcopy(model)
         opt = upd.build_optimizer(cfg.train, m)
         upd.completion_scores = scorer
