@@ -5,8 +5,8 @@
 For each row count: the lean forward (`LlamaStepper.step`) on SmolLM2-135M-Instruct with every row
 kept decoding (ms per step, after warm-up), then the GEMMs alone over the model's own weights (the
 products a step makes, one pass: q/k/v fused, o, gate, up, down, the LM head), row-major
-activations, on the plain weights (F.linear: MKL) and on the weights oneDNN reordered (the
-stepper's). A 1-row step shows what streaming the weights costs here; the step minus its GEMM pass
+activations, on the plain weights (F.linear: MKL) and as the stepper runs them (oneDNN over reordered
+weights where it has AVX-512: `RLVR_NATIVE_KERNELS=1` on such a CPU; else the same MKL products). A 1-row step shows what streaming the weights costs here; the step minus its GEMM pass
 is what the small per-layer operations and attention cost. Both measured in the same process,
 interleaved per row count: the host is shared and noisy.
 """
@@ -20,6 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from rlvr.kernels import pin_cpu_kernels  # noqa: E402
+
+pin_cpu_kernels()  # the kernels `rlvr train` runs on (RLVR_NATIVE_KERNELS=1: the CPU's own)
 
 import torch
 
@@ -54,7 +58,7 @@ def main() -> int:
     flop_per_row = sum(2 * w.numel() for w in plain)
     print(f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
           f"stepper on oneDNN: {lean.head.onednn}")
-    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'GEMM ms oneDNN':>15} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
+    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'GEMM ms stepper':>15} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):
             stepper = LlamaStepper(model, args.steps + 8)
@@ -67,7 +71,7 @@ def main() -> int:
             xs = {k: torch.randn(rows, k) for k in {w.shape[1] for w in plain}}
             mkl = 1e3 * timed(lambda xs=xs: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in plain], min_s=0)
             packed = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(linears, plain)], min_s=0)
-            gemm = packed if lean.head.onednn else mkl
+            gemm = packed
             print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>15.1f} {step - gemm:>8.1f} "
                   f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
     return 0

@@ -24,14 +24,25 @@ from collections.abc import MutableMapping
 PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-def has_avx2(cpuinfo: str | None = None) -> bool:
+def has_flag(flag: str, cpuinfo: str | None = None) -> bool:
+    """Whether the CPU lists `flag` (/proc/cpuinfo; False where there is none)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo") as f:
                 cpuinfo = f.read()
         except OSError:
             return False
-    return any(line.startswith("flags") and " avx2" in line for line in cpuinfo.splitlines())
+    return any(line.startswith("flags") and f" {flag}" in line for line in cpuinfo.splitlines())
+
+
+def has_avx2(cpuinfo: str | None = None) -> bool:
+    return has_flag("avx2", cpuinfo)
+
+
+def onednn_avx512(environ: MutableMapping[str, str] = os.environ, cpuinfo: str | None = None) -> bool:
+    """Whether oneDNN may use AVX-512 here: the CPU has it and its ISA is not capped below (the pins)."""
+    isa = environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
+    return has_flag("avx512f", cpuinfo) and (isa == "ALL" or isa.startswith(("AVX512", "AVX10")))
 
 
 def pin_cpu_kernels(environ: MutableMapping[str, str] = os.environ, cpuinfo: str | None = None) -> dict[str, str]:

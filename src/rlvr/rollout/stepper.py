@@ -13,12 +13,14 @@ decode. The model's own forward spends a decode step in per-layer cache
 concatenation, mask building and small ops beside its GEMMs, and the GEMMs at a
 decode batch's few rows run well below the matmul peak. So here: the cache is
 written in place, one mask per step, attention in SDPA with grouped KV heads;
-each linear runs on oneDNN over a weight reordered once per decode into its
-blocked layout, with the op after it fused in (silu, silu(gate) * up, the
-residual add). On the 2-core Xeon (AVX-512) that made a 16-row step's products
-1.3x faster than MKL on the plain weights and the small ops fewer (the
-feature-major layout this file used before, W @ x, suited MKL on the AMD host
-where it was measured and no longer helps). At 128 rows two more costs showed
+activations row-major, q/k/v as one product. Where oneDNN has AVX-512 (on an
+AVX-512 CPU with RLVR_NATIVE_KERNELS=1, see rlvr.kernels) each linear runs on it
+over a weight reordered once per decode into its blocked layout, with the op
+after it fused in (silu, silu(gate) * up, the residual add): on the 2-core Xeon
+that made a 16-row step's products 1.2x faster than MKL's and the small ops
+fewer; capped at AVX2 oneDNN was slower than MKL, which then runs them (the
+feature-major layout used before, W @ x, suited MKL on an AMD host and no
+longer helps on either). At 128 rows two more costs showed
 (32 prompts of ~81 tokens): the prefill, 12% of the rollout, though 58 tokens of
 every prompt are the same system prompt and chat header; and dropping finished
 rows, 8%, a copy of the whole cache each time a row ends. So the prompts' common
@@ -40,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlvr.kernels import onednn_avx512
 from rlvr.scoring import left_pad
 
 COMPACT_AT = 0.75
@@ -86,16 +89,20 @@ class HFStepper:
 
 
 def _onednn() -> bool:
-    """Whether linears can run on oneDNN with weights reordered once into its blocked layout."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    """Whether the linears run on oneDNN over weights reordered once into its blocked layout: where it
+    has AVX-512. Capped at AVX2 (as rlvr.kernels pins it by default) its products were slower than
+    MKL's on the plain weights on the same Xeon: 57 vs 49 ms a 16-row step, 193 vs 137 at 128 rows."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and onednn_avx512())
 
 
 class _Linear:
     """Linear layers over the same input as one product (outputs side by side), x (M, K) -> (M, N),
-    with the op after it fused into the GEMM where oneDNN can: silu, or + / * another (M, N) tensor.
-    The weight is a copy, reordered once into oneDNN's blocked layout: on the 2-core Xeon (AVX-512)
-    a decode step's products took 55 ms at 16 rows against MKL's 73 on the plain weight, 40 against
-    57 at 4 rows (bench/bench_decode_rows.py). Without oneDNN, F.linear and the op after it."""
+    with the op after it fused into the GEMM where oneDNN runs it (`_onednn`): silu, or + / * another
+    (M, N) tensor. There the weight is a copy reordered once into oneDNN's blocked layout: on the
+    2-core Xeon (AVX-512) a decode step's products took 42 ms at 16 rows against MKL's 50 on the plain
+    weight, 29 against 35 at 4 rows (bench/bench_decode_rows.py). Elsewhere F.linear (MKL) on a copy
+    of the weight, and the op after it."""
 
     PACK_ROWS = 16
     """The batch oneDNN is told to expect when it reorders a weight (any batch runs on it)."""
