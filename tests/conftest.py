@@ -1,6 +1,7 @@
-from rlvr.kernels import pin_cpu_kernels
+from rlvr.kernels import pin_cpu_kernels, use_huge_pages
 
 pin_cpu_kernels()  # before torch loads, as the `rlvr` command does: runs in this process and in its subprocesses agree
+use_huge_pages()
 
 import pytest
 from ops_tiny import OPS_TINY

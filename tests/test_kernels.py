@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlvr.kernels import PINS, has_avx2, onednn_avx512, pin_cpu_kernels
+from rlvr.kernels import HUGE_PAGES, PINS, has_avx2, onednn_avx512, pin_cpu_kernels, use_huge_pages
 
 AVX2 = "processor : 0\nflags : fpu sse2 avx avx2 fma\n"
 NO_AVX2 = "processor : 0\nflags : fpu sse2 avx\n"
@@ -30,6 +30,11 @@ def test_onednn_has_avx512_only_on_such_a_cpu_and_not_under_the_pin():
     assert onednn_avx512({}, avx512) and onednn_avx512({"ONEDNN_MAX_CPU_ISA": "avx512_core_amx"}, avx512)
     assert not onednn_avx512(dict(PINS), avx512)  # the rlvr command's default: the loop engine's linears on MKL
     assert not onednn_avx512({}, AVX2)
+
+
+def test_huge_pages_are_asked_for_unless_the_user_said_otherwise():
+    assert use_huge_pages(env := {}) == HUGE_PAGES and env == HUGE_PAGES
+    assert use_huge_pages(mine := {"THP_MEM_ALLOC_ENABLE": "0"}) == {} and mine == {"THP_MEM_ALLOC_ENABLE": "0"}
 
 
 @x86
