@@ -172,6 +172,11 @@ def run_trl(cfg, problems_path: Path, out: Path, save: Path | None = None, varia
 
 
 def child(args) -> int:
+    if args.child == "rlvr":  # as the `rlvr` command starts: pinned kernels, huge pages (rlvr.kernels)
+        from rlvr.kernels import pin_cpu_kernels, use_huge_pages
+
+        pin_cpu_kernels()
+        use_huge_pages()
     import torch
 
     cfg = load_cfg(args)
