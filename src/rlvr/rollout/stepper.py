@@ -27,8 +27,9 @@ rows, 8%, a copy of the whole cache each time a row ends. So the prompts' common
 prefix is prefilled once and its keys and values copied to every row, and a
 finished row only leaves the linears: its cache row stays (its attention output
 unread) until a quarter of the rows have finished, then the cache is compacted.
-The weights are copied when the stepper is made (one per decode call), so an
-optimizer step is seen by the next decode. Its logits equal the HF forward's to
+The weights are taken when the stepper is made (copied where layers are joined
+or reordered; one stepper per decode call), so an optimizer step is seen by the
+next decode. Its logits equal the HF forward's to
 float rounding (tests/test_rollout_stepper.py).
 """
 
@@ -101,14 +102,15 @@ class _Linear:
     with the op after it fused into the GEMM where oneDNN runs it (`_onednn`): silu, or + / * another
     (M, N) tensor. There the weight is a copy reordered once into oneDNN's blocked layout: on the
     2-core Xeon (AVX-512) a decode step's products took 42 ms at 16 rows against MKL's 50 on the plain
-    weight, 29 against 35 at 4 rows (bench/bench_decode_rows.py). Elsewhere F.linear (MKL) on a copy
-    of the weight, and the op after it."""
+    weight, 29 against 35 at 4 rows (bench/bench_decode_rows.py). Elsewhere F.linear (MKL) on the
+    layer's own weight (concatenated layers: a copy), and the op after it."""
 
     PACK_ROWS = 16
     """The batch oneDNN is told to expect when it reorders a weight (any batch runs on it)."""
 
     def __init__(self, *layers: nn.Linear) -> None:
-        weight = torch.cat([layer.weight.detach() for layer in layers])  # (N, K)
+        weights = [layer.weight.detach() for layer in layers]
+        weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
@@ -160,7 +162,7 @@ class LlamaStepper:
         self.max_new = max_new_tokens
         # q, k, v as one product (one rotary call on q and k together); gate with its silu and up with the
         # product silu(gate) * up fused into theirs; o and down with the residual add fused into theirs.
-        # Copies of this call's weights (a stepper lives for one decode call).
+        # This call's weights (a stepper lives for one decode call).
         layers = self.body.layers
         self.qkv = [_Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers]
         self.o = [_Linear(layer.self_attn.o_proj) for layer in layers]
