@@ -47,10 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from rlvr.kernels import pin_cpu_kernels, use_huge_pages  # noqa: E402
+from rlvr.kernels import start_as_rlvr  # noqa: E402
 
-pin_cpu_kernels()  # the kernels `rlvr train` runs on (RLVR_NATIVE_KERNELS=1: the CPU's own)
-use_huge_pages()  # and its allocator settings
+start_as_rlvr()  # the kernels and allocator settings `rlvr train` runs with (RLVR_NATIVE_KERNELS=1: the CPU's own kernels)
 
 import torch  # noqa: E402
 

@@ -173,10 +173,9 @@ def run_trl(cfg, problems_path: Path, out: Path, save: Path | None = None, varia
 
 def child(args) -> int:
     if args.child == "rlvr":  # as the `rlvr` command starts: pinned kernels, huge pages (rlvr.kernels)
-        from rlvr.kernels import pin_cpu_kernels, use_huge_pages
+        from rlvr.kernels import start_as_rlvr
 
-        pin_cpu_kernels()
-        use_huge_pages()
+        start_as_rlvr()
     import torch
 
     cfg = load_cfg(args)

@@ -1,7 +1,6 @@
-from rlvr.kernels import pin_cpu_kernels, use_huge_pages
+from rlvr.kernels import start_as_rlvr
 
-pin_cpu_kernels()  # before torch loads, as the `rlvr` command does: runs in this process and in its subprocesses agree
-use_huge_pages()
+start_as_rlvr()  # before torch loads, as the `rlvr` command does: runs in this process and in its subprocesses agree
 
 import pytest
 from ops_tiny import OPS_TINY

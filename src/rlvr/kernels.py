@@ -13,6 +13,9 @@ On an AVX2 machine that is what torch picks anyway; on an AVX-512 machine it tra
 for the AVX2 numbers. MKL's choice is not pinned yet: MKL_CBWR=AVX2 (its reproducibility mode)
 changes the numbers of a training run even on an AVX2 machine, so pinning it means re-measuring
 every figure. A value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves both alone.
+
+`start_as_rlvr` makes these pins and asks torch's allocator for huge pages (`use_huge_pages`), as the
+`rlvr` command does before torch loads.
 """
 
 from __future__ import annotations
@@ -68,3 +71,10 @@ def use_huge_pages(environ: MutableMapping[str, str] = os.environ) -> dict[str, 
     set_now = {k: v for k, v in HUGE_PAGES.items() if k not in environ}
     environ.update(set_now)
     return set_now
+
+
+def start_as_rlvr() -> None:
+    """The process settings the `rlvr` command makes before torch loads: the kernel pins and huge pages
+    (benches and the test session call it too, so they measure and test what `rlvr` runs)."""
+    pin_cpu_kernels()
+    use_huge_pages()

@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from rlvr.configlib import ConfigError
-from rlvr.kernels import pin_cpu_kernels, use_huge_pages
+from rlvr.kernels import start_as_rlvr
 
 COMMANDS = {
     "train": "train a policy with GRPO (runs cold-start SFT first when needed)",
@@ -32,8 +32,7 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    pin_cpu_kernels()  # before torch loads: the same numbers on every AVX2 machine (rlvr.kernels)
-    use_huge_pages()  # before torch allocates: large tensors on 2 MB pages
+    start_as_rlvr()  # before torch loads: the same numbers on every AVX2 machine, large tensors on 2 MB pages
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
