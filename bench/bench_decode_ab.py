@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/bench_decode_ab.py --rev 9ac273b --rows 128 --max-new-tokens 64 --reps 2
 
-Loads `rlvr/rollout/decode.py` and `rlvr/rollout/stepper.py` as they were at `--rev` from git, then
-samples the same prompts (the config's held-out problems, G = 4) with both, interleaved, same seed
-per repetition, on one loaded model; prints tokens/s of each and their ratio per repetition. The
-host is shared and noisy: only the ratios within a repetition mean anything.
+Loads `rlvr/rollout/decode.py` and `rlvr/rollout/stepper.py` (and `rlvr/kernels.py` where it exists)
+as they were at `--rev` from git, then samples the same prompts (the config's held-out problems,
+G = 4) with both, interleaved, same seed per repetition, on one loaded model; prints tokens/s of each
+and their ratio per repetition. The host is shared and noisy: only the ratios within a repetition
+mean anything.
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ import torch  # noqa: E402
 def decode_at(rev: str):
     """rlvr.rollout.decode.decode of commit `rev`, with the stepper of that commit."""
     folder = Path(tempfile.mkdtemp())
-    for name in ("stepper", "decode"):
-        src = subprocess.run(["git", "show", f"{rev}:src/rlvr/rollout/{name}.py"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout
-        src = src.replace("from rlvr.rollout.stepper import", f"from stepper_{rev} import")
+    for name, path in (("kernels", "kernels.py"), ("stepper", "rollout/stepper.py"), ("decode", "rollout/decode.py")):
+        got = subprocess.run(["git", "show", f"{rev}:src/rlvr/{path}"], cwd=ROOT, capture_output=True, text=True)
+        if got.returncode and name == "kernels":
+            continue  # (older than rlvr.kernels: its stepper does not import it)
+        got.check_returncode()
+        src = got.stdout.replace("from rlvr.rollout.stepper import", f"from stepper_{rev} import")
+        src = src.replace("from rlvr.kernels import", f"from kernels_{rev} import")
         (folder / f"{name}_{rev}.py").write_text(src)
     sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(f"decode_{rev}", folder / f"decode_{rev}.py")

@@ -4,10 +4,10 @@
 
 For each row count: the lean forward (`LlamaStepper.step`) on SmolLM2-135M-Instruct with every row
 kept decoding (ms per step, after warm-up), then the GEMMs alone over the model's own weights (the
-products a step makes, one pass: q/k/v fused, o, gate, up, down, the LM head), row-major
-activations, on the plain weights (F.linear: MKL) and as the stepper runs them (oneDNN over reordered
-weights where it has AVX-512: `RLVR_NATIVE_KERNELS=1` on such a CPU; else the same MKL products). A 1-row step shows what streaming the weights costs here; the step minus its GEMM pass
-is what the small per-layer operations and attention cost. Both measured in the same process,
+products a step makes, one pass: q/k/v fused, o, gate/up fused, down, the LM head), row-major
+activations, on the plain weights (F.linear: MKL) and as the stepper runs them (MKL over weights
+packed once, where torch has MKL's packed GEMM). A 1-row step shows what streaming the weights costs
+here; the step minus its GEMM pass is what the small per-layer operations and attention cost. Both measured in the same process,
 interleaved per row count: the host is shared and noisy.
 """
 
@@ -49,15 +49,15 @@ def main() -> int:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     prompt = render_prompt(tok, problems[0])
     lean = LlamaStepper(model, 1)  # the products a step makes, as the stepper holds them
-    linears = [lin for group in (lean.qkv, lean.o, lean.gate, lean.up, lean.down) for lin in group] + [lean.head]
+    linears = [lin for group in (lean.qkv, lean.o, lean.gate_up, lean.down) for lin in group] + [lean.head]
     layers = model.model.layers
     groups = ([(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in layers]
-              + [(la.self_attn.o_proj,) for la in layers] + [(la.mlp.gate_proj,) for la in layers]
-              + [(la.mlp.up_proj,) for la in layers] + [(la.mlp.down_proj,) for la in layers] + [(model.lm_head,)])
+              + [(la.self_attn.o_proj,) for la in layers] + [(la.mlp.gate_proj, la.mlp.up_proj) for la in layers]
+              + [(la.mlp.down_proj,) for la in layers] + [(model.lm_head,)])
     plain = [torch.cat([m.weight.detach() for m in group]) for group in groups]  # as `linears`, not reordered
     flop_per_row = sum(2 * w.numel() for w in plain)
     print(f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
-          f"stepper on oneDNN: {lean.head.onednn}")
+          f"stepper on MKL packed weights: {lean.head.packed is not None}")
     print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'GEMM ms stepper':>15} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):

@@ -182,8 +182,9 @@ def update(name, cfg, model, tok, completions, counts, lim, budget: int) -> dict
     import copy
 
     import rlvr.train.update as upd
+    from rlvr.kernels import release_freed_memory
     from rlvr.scoring import completion_logprobs
-    from rlvr.train.memory import peak_rss_bytes, release_freed_memory, reset_peak_memory
+    from rlvr.train.memory import peak_rss_bytes, reset_peak_memory
 
     n = len(completions)
     all_tokens = [len(c.prompt_ids) + len(c.token_ids) for c in completions]
@@ -278,9 +279,6 @@ def bench_model(name: str, threads: int, args) -> dict:
     from rlvr.models import load_model
     from rlvr.rollout import SamplingParams, build_engine
 
-    from rlvr.train.memory import keep_freed_memory
-
-    keep_freed_memory()  # as `rlvr train` sets the process up
     torch.set_num_threads(threads)
     cfg, path, problems = model_setup(name, threads)
     torch.set_num_threads(threads)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlvr.kernels import HUGE_PAGES, PINS, has_avx2, onednn_avx512, pin_cpu_kernels, use_huge_pages
+from rlvr.kernels import HUGE_PAGES, PINS, has_avx2, pin_cpu_kernels, use_huge_pages
 
 AVX2 = "processor : 0\nflags : fpu sse2 avx avx2 fma\n"
 NO_AVX2 = "processor : 0\nflags : fpu sse2 avx\n"
@@ -23,13 +23,6 @@ def test_pins_are_set_where_avx2_exists_and_a_users_value_is_kept():
     assert pin_cpu_kernels(no := {}, NO_AVX2) == {} and no == {}
     assert pin_cpu_kernels(opt_out := {"RLVR_NATIVE_KERNELS": "1"}, AVX2) == {} and opt_out == {"RLVR_NATIVE_KERNELS": "1"}
     assert has_avx2(AVX2) and not has_avx2(NO_AVX2)
-
-
-def test_onednn_has_avx512_only_on_such_a_cpu_and_not_under_the_pin():
-    avx512 = AVX2.replace("fma", "fma avx512f avx512bw")
-    assert onednn_avx512({}, avx512) and onednn_avx512({"ONEDNN_MAX_CPU_ISA": "avx512_core_amx"}, avx512)
-    assert not onednn_avx512(dict(PINS), avx512)  # the rlvr command's default: the loop engine's linears on MKL
-    assert not onednn_avx512({}, AVX2)
 
 
 def test_huge_pages_are_asked_for_unless_the_user_said_otherwise():

@@ -14,8 +14,13 @@ def _model(kind: str):
     torch.manual_seed(0)
     shape = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=64)
-    if kind == "qwen2":  # q, k, v carry biases
-        return Qwen2ForCausalLM(Qwen2Config(**shape, tie_word_embeddings=True)).eval()
+    if kind == "qwen2":  # q, k, v carry biases (initialised to zero: made nonzero here so they count)
+        model = Qwen2ForCausalLM(Qwen2Config(**shape, tie_word_embeddings=True)).eval()
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(std=0.5)
+        return model
     return LlamaForCausalLM(LlamaConfig(**shape, rope_theta=500.0)).eval()
 
 
@@ -26,16 +31,15 @@ PROMPTS = {"distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 @pytest.mark.parametrize("prompts", list(PROMPTS))
-@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "plain"])
-def test_lean_forward_equals_the_models_own(kind, prompts, onednn, monkeypatch):
+@pytest.mark.parametrize("packed", [True, False], ids=["mkl-packed", "plain"])
+def test_lean_forward_equals_the_models_own(kind, prompts, packed, monkeypatch):
     import rlvr.rollout.stepper as stepper_module
 
-    # both paths, whatever this CPU would pick: oneDNN over reordered weights with the op after each
-    # linear fused in (its AVX-512 choice), or F.linear and the op after it in torch
-    ops = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    if onednn and not ops:
-        pytest.skip("this torch build has no oneDNN linear")
-    monkeypatch.setattr(stepper_module, "_onednn", lambda: onednn)
+    # both paths: the weights packed once for MKL and used at every row count (prefill, 6, 5, 3 rows),
+    # and F.linear on the plain weights
+    if packed and not stepper_module._mkl_packs():
+        pytest.skip("this torch build has no MKL packed GEMM")
+    monkeypatch.setattr(stepper_module, "_mkl_packs", lambda: packed)
     model = _model(kind)
     assert LlamaStepper.supports(model)
     # rows finishing: 1 of 6 (5 left: stays in the cache), then 2 more (3 of 6: the cache is compacted)
@@ -43,7 +47,7 @@ def test_lean_forward_equals_the_models_own(kind, prompts, onednn, monkeypatch):
     logits, caches = [], []
     with torch.no_grad():
         lean = LlamaStepper(model, max_new_tokens=6)
-        assert lean.head.onednn == onednn
+        assert (lean.head.packed is not None) == packed
         for stepper in (HFStepper(model), lean):
             out = [stepper.prefill(PROMPTS[prompts], pad_id=0)]
             stepper.repeat(2)  # 6 rows

@@ -14,12 +14,14 @@ for the AVX2 numbers. MKL's choice is not pinned yet: MKL_CBWR=AVX2 (its reprodu
 changes the numbers of a training run even on an AVX2 machine, so pinning it means re-measuring
 every figure. A value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves both alone.
 
-`start_as_rlvr` makes these pins and asks torch's allocator for huge pages (`use_huge_pages`), as the
-`rlvr` command does before torch loads.
+`start_as_rlvr` makes these pins, asks torch's allocator for huge pages (`use_huge_pages`) and makes
+glibc's malloc keep freed memory for reuse (`keep_freed_memory`), as the `rlvr` command does before
+torch loads.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 from collections.abc import MutableMapping
@@ -40,12 +42,6 @@ def has_flag(flag: str, cpuinfo: str | None = None) -> bool:
 
 def has_avx2(cpuinfo: str | None = None) -> bool:
     return has_flag("avx2", cpuinfo)
-
-
-def onednn_avx512(environ: MutableMapping[str, str] = os.environ, cpuinfo: str | None = None) -> bool:
-    """Whether oneDNN may use AVX-512 here: the CPU has it and its ISA is not capped below (the pins)."""
-    isa = environ.get("ONEDNN_MAX_CPU_ISA", environ.get("DNNL_MAX_CPU_ISA", "ALL")).upper()
-    return has_flag("avx512f", cpuinfo) and (isa == "ALL" or isa.startswith(("AVX512", "AVX10")))
 
 
 def pin_cpu_kernels(environ: MutableMapping[str, str] = os.environ, cpuinfo: str | None = None) -> dict[str, str]:
@@ -73,8 +69,44 @@ def use_huge_pages(environ: MutableMapping[str, str] = os.environ) -> dict[str, 
     return set_now
 
 
+MMAP_THRESHOLD, TRIM_THRESHOLD = 1 << 30, -1  # (C ints)
+"""glibc's mallopt settings: blocks up to 1 GB come from the heap, and freed heap stays mapped (-1:
+never trimmed) instead of going back to the kernel."""
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc reuse freed memory for large tensors instead of mapping fresh pages.
+
+    By default glibc serves every block above its mmap threshold (at most 32 MB) with a fresh
+    mapping and unmaps it on free, so a tensor that large (a chunk of (tokens, vocabulary) logits,
+    a micro-batch's activations) costs a page fault per 4 kB each time it is allocated; and freed
+    heap above 2 x the threshold goes back to the kernel. Measured on SmolLM2-135M's update (16
+    sequences, 2 threads, the 2-core Xeon), in one process each: 16.4 s first and 12.6 s steady
+    without, 13.7 s and 10.2-10.6 s with; peak RSS 4.79 -> 4.97 GB. Freed heap is never trimmed: a
+    cap of 2 GB sent the loop engine's packed weights (rlvr.rollout.stepper; torch reserves 4x their
+    bytes) back to the kernel after every decode, and packing the next decode's took 0.5-1.5 s of
+    page faults instead of 0.1-0.2 s. What jemalloc or tcmalloc preloaded would give, from inside the
+    process. Returns whether it applied (glibc only)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): their allocators differ
+        return False
+    return bool(mallopt(-3, MMAP_THRESHOLD)) and bool(mallopt(-1, TRIM_THRESHOLD))  # M_MMAP_, M_TRIM_THRESHOLD
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free memory back to the kernel now (glibc's malloc_trim): a peak measured after
+    it counts what the code that follows maps, not what earlier code freed and the heap kept."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def start_as_rlvr() -> None:
-    """The process settings the `rlvr` command makes before torch loads: the kernel pins and huge pages
-    (benches and the test session call it too, so they measure and test what `rlvr` runs)."""
+    """The process settings the `rlvr` command makes before torch loads: the kernel pins, huge pages and
+    freed memory kept (benches and the test session call it too, so they measure and test what `rlvr`
+    runs)."""
     pin_cpu_kernels()
     use_huge_pages()
+    keep_freed_memory()

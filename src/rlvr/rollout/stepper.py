@@ -35,6 +35,7 @@ float rounding (tests/test_rollout_stepper.py).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Sequence
@@ -43,7 +44,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.kernels import onednn_avx512
 from rlvr.scoring import left_pad
 
 COMPACT_AT = 0.75
@@ -89,48 +89,47 @@ class HFStepper:
         return out.logits[:, -1].float()  # (R, V)
 
 
-def _onednn() -> bool:
-    """Whether the linears run on oneDNN over weights reordered once into its blocked layout: where it
-    has AVX-512. Capped at AVX2 (as rlvr.kernels pins it by default) its products were slower than
-    MKL's on the plain weights on the same Xeon: 57 vs 49 ms a 16-row step, 193 vs 137 at 128 rows."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and onednn_avx512())
+@functools.cache
+def _mkl_packs() -> bool:
+    """Whether MKL's packed GEMM runs here and a weight packed once serves products of any row count
+    (its B-packed layout does not depend on the rows; checked once on a small product)."""
+    if not (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")):
+        return False
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(40, 24, generator=gen), torch.randn(200, 24, generator=gen)
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(w, _Linear.PACK_ROWS)
+    return all(torch.allclose(torch.ops.mkl._mkl_linear(x[:m], packed, w, None, m), x[:m] @ w.T, atol=1e-5)
+               for m in (1, 3, 16, 200))
 
 
 class _Linear:
-    """Linear layers over the same input as one product (outputs side by side), x (M, K) -> (M, N),
-    with the op after it fused into the GEMM where oneDNN runs it (`_onednn`): silu, or + / * another
-    (M, N) tensor. There the weight is a copy reordered once into oneDNN's blocked layout: on the
-    2-core Xeon (AVX-512) a decode step's products took 42 ms at 16 rows against MKL's 50 on the plain
-    weight, 29 against 35 at 4 rows (bench/bench_decode_rows.py). Elsewhere F.linear (MKL) on the
-    layer's own weight (concatenated layers: a copy), and the op after it."""
+    """Linear layers over the same input as one product (outputs side by side): x (M, K) -> (M, N).
 
-    PACK_ROWS = 16
-    """The batch oneDNN is told to expect when it reorders a weight (any batch runs on it)."""
+    Where MKL's packed GEMM runs (`_mkl_packs`) the weight is packed once, when the stepper is made,
+    into MKL's internal layout, and every product reads that instead of MKL packing the weight again
+    on each call: on the 2-core Xeon a decode step's products took 34 ms instead of 45 at 16 rows,
+    90 instead of 115 at 128 (bench/bench_decode_rows.py); oneDNN's over its reordered weights was
+    slower than either at AVX2 and than this at AVX-512. Packed for 128 rows it serves 1 to 800
+    rows as fast as a weight packed for that count (packed for 16, 64 rows and more ran slower than
+    unpacked). Elsewhere F.linear on the layer's own weight (concatenated layers: a copy)."""
+
+    PACK_ROWS = 128
 
     def __init__(self, *layers: nn.Linear) -> None:
         weights = [layer.weight.detach() for layer in layers]
-        weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
+        self.weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
              for b, layer in zip(biases, layers)])
-        self.onednn = _onednn() and weight.dtype == torch.float32
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, self.PACK_ROWS) if self.onednn else weight
+        self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
+                       if self.weight.dtype == torch.float32 and _mkl_packs() else None)
 
-    def __call__(self, x: torch.Tensor, then: str = "none", other: torch.Tensor | None = None) -> torch.Tensor:
-        """x @ W^T + b, then 'none', 'silu', 'add' (+ other) or 'mul' (* other)."""
-        if self.onednn:
-            ops = torch.ops.mkldnn._linear_pointwise
-            if other is not None:
-                return ops.binary(x, other, self.weight, self.bias, then)
-            return ops(x, self.weight, self.bias, "swish" if then == "silu" else then, [], "")
-        y = F.linear(x, self.weight, self.bias)
-        if then == "silu":
-            return F.silu(y)
-        if then == "add":
-            return y + other
-        return y * other if then == "mul" else y
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W^T + b, x (M, K) contiguous."""
+        if self.packed is None:
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, len(x))
 
 
 class LlamaStepper:
@@ -160,14 +159,12 @@ class LlamaStepper:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
         self.max_new = max_new_tokens
-        # q, k, v as one product (one rotary call on q and k together); gate with its silu and up with the
-        # product silu(gate) * up fused into theirs; o and down with the residual add fused into theirs.
-        # This call's weights (a stepper lives for one decode call).
+        # q, k, v as one product (one rotary call on q and k together), gate and up as one. This call's
+        # weights (a stepper lives for one decode call).
         layers = self.body.layers
         self.qkv = [_Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers]
         self.o = [_Linear(layer.self_attn.o_proj) for layer in layers]
-        self.gate = [_Linear(layer.mlp.gate_proj) for layer in layers]
-        self.up = [_Linear(layer.mlp.up_proj) for layer in layers]
+        self.gate_up = [_Linear(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers]
         self.down = [_Linear(layer.mlp.down_proj) for layer in layers]
         self.head = _Linear(model.lm_head)
 
@@ -205,10 +202,9 @@ class LlamaStepper:
                 q_all = q.new_zeros(len(k), hq, 1, d)  # (cache rows, Hq, 1, D)
                 q_all[live] = q
                 o = self._attend(q_all, k[:, :, :end], v[:, :, :end], attend, att.scaling)[live]  # (R, Hq, 1, D)
-            h = self.o[i](o.transpose(1, 2).reshape(r * s, hq * d), "add", h)  # h + o_proj(o)
-            x = self._norm(h, layer.post_attention_layernorm)
-            gated = self.up[i](x, "mul", self.gate[i](x, "silu"))  # silu(gate(x)) * up(x)
-            h = self.down[i](gated, "add", h)  # h + down_proj(...)
+            h = h + self.o[i](o.transpose(1, 2).reshape(r * s, hq * d))
+            gate, up = self.gate_up[i](self._norm(h, layer.post_attention_layernorm)).chunk(2, dim=-1)
+            h = h + self.down[i](F.silu(gate) * up)
         self.filled = end
         return self._norm(h.view(r, s, -1)[:, -1], self.body.norm)  # (R, H)
 

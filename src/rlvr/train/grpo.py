@@ -25,6 +25,7 @@ from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, confi
 from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.evaluate import eval_metrics, evaluate
+from rlvr.kernels import keep_freed_memory
 from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
 from rlvr.ops.report import write_report_safely
@@ -36,7 +37,7 @@ from rlvr.rollout import RolloutEngine, build_engine, episode_spec
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
 from rlvr.tasks import build_task
-from rlvr.train.memory import keep_freed_memory, peak_memory, reset_peak_memory
+from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, describe, run_sft, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
@@ -294,7 +295,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
                           f"{device.type}); leave train.offload=false")
     par = Parallel.create(cfg.train, device)
     ui = ui or RunConsole(cfg.run.progress and par.main)
-    keep_freed_memory()
+    keep_freed_memory()  # (the rlvr command has set it already; train() called from Python sets it here)
     threads = cfg.train.threads or (_cores_per_rank() if "LOCAL_WORLD_SIZE" in os.environ else 0)
     if threads:
         import torch
