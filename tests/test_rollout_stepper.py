@@ -66,6 +66,19 @@ def test_lean_forward_equals_the_models_own(kind, prompts, packed, monkeypatch):
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
+def test_one_prompt_many_rows():
+    model = _model("llama")  # one prompt's rows share its keys and values; none finishes
+    with torch.no_grad():
+        out = []
+        for stepper in (HFStepper(model), LlamaStepper(model, max_new_tokens=4)):
+            logits = [stepper.prefill([[5, 9, 13, 20, 7]], pad_id=0)]
+            stepper.repeat(3)
+            logits += [stepper.step(torch.tensor([3, 8, 21]) + t) for t in range(3)]
+            out.append(logits)
+    for ours, theirs in zip(out[1], out[0]):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
 def test_adapters_and_autocast_keep_the_models_own_forward():
     from peft import LoraConfig, get_peft_model
 

@@ -8,29 +8,27 @@
 
 `HFStepper` drives any transformers model through its own forward and cache.
 `LlamaStepper` is a lean forward for Llama-family models on CPU (llama, qwen2:
-plain `nn.Linear` layers, no adapters), over a cache preallocated for the whole
+plain `nn.Linear` layers, no adapters), over caches preallocated for the whole
 decode. The model's own forward spends a decode step in per-layer cache
 concatenation, mask building and small ops beside its GEMMs, and the GEMMs at a
-decode batch's few rows run well below the matmul peak. So here: the cache is
-written in place, one mask per step, attention in SDPA with grouped KV heads;
-activations row-major, q/k/v as one product. Where oneDNN has AVX-512 (on an
-AVX-512 CPU with RLVR_NATIVE_KERNELS=1, see rlvr.kernels) each linear runs on it
-over a weight reordered once per decode into its blocked layout, with the op
-after it fused in (silu, silu(gate) * up, the residual add): on the 2-core Xeon
-that made a 16-row step's products 1.2x faster than MKL's and the small ops
-fewer; capped at AVX2 oneDNN was slower than MKL, which then runs them (the
-feature-major layout used before, W @ x, suited MKL on an AMD host and no
-longer helps on either). At 128 rows two more costs showed
-(32 prompts of ~81 tokens): the prefill, 12% of the rollout, though 58 tokens of
-every prompt are the same system prompt and chat header; and dropping finished
-rows, 8%, a copy of the whole cache each time a row ends. So the prompts' common
-prefix is prefilled once and its keys and values copied to every row, and a
-finished row only leaves the linears: its cache row stays (its attention output
-unread) until a quarter of the rows have finished, then the cache is compacted.
-The weights are taken when the stepper is made (copied where layers are joined
-or reordered; one stepper per decode call), so an optimizer step is seen by the
-next decode. Its logits equal the HF forward's to
-float rounding (tests/test_rollout_stepper.py).
+decode batch's few rows run well below the matmul peak. So here: caches written
+in place, activations row-major, q/k/v as one product and gate/up as one, every
+linear on MKL's packed GEMM over weights packed once per decode (`_Linear`).
+At 128 rows (32 prompts of ~81 tokens) three more costs showed: the prefill, 12%
+of the rollout, though 58 tokens of every prompt are the same system prompt and
+chat header; dropping finished rows, 8%, a copy of the whole cache each time a
+row ends; and attention, each row reading its own copy of its prompt's keys and
+values (37% of a step once the products were packed). So the prompts' common
+prefix is prefilled once and its keys and values copied to every prompt; the
+prompts' keys and values are kept once per prompt, not per row, and a decode
+step attends in two parts merged by their log-sum-exps (`_step_attend`): a
+prompt's G rows together over its one copy, each row over its own generated
+tokens (1.08-1.15x a 128-row rollout, no change at 16 rows); and a finished row
+only leaves the linears: its cache row stays (its attention output unread) until
+a quarter of the rows have finished, then the cache is compacted. The weights
+are taken when the stepper is made (packed, or copied where layers are joined;
+one stepper per decode call), so an optimizer step is seen by the next decode.
+Its logits equal the HF forward's to float rounding (tests/test_rollout_stepper.py).
 """
 
 from __future__ import annotations
@@ -159,6 +157,7 @@ class LlamaStepper:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
         self.max_new = max_new_tokens
+        self.scale = self.body.layers[0].self_attn.scaling
         # q, k, v as one product (one rotary call on q and k together), gate and up as one. This call's
         # weights (a stepper lives for one decode call).
         layers = self.body.layers
@@ -172,95 +171,113 @@ class LlamaStepper:
         """RMSNorm of x (N, H), as LlamaRMSNorm computes it."""
         return F.rms_norm(x, x.shape[-1:], norm.weight, self.eps)
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: torch.Tensor,
-                 live: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden state of each row's last position (R, H); writes the S new positions' keys and values
-        into slots [self.filled, self.filled + S) of the cache rows `live` (R,), all rows when None
-        (then S may be > 1). attend: (cache rows, 1, S, filled + S) bool. Activations (R * S, features)."""
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
+        """Hidden state of each row's last position (R, H), ids and positions (R, S). attend(i, q, k, v)
+        stores layer i's new keys and values (R, Hkv, S, D) and returns the attention output of q
+        (R, Hq, S, D) in the same shape. Activations (R * S, features)."""
         r, s = ids.shape
-        start, end = self.filled, self.filled + s
         h = self.body.embed_tokens(ids).view(r * s, -1)  # (N, H), N = R * S
         cos, sin = self.body.rotary_emb(h, positions)  # (R, S, D) each
         cos, sin = cos[:, :, None], sin[:, :, None]  # (R, S, 1, D): one rotation for every head
         hq, hkv, d = self.heads, self.kv_heads, self.head_dim
         half = d // 2
         for i, layer in enumerate(self.body.layers):
-            att = layer.self_attn
             qkv = self.qkv[i](self._norm(h, layer.input_layernorm)).view(r, s, hq + 2 * hkv, d)
             qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
             qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary (rotate-half form)
             q, k_new = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)  # (R, Hq, S, D), (R, Hkv, S, D)
-            v_new = qkv[:, :, hq + hkv:].transpose(1, 2)  # (R, Hkv, S, D)
-            k, v = self.k[i], self.v[i]  # (cache rows, Hkv, slots, D)
-            if live is None:
-                k[:, :, start:end] = k_new
-                v[:, :, start:end] = v_new
-                o = self._attend(q.contiguous(), k[:, :, :end], v[:, :, :end], attend, att.scaling)  # (R, Hq, S, D)
-            else:  # finished rows stay in the cache: every cache row attends, the live rows' outputs are read
-                k[live, :, start] = k_new[:, :, 0]  # (R, Hkv, D)
-                v[live, :, start] = v_new[:, :, 0]
-                q_all = q.new_zeros(len(k), hq, 1, d)  # (cache rows, Hq, 1, D)
-                q_all[live] = q
-                o = self._attend(q_all, k[:, :, :end], v[:, :, :end], attend, att.scaling)[live]  # (R, Hq, 1, D)
+            o = attend(i, q, k_new, qkv[:, :, hq + hkv:].transpose(1, 2))  # (R, Hq, S, D)
             h = h + self.o[i](o.transpose(1, 2).reshape(r * s, hq * d))
             gate, up = self.gate_up[i](self._norm(h, layer.post_attention_layernorm)).chunk(2, dim=-1)
             h = h + self.down[i](F.silu(gate) * up)
-        self.filled = end
         return self._norm(h.view(r, s, -1)[:, -1], self.body.norm)  # (R, H)
 
-    def _attend(self, q, k, v, attend, scale):
-        """SDPA of q (R, Hq, S, D) over k, v (R, Hkv, L, D). One query position: the heads that share
-        a KV head are stacked as query positions of it, (R, Hkv, Hq / Hkv, D), which keeps SDPA on its
-        fused CPU kernel (enable_gqa with a mask falls back to the unfused math path, measured 28%)."""
-        r, hq, s, d = q.shape
-        if s == 1 and hq != self.kv_heads:
-            o = F.scaled_dot_product_attention(q.view(r, self.kv_heads, hq // self.kv_heads, d), k, v,
-                                               attn_mask=attend, scale=scale)  # (R, Hkv, Hq / Hkv, D)
-            return o.view(r, hq, 1, d)
-        if hq != self.kv_heads:  # prefill: once per decode
-            k, v = (t.repeat_interleave(hq // self.kv_heads, 1) for t in (k, v))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=scale)
+    def _prompt_attend(self, rows: int, start: int, mask: torch.Tensor):
+        """Prefill: layer i's new keys and values into slots [start, start + S) of the first `rows` prompt
+        rows, and attention over slots [0, start + S) of those rows under `mask` (rows, 1, S, start + S)."""
+        def attend(i, q, k_new, v_new):
+            end = start + k_new.shape[2]
+            k, v = self.prompt_k[i][:rows], self.prompt_v[i][:rows]
+            k[:, :, start:end], v[:, :, start:end] = k_new, v_new
+            k, v = k[:, :, :end], v[:, :, :end]
+            if self.heads != self.kv_heads:
+                k, v = (t.repeat_interleave(self.heads // self.kv_heads, 1) for t in (k, v))
+            return F.scaled_dot_product_attention(q.contiguous(), k, v, attn_mask=mask, scale=self.scale)
+        return attend
+
+    def _step_attend(self, i, q, k_new, v_new):
+        """A decode step's attention, in two parts merged by their log-sum-exps: over the row's prompt,
+        each prompt's rows reading its one copy together (the G rows' heads stacked as query positions
+        of the KV heads they share), and over the row's own generated tokens. q (R, Hq, 1, D)."""
+        r, hkv, d = len(q), self.kv_heads, self.head_dim
+        g = self.heads // hkv
+        q = q.reshape(r, hkv, g, d)
+        k, v, t, live = self.k[i], self.v[i], self.generated, self.live  # (cache rows, Hkv, max_new, D)
+        if live is None:
+            k[:, :, t], v[:, :, t] = k_new[:, :, 0], v_new[:, :, 0]
+            q_rows = q
+        else:  # finished rows stay in the cache until it is compacted: they attend, their outputs are not read
+            k[live, :, t], v[live, :, t] = k_new[:, :, 0], v_new[:, :, 0]
+            q_rows = q.new_zeros(len(k), hkv, g, d)
+            q_rows[live] = q
+        own, own_lse = _flash(q_rows, k[:, :, :t + 1], v[:, :, :t + 1], None, self.scale)  # (cache rows, Hkv, g, D)
+        if live is not None:
+            own, own_lse = own[live], own_lse[live]
+        b, group = len(self.prompt_k[i]), self.group
+        every_row = r == b * group  # none has finished: the rows are in their first order
+        q_prompts = q if every_row else q.new_zeros(b * group, hkv, g, d).index_copy_(0, self.row_ids, q)
+        q_prompts = q_prompts.view(b, group, hkv, g, d).transpose(1, 2).reshape(b, hkv, group * g, d)
+        shared, shared_lse = _flash(q_prompts, self.prompt_k[i], self.prompt_v[i], self.prompt_mask, self.scale)
+        shared = shared.view(b, hkv, group, g, d).transpose(1, 2).reshape(b * group, hkv, g, d)
+        shared_lse = shared_lse.view(b, hkv, group, g).transpose(1, 2).reshape(b * group, hkv, g)
+        if not every_row:
+            shared, shared_lse = shared[self.row_ids], shared_lse[self.row_ids]
+        o = torch.lerp(shared, own, torch.sigmoid(own_lse - shared_lse)[..., None].to(q.dtype))  # (R, Hkv, g, D)
+        return o.reshape(r, hkv * g, 1, d)  # (own's share of the softmax mass: sigmoid of the lse difference)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.head(hidden).float()  # (R, V)
 
     def prefill(self, prompts: Sequence[Sequence[int]], pad_id: int, device="cpu") -> torch.Tensor:
         """Next-token logits of each prompt (B, V). The prompts' common prefix (a system prompt, a chat
-        header) is computed once, on one row, and its keys and values copied to every row; then the
-        rest of each prompt, left-padded, attends to it. Slots: [prefix | padded rests | generated]."""
+        header) is computed once, on one row, and its keys and values copied to every prompt's row;
+        then the rest of each prompt, left-padded, attends to it. Prompt slots: [prefix | padded rest]."""
         b = len(prompts)
         c = len(os.path.commonprefix([list(p) for p in prompts])) if b > 1 else 0
         c = max(0, min(c, min(len(p) for p in prompts) - 1))  # every prompt keeps a token: its logits
         ids, mask = left_pad([list(p)[c:] for p in prompts], pad_id)  # (B, S) each
         n = ids.shape[1]
-        size = (b, self.kv_heads, c + n + self.max_new, self.head_dim)
-        dtype = self.body.embed_tokens.weight.dtype
-        self.k = [torch.zeros(size, dtype=dtype) for _ in self.body.layers]  # (B, Hkv, slots, D) per layer
-        self.v = [torch.zeros(size, dtype=dtype) for _ in self.body.layers]
-        self.valid = torch.zeros(b, size[2], dtype=torch.bool)  # (B, slots): slot holds a real token
-        self.valid[:, :c] = True
-        self.valid[:, c:c + n] = mask.bool()
-        self.filled, self.live = 0, None
+        size = (b, self.kv_heads, c + n, self.head_dim)
+        self.dtype = self.body.embed_tokens.weight.dtype
+        self.prompt_k = [torch.zeros(size, dtype=self.dtype) for _ in self.body.layers]  # (B, Hkv, c + S, D)
+        self.prompt_v = [torch.zeros(size, dtype=self.dtype) for _ in self.body.layers]
+        valid = torch.cat([torch.ones(b, c, dtype=torch.bool), mask.bool()], dim=1)  # (B, c + S): a real token
         if c:  # the prefix into row 0's slots [0, c), then copied to the other rows
-            rows_k, rows_v = self.k, self.v
-            self.k, self.v = [t[:1] for t in rows_k], [t[:1] for t in rows_v]
             self._forward(torch.tensor([list(prompts[0][:c])]), torch.arange(c)[None],
-                          torch.ones(c, c, dtype=torch.bool).tril()[None, None])
-            self.k, self.v = rows_k, rows_v
-            for t in self.k + self.v:
+                          self._prompt_attend(1, 0, torch.ones(c, c, dtype=torch.bool).tril()[None, None]))
+            for t in self.prompt_k + self.prompt_v:
                 t[1:, :, :c] = t[:1, :, :c]
         positions = c + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, S): padding does not shift positions
         causal = torch.ones(n, n, dtype=torch.bool).tril()  # (S, S)
-        attend = causal[None, None] & self.valid[:, None, None, c:c + n]  # (B, 1, S, S)
+        attend = causal[None, None] & valid[:, None, None, c:]  # (B, 1, S, S)
         attend |= torch.eye(n, dtype=torch.bool)[None, None]  # a padding query attends to itself (never read)
         attend = torch.cat([attend.new_ones(b, 1, n, c), attend], dim=-1)  # (B, 1, S, c + S): the prefix for all
-        self.next_pos = c + mask.sum(-1)  # (B,)
-        return self._logits(self._forward(ids, positions, attend))
+        logits = self._logits(self._forward(ids, positions, self._prompt_attend(b, c, attend)))
+        self.prompt_mask = torch.zeros(b, 1, 1, c + n, dtype=self.dtype).masked_fill_(
+            ~valid[:, None, None], float("-inf"))  # (B, 1, 1, c + S): what a decode step reads
+        self.prompt_next_pos = c + mask.sum(-1)  # (B,)
+        self.repeat(1)
+        return logits
 
     def repeat(self, g: int) -> None:
-        self.k = [t.repeat_interleave(g, 0) for t in self.k]
-        self.v = [t.repeat_interleave(g, 0) for t in self.v]
-        self.valid, self.next_pos = self.valid.repeat_interleave(g, 0), self.next_pos.repeat_interleave(g, 0)
+        """G rows per prompt (row p * G + j is prompt p's j-th), each with its own cache of generated tokens."""
+        rows = len(self.prompt_k[0]) * g
+        size = (rows, self.kv_heads, self.max_new, self.head_dim)
+        self.k = [torch.empty(size, dtype=self.dtype) for _ in self.body.layers]  # (rows, Hkv, max_new, D)
+        self.v = [torch.empty(size, dtype=self.dtype) for _ in self.body.layers]
+        self.group, self.generated, self.live = g, 0, None
+        self.row_ids = torch.arange(rows)  # (R,) each decoding row's first index: its prompt's and place
+        self.next_pos = self.prompt_next_pos.repeat_interleave(g, 0)
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep the decoding rows `keep` (indices into the current ones). The cache is compacted only
@@ -268,23 +285,25 @@ class LlamaStepper:
         128-row rollout, a finished row left in place costs only its share of attention."""
         rows = len(self.k[0])
         live = (self.live if self.live is not None else torch.arange(rows))[keep]  # (R',) cache rows
-        self.next_pos = self.next_pos[keep]
+        self.next_pos, self.row_ids = self.next_pos[keep], self.row_ids[keep]
         if len(live) > COMPACT_AT * rows:
             self.live = live
             return
         self.k = [t[live] for t in self.k]
         self.v = [t[live] for t in self.v]
-        self.valid, self.live = self.valid[live], None
+        self.live = None
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.live is None:
-            self.valid[:, self.filled] = True
-        else:
-            self.valid[self.live, self.filled] = True
-        attend = self.valid[:, None, None, : self.filled + 1]  # (cache rows, 1, 1, filled + 1)
-        hidden = self._forward(tokens[:, None], self.next_pos[:, None], attend, self.live)
+        hidden = self._forward(tokens[:, None], self.next_pos[:, None], self._step_attend)
+        self.generated += 1
         self.next_pos = self.next_pos + 1
         return self._logits(hidden)
+
+
+def _flash(q, k, v, mask, scale):
+    """Attention of q (B, H, Q, D) over k, v (B, H, L, D) and its log-sum-exp (B, H, Q): SDPA's fused
+    CPU kernel; mask None or additive (B, 1, 1, L) in q's dtype."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=scale)
 
 
 def make_stepper(model, max_new_tokens: int):
