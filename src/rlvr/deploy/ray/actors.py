@@ -20,13 +20,17 @@ from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.shipping import Shipped, materialize
 from rlvr.deploy.ray.sync import WeightHandle, fetch_weights
+from rlvr.kernels import keep_freed_memory
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import SamplingParams
 from rlvr.tools import ToolCall, ToolResult
 
 
-def _threads(n: int) -> None:
-    torch.set_num_threads(max(1, n))
+def _set_up(threads: int) -> None:
+    """An actor's process: its torch threads, and freed memory kept for reuse as the `rlvr` command
+    keeps it (rlvr.kernels.keep_freed_memory: the loop engine packs its weights again every decode)."""
+    torch.set_num_threads(max(1, threads))
+    keep_freed_memory()
 
 
 def _reply(t0: float, **out) -> dict:
@@ -64,7 +68,7 @@ class RolloutWorker(Placed):
     (`tool_workers`)."""
 
     def __init__(self, cfg: Config, threads: int, tool_workers: Sequence = ()) -> None:
-        _threads(threads)
+        _set_up(threads)
         self.cfg = cfg
         self.tool_workers = list(tool_workers)
         self.engine = None
@@ -138,7 +142,7 @@ class RewardWorker(Placed):
     def __init__(self, cfg: Config, threads: int) -> None:
         from rlvr.envs import env_components
         from rlvr.rewards import build_reward
-        _threads(threads)
+        _set_up(threads)
         self.cfg = cfg
         self.reward = build_reward(cfg.reward, env_components(cfg))
         self._tools: dict | None = None
@@ -169,7 +173,7 @@ class InferenceWorker(Placed):
     algo.beta > 0) and the learned rewards (`reward.models`, `reward.judges`), each loaded on first use."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
-        _threads(threads)
+        _set_up(threads)
         self.cfg = cfg
         self.ref = None
         self.start_key: str | None = None
@@ -227,7 +231,7 @@ class TrainerActor(Placed):
     every rank trains on its share (rlvr.train.parallel)."""
 
     def __init__(self, threads: int) -> None:
-        _threads(threads)
+        _set_up(threads)
 
     def pid(self) -> int:
         return os.getpid()
