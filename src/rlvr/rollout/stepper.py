@@ -127,6 +127,7 @@ class _Linear:
         """x @ W^T + b, x (M, K) contiguous."""
         if self.packed is None:
             return F.linear(x, self.weight, self.bias)
+        # torch runs the packed product only when the last argument equals the rows: the pack serves any
         return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, len(x))
 
 
