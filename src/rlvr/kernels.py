@@ -58,7 +58,7 @@ def pin_cpu_kernels(environ: MutableMapping[str, str] = os.environ, cpuinfo: str
 HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
 """torch's CPU allocator asks for transparent huge pages for blocks of 2 MB and more (madvise): a
 fresh block then costs a page fault per 2 MB instead of per 4 kB. With `keep_freed_memory`
-(rlvr.train.memory) the SmolLM2 update's first call went from 13.6 to 10.8 s on the 2-core Xeon,
+(below) the SmolLM2 update's first call went from 13.6 to 10.8 s on the 2-core Xeon,
 the steady ones unchanged (10.2-10.3 s). torch reads it at its first allocation."""
 
 
