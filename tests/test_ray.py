@@ -4,6 +4,7 @@ overlaps within the staleness bound, a killed rollout worker or trainer does not
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -409,6 +410,10 @@ def test_tool_calls_run_on_the_reward_workers(cluster):
     assert run_tool(tools, ToolCall("calculator", {"": "4821*39"}), 5.0).content == "188019"  # compact, read there
     bad = run_tool(tools, ToolCall("calculator", {"expression": "1/0"}), 5.0)
     assert not bad.ok and bad.content.startswith("error:")
-    ray.kill(worker, no_restart=True)
+    ray.kill(worker, no_restart=True)  # asynchronous: wait until the actor is dead, or a call can still land
+    with pytest.raises(ray.exceptions.RayActorError):
+        for _ in range(100):
+            ray.get(worker.pid.remote(), timeout=30)
+            time.sleep(0.1)
     gone = run_tool(tools, ToolCall("calculator", {"expression": "1+1"}), 5.0)
     assert not gone.ok and "reward worker" in gone.content
