@@ -5,10 +5,11 @@
 For each row count: the lean forward (`LlamaStepper.step`) on SmolLM2-135M-Instruct with every row
 kept decoding (ms per step, after warm-up), then the GEMMs alone over the model's own weights (the
 products a step makes, one pass: q/k/v fused, o, gate/up fused, down, the LM head), row-major
-activations, on the plain weights (F.linear: MKL) and as the stepper runs them (MKL over weights
-packed once, where torch has MKL's packed GEMM). A 1-row step shows what streaming the weights costs
-here; the step minus its GEMM pass is what the small per-layer operations and attention cost. Both measured in the same process,
-interleaved per row count: the host is shared and noisy.
+activations, on the plain weights (F.linear: MKL), on MKL's packed GEMM over weights packed once
+(where torch has it) and on rlvr's skinny GEMM (rlvr.rollout.skinny, where it builds; the stepper's
+choice for a decode of at most skinny.ROWS rows). A 1-row step shows what streaming the weights costs
+here; the step minus the stepper's GEMM pass is what the small per-layer operations and attention
+cost. All measured in the same process, interleaved per row count: the host is shared and noisy.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main() -> int:
 
     from rlvr.models import load_tokenizer
     from rlvr.rollout.engine import render_prompt
+    from rlvr.rollout import skinny
     from rlvr.rollout.stepper import LlamaStepper
 
     torch.set_num_threads(args.threads)
@@ -48,8 +50,12 @@ def main() -> int:
     tok = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     prompt = render_prompt(tok, problems[0])
-    lean = LlamaStepper(model, 1)  # the products a step makes, as the stepper holds them
-    linears = [lin for group in (lean.qkv, lean.o, lean.gate_up, lean.down) for lin in group] + [lean.head]
+    def products(stepper):  # the products a step makes, as the stepper holds them
+        groups = (stepper.qkv, stepper.o, stepper.gate_up, stepper.down)
+        return [lin for group in groups for lin in group] + [stepper.head]
+
+    linears = products(LlamaStepper(model, 1))  # MKL packed, where torch has it
+    narrow = products(LlamaStepper(model, 1, rows=skinny.ROWS)) if skinny.library() is not None else None
     layers = model.model.layers
     groups = ([(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in layers]
               + [(la.self_attn.o_proj,) for la in layers] + [(la.mlp.gate_proj, la.mlp.up_proj) for la in layers]
@@ -57,11 +63,12 @@ def main() -> int:
     plain = [torch.cat([m.weight.detach() for m in group]) for group in groups]  # as `linears`, not reordered
     flop_per_row = sum(2 * w.numel() for w in plain)
     print(f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
-          f"stepper on MKL packed weights: {lean.head.packed is not None}")
-    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'GEMM ms stepper':>15} {'rest ms':>8} {'GEMM GFLOP/s':>13}")
+          f"MKL packed weights: {linears[-1].packed is not None}, skinny GEMM: {narrow is not None}")
+    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'MKL packed':>11} {'skinny':>7} {'rest ms':>8} "
+          f"{'GEMM GFLOP/s':>13}")
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):
-            stepper = LlamaStepper(model, args.steps + 8)
+            stepper = LlamaStepper(model, args.steps + 8, rows=rows)
             stepper.prefill([prompt], tok.pad_token_id)
             stepper.repeat(rows)
             tokens = torch.full((rows,), 100, dtype=torch.long)
@@ -71,8 +78,10 @@ def main() -> int:
             xs = {k: torch.randn(rows, k) for k in {w.shape[1] for w in plain}}
             mkl = 1e3 * timed(lambda xs=xs: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in plain], min_s=0)
             packed = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(linears, plain)], min_s=0)
-            gemm = packed
-            print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>15.1f} {step - gemm:>8.1f} "
+            thin = (1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(narrow, plain)], min_s=0)
+                    if narrow is not None else float("nan"))
+            gemm = thin if stepper.head.skinny is not None else packed  # the one the step ran
+            print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>11.1f} {thin:>7.1f} {step - gemm:>8.1f} "
                   f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
     return 0
 

@@ -31,23 +31,26 @@ PROMPTS = {"distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 @pytest.mark.parametrize("prompts", list(PROMPTS))
-@pytest.mark.parametrize("packed", [True, False], ids=["mkl-packed", "plain"])
-def test_lean_forward_equals_the_models_own(kind, prompts, packed, monkeypatch):
+@pytest.mark.parametrize("gemm", ["skinny", "mkl-packed", "plain"])
+def test_lean_forward_equals_the_models_own(kind, prompts, gemm, monkeypatch):
     import rlvr.rollout.stepper as stepper_module
+    from rlvr.rollout import skinny
 
-    # both paths: the weights packed once for MKL and used at every row count (prefill, 6, 5, 3 rows),
-    # and F.linear on the plain weights
-    if packed and not stepper_module._mkl_packs():
+    # every product path, used at every row count (prefill, 6, 5, 3 rows): rlvr's skinny GEMM (a decode
+    # of at most skinny.ROWS rows), the weights packed once for MKL, and F.linear on the plain weights
+    if gemm == "mkl-packed" and not stepper_module._mkl_packs():
         pytest.skip("this torch build has no MKL packed GEMM")
-    monkeypatch.setattr(stepper_module, "_mkl_packs", lambda: packed)
+    if gemm == "skinny" and skinny.library() is None:
+        pytest.skip("the skinny GEMM cannot be built here (no C compiler or no AVX2+FMA)")
+    monkeypatch.setattr(stepper_module, "_mkl_packs", lambda: gemm == "mkl-packed")
     model = _model(kind)
     assert LlamaStepper.supports(model)
     # rows finishing: 1 of 6 (5 left: stays in the cache), then 2 more (3 of 6: the cache is compacted)
     drops = {1: [0, 1, 2, 3, 5], 3: [0, 2, 3]}
     logits, caches = [], []
     with torch.no_grad():
-        lean = LlamaStepper(model, max_new_tokens=6)
-        assert (lean.head.packed is not None) == packed
+        lean = LlamaStepper(model, max_new_tokens=6, rows=6 if gemm == "skinny" else None)
+        assert [lean.head.skinny is not None, lean.head.packed is not None] == [gemm == "skinny", gemm == "mkl-packed"]
         for stepper in (HFStepper(model), lean):
             out = [stepper.prefill(PROMPTS[prompts], pad_id=0)]
             stepper.repeat(2)  # 6 rows

@@ -66,7 +66,7 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
     """(token ids, behaviour log-probs, finish reason) for `group_size` samples of each prompt,
     prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length'."""
     device = next(model.parameters()).device
-    stepper = make_stepper(model, max_new_tokens)
+    stepper = make_stepper(model, max_new_tokens, rows=len(prompts) * group_size)
     logits = stepper.prefill(prompts, pad_id, device)  # (B, V)
     stepper.repeat(group_size)  # one prefill per prompt, G rows of cache
     logits = logits.repeat_interleave(group_size, 0)  # (R, V)

@@ -13,7 +13,9 @@ decode. The model's own forward spends a decode step in per-layer cache
 concatenation, mask building and small ops beside its GEMMs, and the GEMMs at a
 decode batch's few rows run well below the matmul peak. So here: caches written
 in place, activations row-major, q/k/v as one product and gate/up as one, every
-linear on MKL's packed GEMM over weights packed once per decode (`_Linear`).
+linear over weights packed once per decode (`_Linear`): for a decode of at most 16
+rows on rlvr's own GEMM for few rows (rlvr.rollout.skinny: a 16-row step 43 ms
+instead of 48 on the 2-core Xeon), else on MKL's packed GEMM.
 At 128 rows (32 prompts of ~81 tokens) three more costs showed: the prefill, 12%
 of the rollout, though 58 tokens of every prompt are the same system prompt and
 chat header; dropping finished rows, 8%, a copy of the whole cache each time a
@@ -42,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlvr.rollout import skinny
 from rlvr.scoring import left_pad
 
 COMPACT_AT = 0.75
@@ -103,28 +106,35 @@ def _mkl_packs() -> bool:
 class _Linear:
     """Linear layers over the same input as one product (outputs side by side): x (M, K) -> (M, N).
 
-    Where MKL's packed GEMM runs (`_mkl_packs`) the weight is packed once, when the stepper is made,
-    into MKL's internal layout, and every product reads that instead of MKL packing the weight again
-    on each call: on the 2-core Xeon a decode step's products took 34 ms instead of 45 at 16 rows,
-    90 instead of 115 at 128 (bench/bench_decode_rows.py); oneDNN's over its reordered weights was
-    slower than either at AVX2 and than this at AVX-512. Packed for 128 rows it serves 1 to 800
+    For a decode of at most skinny.ROWS rows (`rows`), where it builds, rlvr's skinny GEMM over its
+    own packing of the weight (rlvr.rollout.skinny). Otherwise, where MKL's packed GEMM runs
+    (`_mkl_packs`), the weight is packed once, when the stepper is made, into MKL's internal layout,
+    and every product reads that instead of MKL packing the weight again on each call: on the 2-core
+    Xeon a decode step's products took 34 ms instead of 45 at 16 rows, 90 instead of 115 at 128
+    (bench/bench_decode_rows.py); oneDNN's over its reordered weights was slower than either at AVX2
+    and than this at AVX-512. Packed for 128 rows it serves 1 to 800
     rows as fast as a weight packed for that count (packed for 16, 64 rows and more ran slower than
     unpacked). Elsewhere F.linear on the layer's own weight (concatenated layers: a copy)."""
 
     PACK_ROWS = 128
 
-    def __init__(self, *layers: nn.Linear) -> None:
+    def __init__(self, *layers: nn.Linear, rows: int | None = None) -> None:
         weights = [layer.weight.detach() for layer in layers]
         self.weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
              for b, layer in zip(biases, layers)])
+        fp32 = self.weight.dtype == torch.float32
+        lib = skinny.library() if fp32 and rows is not None and rows <= skinny.ROWS else None
+        self.skinny = skinny.SkinnyWeight(self.weight, self.bias, lib) if lib is not None else None
         self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
-                       if self.weight.dtype == torch.float32 and _mkl_packs() else None)
+                       if fp32 and self.skinny is None and _mkl_packs() else None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x @ W^T + b, x (M, K) contiguous."""
+        if self.skinny is not None:
+            return self.skinny(x)
         if self.packed is None:
             return F.linear(x, self.weight, self.bias)
         # torch runs the packed product only when the last argument equals the rows: the pack serves any
@@ -150,7 +160,8 @@ class LlamaStepper:
         return all(type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(
             ("_proj", "lm_head")))  # adapters (LoRA) and quantized layers go through the model's forward
 
-    def __init__(self, model, max_new_tokens: int) -> None:
+    def __init__(self, model, max_new_tokens: int, rows: int | None = None) -> None:
+        """`rows`: how many rows the decode starts with, where known (at most skinny.ROWS: that GEMM)."""
         self.model = model
         self.body = model.model
         cfg = model.config
@@ -162,11 +173,12 @@ class LlamaStepper:
         # q, k, v as one product (one rotary call on q and k together), gate and up as one. This call's
         # weights (a stepper lives for one decode call).
         layers = self.body.layers
-        self.qkv = [_Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers]
-        self.o = [_Linear(layer.self_attn.o_proj) for layer in layers]
-        self.gate_up = [_Linear(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers]
-        self.down = [_Linear(layer.mlp.down_proj) for layer in layers]
-        self.head = _Linear(model.lm_head)
+        self.qkv = [_Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, rows=rows)
+                    for layer in layers]
+        self.o = [_Linear(layer.self_attn.o_proj, rows=rows) for layer in layers]
+        self.gate_up = [_Linear(layer.mlp.gate_proj, layer.mlp.up_proj, rows=rows) for layer in layers]
+        self.down = [_Linear(layer.mlp.down_proj, rows=rows) for layer in layers]
+        self.head = _Linear(model.lm_head, rows=rows)
 
     def _norm(self, x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
         """RMSNorm of x (N, H), as LlamaRMSNorm computes it."""
@@ -307,6 +319,7 @@ def _flash(q, k, v, mask, scale):
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=scale)
 
 
-def make_stepper(model, max_new_tokens: int):
-    """The lean stepper where the model allows it, else the model's own forward."""
-    return LlamaStepper(model, max_new_tokens) if LlamaStepper.supports(model) else HFStepper(model)
+def make_stepper(model, max_new_tokens: int, rows: int | None = None):
+    """The lean stepper where the model allows it, else the model's own forward. `rows`: the decode's
+    rows (prompts x G), where known."""
+    return LlamaStepper(model, max_new_tokens, rows) if LlamaStepper.supports(model) else HFStepper(model)
