@@ -32,17 +32,21 @@ PROMPTS = {"distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 @pytest.mark.parametrize("prompts", list(PROMPTS))
 @pytest.mark.parametrize("gemm", ["skinny", "mkl-packed", "plain"])
-def test_lean_forward_equals_the_models_own(kind, prompts, gemm, monkeypatch):
+@pytest.mark.parametrize("attention", ["native", "torch"])
+def test_lean_forward_equals_the_models_own(kind, prompts, gemm, attention, monkeypatch):
     import rlvr.rollout.stepper as stepper_module
-    from rlvr.rollout import skinny
+    from rlvr.rollout import native
 
-    # every product path, used at every row count (prefill, 6, 5, 3 rows): rlvr's skinny GEMM (a decode
-    # of at most skinny.ROWS rows), the weights packed once for MKL, and F.linear on the plain weights
+    # every product path, used at every row count (prefill, 6, 5, 3 rows): rlvr's GEMM for few rows (a
+    # decode of at most native.SKINNY_ROWS rows), the weights packed once for MKL, and F.linear on the
+    # plain weights; each with rlvr's decode attention and with torch's (two parts merged by their LSEs)
     if gemm == "mkl-packed" and not stepper_module._mkl_packs():
         pytest.skip("this torch build has no MKL packed GEMM")
-    if gemm == "skinny" and skinny.library() is None:
-        pytest.skip("the skinny GEMM cannot be built here (no C compiler or no AVX2+FMA)")
+    if (gemm == "skinny" or attention == "native") and native.library() is None:
+        pytest.skip("rlvr's native kernels cannot be built here (no C compiler or no AVX2+FMA)")
     monkeypatch.setattr(stepper_module, "_mkl_packs", lambda: gemm == "mkl-packed")
+    if attention == "torch":
+        monkeypatch.setattr(native, "attention_supported", lambda *shape: False)
     model = _model(kind)
     assert LlamaStepper.supports(model)
     # rows finishing: 1 of 6 (5 left: stays in the cache), then 2 more (3 of 6: the cache is compacted)
@@ -54,6 +58,8 @@ def test_lean_forward_equals_the_models_own(kind, prompts, gemm, monkeypatch):
         for stepper in (HFStepper(model), lean):
             out = [stepper.prefill(PROMPTS[prompts], pad_id=0)]
             stepper.repeat(2)  # 6 rows
+            if stepper is lean:
+                assert (lean.native is not None) == (attention == "native")
             tokens = torch.arange(6) * 7 + 1
             for t in range(5):
                 if t in drops:

@@ -14,7 +14,7 @@ concatenation, mask building and small ops beside its GEMMs, and the GEMMs at a
 decode batch's few rows run well below the matmul peak. So here: caches written
 in place, activations row-major, q/k/v as one product and gate/up as one, every
 linear over weights packed once per decode (`_Linear`): for a decode of at most 16
-rows on rlvr's own GEMM for few rows (rlvr.rollout.skinny: a 16-row step 43 ms
+rows on rlvr's own GEMM for few rows (rlvr.rollout.native: a 16-row step 43 ms
 instead of 48 on the 2-core Xeon), else on MKL's packed GEMM.
 At 128 rows (32 prompts of ~81 tokens) three more costs showed: the prefill, 12%
 of the rollout, though 58 tokens of every prompt are the same system prompt and
@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.rollout import skinny
+from rlvr.rollout import native
 from rlvr.scoring import left_pad
 
 COMPACT_AT = 0.75
@@ -106,8 +106,8 @@ def _mkl_packs() -> bool:
 class _Linear:
     """Linear layers over the same input as one product (outputs side by side): x (M, K) -> (M, N).
 
-    For a decode of at most skinny.ROWS rows (`rows`), where it builds, rlvr's skinny GEMM over its
-    own packing of the weight (rlvr.rollout.skinny). Otherwise, where MKL's packed GEMM runs
+    For a decode of at most native.SKINNY_ROWS rows (`rows`), where it builds, rlvr's GEMM for few
+    rows over its own packing of the weight (rlvr.rollout.native). Otherwise, where MKL's packed GEMM runs
     (`_mkl_packs`), the weight is packed once, when the stepper is made, into MKL's internal layout,
     and every product reads that instead of MKL packing the weight again on each call: on the 2-core
     Xeon a decode step's products took 34 ms instead of 45 at 16 rows, 90 instead of 115 at 128
@@ -126,8 +126,8 @@ class _Linear:
             [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
              for b, layer in zip(biases, layers)])
         fp32 = self.weight.dtype == torch.float32
-        lib = skinny.library() if fp32 and rows is not None and rows <= skinny.ROWS else None
-        self.skinny = skinny.SkinnyWeight(self.weight, self.bias, lib) if lib is not None else None
+        lib = native.library() if fp32 and rows is not None and rows <= native.SKINNY_ROWS else None
+        self.skinny = native.SkinnyWeight(self.weight, self.bias, lib) if lib is not None else None
         self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
                        if fp32 and self.skinny is None and _mkl_packs() else None)
 
@@ -161,7 +161,7 @@ class LlamaStepper:
             ("_proj", "lm_head")))  # adapters (LoRA) and quantized layers go through the model's forward
 
     def __init__(self, model, max_new_tokens: int, rows: int | None = None) -> None:
-        """`rows`: how many rows the decode starts with, where known (at most skinny.ROWS: that GEMM)."""
+        """`rows`: how many rows the decode starts with, where known (at most native.SKINNY_ROWS: that GEMM)."""
         self.model = model
         self.body = model.model
         cfg = model.config
@@ -221,8 +221,15 @@ class LlamaStepper:
     def _step_attend(self, i, q, k_new, v_new):
         """A decode step's attention, in two parts merged by their log-sum-exps: over the row's prompt,
         each prompt's rows reading its one copy together (the G rows' heads stacked as query positions
-        of the KV heads they share), and over the row's own generated tokens. q (R, Hq, 1, D)."""
+        of the KV heads they share), and over the row's own generated tokens. q (R, Hq, 1, D). With
+        rlvr's native kernels, one call per layer does both, with one softmax (`native.decode_attention`)."""
         r, hkv, d = len(q), self.kv_heads, self.head_dim
+        if self.native is not None:
+            cache_of = self.live if self.live is not None else self.cache_rows[:r]  # (R,) each row's cache row
+            o = native.decode_attention(self.native, q[:, :, 0], k_new[:, :, 0], v_new[:, :, 0], self.k[i], self.v[i],
+                                        self.generated, cache_of, self.prompt_k[i], self.prompt_v[i], self.prompt_mask,
+                                        self.prompt_of, self.scale, self.scratch)
+            return o[:, :, None]  # (R, Hq, 1, D)
         g = self.heads // hkv
         q = q.reshape(r, hkv, g, d)
         k, v, t, live = self.k[i], self.v[i], self.generated, self.live  # (cache rows, Hkv, max_new, D)
@@ -262,6 +269,8 @@ class LlamaStepper:
         n = ids.shape[1]
         size = (b, self.kv_heads, c + n, self.head_dim)
         self.dtype = self.body.embed_tokens.weight.dtype
+        fits = self.dtype == torch.float32 and native.attention_supported(self.head_dim, self.heads, self.kv_heads)
+        self.native = native.library() if fits else None  # rlvr's decode attention, or torch's
         self.prompt_k = [torch.zeros(size, dtype=self.dtype) for _ in self.body.layers]  # (B, Hkv, c + S, D)
         self.prompt_v = [torch.zeros(size, dtype=self.dtype) for _ in self.body.layers]
         valid = torch.cat([torch.ones(b, c, dtype=torch.bool), mask.bool()], dim=1)  # (B, c + S): a real token
@@ -289,8 +298,12 @@ class LlamaStepper:
         self.k = [torch.empty(size, dtype=self.dtype) for _ in self.body.layers]  # (rows, Hkv, max_new, D)
         self.v = [torch.empty(size, dtype=self.dtype) for _ in self.body.layers]
         self.group, self.generated, self.live = g, 0, None
-        self.row_ids = torch.arange(rows)  # (R,) each decoding row's first index: its prompt's and place
+        self.row_ids = self.cache_rows = torch.arange(rows)  # (R,) each decoding row's first index: prompt and place
+        self.prompt_of = self.row_ids // g  # (R,)
         self.next_pos = self.prompt_next_pos.repeat_interleave(g, 0)
+        if self.native is not None:
+            per_thread = native.scratch_size(self.heads // self.kv_heads, self.prompt_k[0].shape[2], self.max_new)
+            self.scratch = torch.empty(torch.get_num_threads(), per_thread)
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep the decoding rows `keep` (indices into the current ones). The cache is compacted only
@@ -298,7 +311,7 @@ class LlamaStepper:
         128-row rollout, a finished row left in place costs only its share of attention."""
         rows = len(self.k[0])
         live = (self.live if self.live is not None else torch.arange(rows))[keep]  # (R',) cache rows
-        self.next_pos, self.row_ids = self.next_pos[keep], self.row_ids[keep]
+        self.next_pos, self.row_ids, self.prompt_of = self.next_pos[keep], self.row_ids[keep], self.prompt_of[keep]
         if len(live) > COMPACT_AT * rows:
             self.live = live
             return

@@ -1,0 +1,197 @@
+/* y (M, N) = x (M, K) @ W^T + b for the few rows of a decode step (rlvr.rollout.skinny).
+
+   W (N, K) is packed once into panels of VW output columns: panel p holds W[p*VW : (p+1)*VW, :]
+   as K rows of VW floats (the last panel zero-padded), so a product streams each panel once,
+   front to back. Rows are taken MB at a time: MB accumulators of VW columns stay in registers
+   over all of K, each weight vector loaded once per MB rows. Each output is one chain of fused
+   multiply-adds over k in order, then + b: the same numbers whatever the vector width, so the
+   AVX2 and AVX-512 builds agree bit for bit. Panels are shared out among the threads (OpenMP,
+   the runtime torch loaded). */
+#include <omp.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#define VW 16
+#define MB 16
+#else
+#define VW 8
+#define MB 12
+#endif
+#ifndef PREFETCH_AHEAD
+/* k rows ahead (4 kB at AVX-512) into L2: a SmolLM2 step's products at 16 rows took 26 ms, 39 without */
+#define PREFETCH_AHEAD 64
+#endif
+
+typedef float vec __attribute__((vector_size(VW * 4), aligned(4)));
+
+int rlvr_skinny_panel_width(void) { return VW; }
+
+void rlvr_skinny_pack(const float *w, int n, int k, float *out, int threads) {
+    int panels = (n + VW - 1) / VW;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int p = 0; p < panels; p++)
+        for (int kk = 0; kk < k; kk++)
+            for (int j = 0; j < VW; j++) {
+                int row = p * VW + j;
+                out[((size_t)p * k + kk) * VW + j] = row < n ? w[(size_t)row * k + kk] : 0.f;
+            }
+}
+
+#define BLOCK(R)                                                                                   \
+static void block_##R(const float *x, int k, const float *panel, float *y, int ldy, int cols,     \
+                      const float *bias) {                                                        \
+    vec acc[R];                                                                                    \
+    for (int r = 0; r < R; r++) acc[r] = (vec){0};                                                 \
+    for (int kk = 0; kk < k; kk++) {                                                               \
+        __builtin_prefetch(panel + (size_t)(kk + PREFETCH_AHEAD) * VW, 0, 1);                      \
+        vec w = *(const vec *)(panel + (size_t)kk * VW);                                           \
+        for (int r = 0; r < R; r++) acc[r] += x[(size_t)r * k + kk] * w;                           \
+    }                                                                                              \
+    for (int r = 0; r < R; r++) {                                                                  \
+        float out[VW];                                                                             \
+        memcpy(out, &acc[r], sizeof out);                                                          \
+        for (int j = 0; j < cols; j++) y[(size_t)r * ldy + j] = bias ? out[j] + bias[j] : out[j];  \
+    }                                                                                              \
+}
+BLOCK(1) BLOCK(2) BLOCK(3) BLOCK(4) BLOCK(5) BLOCK(6) BLOCK(7) BLOCK(8) BLOCK(9) BLOCK(10) BLOCK(11) BLOCK(12)
+#if MB == 16
+BLOCK(13) BLOCK(14) BLOCK(15) BLOCK(16)
+#endif
+
+typedef void (*block_fn)(const float *, int, const float *, float *, int, int, const float *);
+static const block_fn blocks[MB + 1] = {
+    0, block_1, block_2, block_3, block_4, block_5, block_6, block_7, block_8, block_9, block_10, block_11, block_12,
+#if MB == 16
+    block_13, block_14, block_15, block_16,
+#endif
+};
+
+void rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n, const float *bias, float *y,
+                        int threads) {
+    int panels = (n + VW - 1) / VW;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int p = 0; p < panels; p++) {
+        const float *panel = packed + (size_t)p * k * VW;
+        int cols = n - p * VW < VW ? n - p * VW : VW;
+        for (int r0 = 0; r0 < m; r0 += MB) {
+            int rows = m - r0 < MB ? m - r0 : MB;
+            blocks[rows](x + (size_t)r0 * k, k, panel, y + (size_t)r0 * n + p * VW, n, cols, bias ? bias + p * VW : 0);
+        }
+    }
+}
+
+/* One decode step's attention for every decoding row (rlvr.rollout.stepper.LlamaStepper): each row's
+   g = Hq / Hkv query heads per KV head over its prompt's keys (kept once per prompt, padding masked
+   by an additive 0 / -inf mask) and its own generated ones, one softmax over both. The row's new key
+   and value are written into its cache slot t first. Units of work: (row, KV head). Dot products
+   over D in 16-float pieces summed in a fixed order, and the exponential below: the same numbers at
+   AVX2 and AVX-512. D is a multiple of 16. */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+typedef int i16 __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) float hsum(v16 a) {
+    v8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
+         + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* exp(x) for x <= 0 (scores minus their maximum): Cephes' expf, 2^n times a degree-6 polynomial of
+   the remainder (~1 ulp); -inf and anything below -87.3 give 0. */
+static inline __attribute__((always_inline)) v16 vexp(v16 x) {
+    const v16 zero = {0}, magic = zero + 12582912.f; /* 1.5 * 2^23: adding, then subtracting rounds to an integer */
+    i16 under = x < -87.3f;
+    x = (v16)(((i16)x & ~under) | ((i16)(zero - 87.3f) & under));
+    v16 n = (x * 1.44269504f + magic) - magic;
+    v16 r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    v16 p = zero + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.f;
+    i16 scale = (__builtin_convertvector(n, i16) + 127) << 23;
+    return (v16)((i16)(p * (v16)scale) & ~under);
+}
+
+#define MAX_G 16
+#ifndef ATTN_AHEAD
+#define ATTN_AHEAD 16 /* own keys ahead: a 128-row step's attention 32 ms instead of 42 (SmolLM2, 2-core Xeon) */
+#endif
+
+static inline __attribute__((always_inline)) void attend_unit(
+        const float *q, const float *kp, const float *vp, const float *mask, int plen, const float *ko,
+        const float *vo, int own, int g, const int d, float scale, float *s, int width, float *out) {
+    int n = plen + own;
+    for (int j = 0; j < n; j++) { /* scores: s (g, width) */
+        const float *key = j < plen ? kp + (size_t)j * d : ko + (size_t)(j - plen) * d;
+        if (j + ATTN_AHEAD >= plen && j + ATTN_AHEAD < n) { /* own keys and values from memory: asked for ahead */
+            size_t ahead = (size_t)(j + ATTN_AHEAD - plen) * d;
+            for (int c = 0; c < d; c += 16) { __builtin_prefetch(ko + ahead + c, 0, 3); __builtin_prefetch(vo + ahead + c, 0, 2); }
+        }
+        float add = j < plen ? mask[j] : 0.f;
+        for (int i = 0; i < g; i++) {
+            v16 acc = *(const v16 *)(q + i * d) * *(const v16 *)key;
+            for (int c = 16; c < d; c += 16) acc += *(const v16 *)(q + i * d + c) * *(const v16 *)(key + c);
+            s[i * width + j] = hsum(acc) * scale + add;
+        }
+    }
+    for (int i = 0; i < g; i++) {
+        float *si = s + i * width, top = si[0];
+        for (int j = n; j < width; j++) si[j] = -__builtin_inff();
+        for (int j = 1; j < n; j++) top = si[j] > top ? si[j] : top;
+        v16 sum = {0};
+        for (int j = 0; j < width; j += 16) {
+            v16 e = vexp(*(v16 *)(si + j) - top);
+            *(v16 *)(si + j) = e;
+            sum += e;
+        }
+        float total = hsum(sum);
+        v16 acc[d / 16];
+        for (int c = 0; c < d / 16; c++) acc[c] = (v16){0};
+        for (int j = 0; j < plen; j++)
+            for (int c = 0; c < d / 16; c++) acc[c] += si[j] * *(const v16 *)(vp + (size_t)j * d + c * 16);
+        for (int j = 0; j < own; j++)
+            for (int c = 0; c < d / 16; c++) acc[c] += si[plen + j] * *(const v16 *)(vo + (size_t)j * d + c * 16);
+        for (int c = 0; c < d / 16; c++) *(v16 *)(out + i * d + c * 16) = acc[c] / total;
+    }
+}
+
+/* q, knew, vnew: each row's (rotated) queries (Hq, D), new keys and values (Hkv, D), at row strides
+   q_row, k_row, v_row; kc, vc: the generated-token caches (cache rows, Hkv, max_new, D),
+   row r's at cache row cache_of[r], written at slot t; pk, pv: the prompts' keys and values
+   (B, Hkv, plen, D), pmask (B, plen), row r's prompt prompt_of[r]; out (rows, Hq, D); scratch:
+   threads x g x width floats, width = plen + t + 1 rounded up to 16. */
+int rlvr_decode_attention(const float *q, long q_row, const float *knew, long k_row, const float *vnew, long v_row,
+                          int rows, int hq, int hkv,
+                          int d, float scale, float *kc, float *vc, long cache_row, int max_new, int t,
+                          const long *cache_of, const float *pk, const float *pv, int plen, const float *pmask,
+                          const long *prompt_of, float *out, float *scratch, int threads) {
+    int g = hq / hkv, width = (plen + t + 1 + 15) / 16 * 16;
+    if (d % 16 || hq % hkv || g > MAX_G || t >= max_new) return -1;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int unit = 0; unit < rows * hkv; unit++) {
+        int r = unit / hkv, h = unit % hkv;
+        float *s = scratch + (size_t)omp_get_thread_num() * g * width;
+        const float *qr = q + r * q_row + (size_t)h * g * d;
+        float *ko = kc + cache_of[r] * cache_row + (size_t)h * max_new * d;
+        float *vo = vc + cache_of[r] * cache_row + (size_t)h * max_new * d;
+        memcpy(ko + (size_t)t * d, knew + r * k_row + (size_t)h * d, d * sizeof(float));
+        memcpy(vo + (size_t)t * d, vnew + r * v_row + (size_t)h * d, d * sizeof(float));
+        const float *kp = pk + ((size_t)prompt_of[r] * hkv + h) * plen * d;
+        const float *vp = pv + ((size_t)prompt_of[r] * hkv + h) * plen * d;
+        const float *mask = pmask + (size_t)prompt_of[r] * plen;
+        float *o = out + (size_t)r * hq * d + (size_t)h * g * d;
+        switch (d) { /* the common head sizes with D known to the compiler: accumulators in registers */
+            case 64: attend_unit(qr, kp, vp, mask, plen, ko, vo, t + 1, g, 64, scale, s, width, o); break;
+            case 128: attend_unit(qr, kp, vp, mask, plen, ko, vo, t + 1, g, 128, scale, s, width, o); break;
+            default: attend_unit(qr, kp, vp, mask, plen, ko, vo, t + 1, g, d, scale, s, width, o);
+        }
+    }
+    return 0;
+}

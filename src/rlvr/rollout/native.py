@@ -1,0 +1,160 @@
+"""rlvr's own CPU kernels for the loop engine's decode step (`native.c`, compiled on first use).
+
+**A GEMM for few rows** (`SkinnyWeight`): x (M, K) @ W^T + b at M <= SKINNY_ROWS over weights packed
+once. At 16 rows a decode step is a stream of the weights (540 MB for SmolLM2-135M), and MKL's GEMM,
+packed or not, streamed them at 16 GB/s on the 2-core Xeon where a read of the same bytes ran at
+33 GB/s: its blocking is made for many rows. Here all of a step's rows (up to 16 at AVX-512, 12 at
+AVX2) stay in registers while one panel of the packed weight streams past, once, prefetched ahead
+(bench/bench_decode_rows.py: a step's 121 products 27.6 ms instead of 33.4 at 16 rows). Its packed
+weight is the weight's own size; MKL's is 3.7x (2 GB of fresh memory per decode for SmolLM2). Past
+16 rows MKL's packed GEMM is faster: the stepper uses this only for decodes of at most SKINNY_ROWS.
+
+**A decode step's attention** (`decode_attention`): every row's query heads over its prompt's keys
+(kept once per prompt) and its own generated ones, one softmax, in one call per layer, where the
+torch path took two fused-attention calls, the merge of their log-sum-exps and a dozen copies.
+
+Both compute each output in a fixed order (one fused multiply-add chain over k per GEMM output;
+dot products in 16-float pieces; one polynomial exponential), so the AVX2 and AVX-512 builds give
+the same numbers (tests/test_rollout_native.py). The source is compiled with the machine's C
+compiler (`cc`, OpenMP; about 1 s) into $RLVR_KERNEL_CACHE or ~/.cache/rlvr/kernels, named by the
+source, flags and compiler, and loaded with ctypes; its OpenMP is the runtime torch loaded, its
+threads torch's count. Where it cannot be built (no compiler, no AVX2+FMA) `library()` is None,
+logged once, and the stepper keeps torch's kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rlvr.kernels import has_flag
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("native.c")
+SKINNY_ROWS = 16
+"""The most rows a decode may start with to use this GEMM (MKL's packed GEMM is faster past it)."""
+
+
+def isa_flags(cpuinfo: str | None = None) -> list[str] | None:
+    """Compiler flags for this CPU's widest build (AVX-512 or AVX2, with FMA), None without AVX2+FMA."""
+    if not (has_flag("avx2", cpuinfo) and has_flag("fma", cpuinfo)):
+        return None
+    return ["-mavx2", "-mfma", *(["-mavx512f"] if has_flag("avx512f", cpuinfo) else [])]
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlvr" / "kernels"
+    return Path(os.environ.get("RLVR_KERNEL_CACHE") or default)
+
+
+def build(flags: list[str], out_dir: Path | None = None) -> Path:
+    """Compile native.c with `flags` (once per source, flags and compiler); the shared library."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise FileNotFoundError("no C compiler (cc) on PATH")
+    cmd = [compiler, "-O3", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-Wno-psabi", *flags]
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *cmd[1:], version]).encode()).hexdigest()[:16]
+    out_dir = out_dir or cache_dir()
+    path = out_dir / f"native-{key}.so"
+    if not path.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # built aside, then renamed: processes may race
+            subprocess.run([*cmd, str(SOURCE), "-o", f"{tmp}/lib.so"], check=True, capture_output=True, text=True)
+            os.replace(f"{tmp}/lib.so", path)
+    return path
+
+
+def load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))  # (torch is imported: its libgomp.so.1 serves the library's OpenMP)
+    ptr, i = ctypes.c_void_p, ctypes.c_int
+    lib.rlvr_skinny_panel_width.restype = i
+    lib.rlvr_skinny_pack.argtypes = [ptr, i, i, ptr, i]
+    lib.rlvr_skinny_linear.argtypes = [ptr, i, i, ptr, i, ptr, ptr, i]
+    long, f = ctypes.c_long, ctypes.c_float
+    lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, i, i, i, i, f, ptr, ptr, long, i, i, ptr,
+                                          ptr, ptr, i, ptr, ptr, ptr, ptr, i]
+    lib.rlvr_decode_attention.restype = i
+    return lib
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels for this machine, or None where they cannot be built (logged once)."""
+    flags = isa_flags()
+    if flags is None:
+        log.info("rlvr's native kernels need AVX2+FMA; the loop engine uses torch's")
+        return None
+    try:
+        return load(build(flags))
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        log.warning("rlvr's native kernels could not be built (%s); the loop engine uses torch's", str(detail)[:500])
+        return None
+
+
+class SkinnyWeight:
+    """A weight (N, K) and optional bias (N,), fp32, packed for `lib`; called on x (M, K) -> (M, N)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, lib: ctypes.CDLL) -> None:
+        self.lib, (self.n, self.k) = lib, weight.shape
+        width = lib.rlvr_skinny_panel_width()
+        weight = weight.detach().contiguous()
+        self.packed = torch.empty(-(-self.n // width) * self.k * width, dtype=torch.float32)
+        lib.rlvr_skinny_pack(weight.data_ptr(), self.n, self.k, self.packed.data_ptr(), torch.get_num_threads())
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = x.new_empty(len(x), self.n)
+        self.lib.rlvr_skinny_linear(x.data_ptr(), len(x), self.k, self.packed.data_ptr(), self.n,
+                                    None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
+                                    torch.get_num_threads())
+        return y
+
+
+def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                     k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int, cache_of: torch.Tensor,
+                     prompt_k: torch.Tensor, prompt_v: torch.Tensor, prompt_mask: torch.Tensor,
+                     prompt_of: torch.Tensor, scale: float, scratch: torch.Tensor) -> torch.Tensor:
+    """A decode step's attention (R, Hq, D), fp32. q (R, Hq, D), k_new, v_new (R, Hkv, D), each with
+    unit strides within a row; k_new and v_new are written into the caches (cache rows, Hkv, max_new,
+    D) at `slot` of row r's cache row cache_of[r] (R,); prompt_k, prompt_v (B, Hkv, L, D) and the
+    additive prompt_mask (B, L) of row r's prompt prompt_of[r] (R,); scratch (threads, `scratch_size`):
+    the threads it runs on."""
+    rows, hq, d = q.shape
+    hkv, max_new = k_cache.shape[1], k_cache.shape[2]
+    for name, t in {"q": q, "k_new": k_new, "v_new": v_new}.items():
+        if t.stride(2) != 1 or t.stride(1) != d:
+            raise ValueError(f"decode_attention: {name} must have unit strides within a row, got {t.stride()}")
+    out = q.new_empty(rows, hq, d)
+    threads = len(scratch)
+    if scratch.shape[1] < scratch_size(hq // hkv, prompt_k.shape[2], max_new):
+        raise ValueError(f"decode_attention: scratch {tuple(scratch.shape)} is too small")
+    rc = lib.rlvr_decode_attention(
+        q.data_ptr(), q.stride(0), k_new.data_ptr(), k_new.stride(0), v_new.data_ptr(), v_new.stride(0), rows, hq,
+        hkv, d, scale, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0), max_new, slot, cache_of.data_ptr(),
+        prompt_k.data_ptr(), prompt_v.data_ptr(), prompt_k.shape[2], prompt_mask.data_ptr(), prompt_of.data_ptr(),
+        out.data_ptr(), scratch.data_ptr(), threads)
+    if rc != 0:
+        raise ValueError(f"decode_attention: unsupported shape (D={d}, Hq={hq}, Hkv={hkv}, slot {slot} of {max_new})")
+    return out
+
+
+def scratch_size(g: int, prompt_len: int, max_new: int) -> int:
+    """Floats of decode_attention's scratch per thread: a (g, L + max_new) score row, rounded up to 16."""
+    return g * -(-(prompt_len + max_new) // 16) * 16
+
+
+def attention_supported(head_dim: int, heads: int, kv_heads: int) -> bool:
+    return head_dim % 16 == 0 and heads % kv_heads == 0 and heads // kv_heads <= 16

@@ -1,0 +1,98 @@
+"""rlvr's native kernels for the decode step (rlvr.rollout.native): the GEMM for few rows gives
+F.linear's numbers at every row count and shape (row blocks, a last partial panel, bias or none),
+the decode attention torch's (prompt padding, finished rows, head sizes), each the same numbers
+from its AVX2 and AVX-512 builds; and torch's kernels where they cannot be built. The stepper's
+use of them: tests/test_rollout_stepper.py."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlvr.kernels import has_flag
+from rlvr.rollout import native
+
+pytestmark = pytest.mark.skipif(native.isa_flags() is None, reason="rlvr's native kernels need AVX2+FMA")
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """The AVX2 build, and the AVX-512 one where this CPU runs it."""
+    out = tmp_path_factory.mktemp("kernels")
+    flags = {"avx2": ["-mavx2", "-mfma"]}
+    if has_flag("avx512f"):
+        flags["avx512"] = ["-mavx2", "-mfma", "-mavx512f"]
+    return {name: native.load(native.build(f, out)) for name, f in flags.items()}
+
+
+@pytest.mark.parametrize("n, k", [(37, 19), (64, 96), (960, 576)])
+def test_skinny_gemm_equals_linear_at_every_row_count(builds, n, k):
+    gen = torch.Generator().manual_seed(n)
+    w, b = torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
+    rows = (1, 2, 7, 11, 12, 13, 16, 17, 40)  # whole and partial row blocks: 12 rows at AVX2, 16 at AVX-512
+    xs = [torch.randn(m, k, generator=gen) for m in rows]
+    outputs = {}
+    for name, lib in builds.items():
+        with_bias, without = native.SkinnyWeight(w, b, lib), native.SkinnyWeight(w, None, lib)
+        for x in xs:
+            m = len(x)
+            got = outputs[name, m] = with_bias(x)
+            torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+            torch.testing.assert_close(without(x), x @ w.T, rtol=1e-5, atol=1e-4)
+    if "avx512" in builds:  # one fused multiply-add chain per output: the vector width does not show
+        assert all(torch.equal(outputs["avx2", m], outputs["avx512", m]) for _, m in outputs)
+
+
+def test_without_a_compiler_the_stepper_uses_mkl(monkeypatch, tmp_path, caplog):
+    import rlvr.rollout.stepper as stepper_module
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("RLVR_KERNEL_CACHE", str(tmp_path))
+    native.library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlvr.rollout.skinny"):
+            assert native.library() is None
+        assert "could not be built" in caplog.text and "no C compiler" in caplog.text
+        linear = stepper_module._Linear(torch.nn.Linear(8, 5), rows=4)
+        assert linear.skinny is None and (linear.packed is not None) == stepper_module._mkl_packs()
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(linear(x), F.linear(x, linear.weight, linear.bias))
+    finally:
+        native.library.cache_clear()  # later tests build (or find) the real one
+
+
+@pytest.mark.parametrize("d, hq, hkv", [(64, 9, 3), (16, 4, 4), (80, 4, 1), (128, 4, 2)])
+def test_decode_attention_equals_softmax_attention(builds, d, hq, hkv):
+    gen = torch.Generator().manual_seed(d + hq)
+    b, plen, max_new, slot = 3, 7, 5, 2
+    prompt_k, prompt_v = (torch.randn(b, hkv, plen, d, generator=gen) for _ in range(2))
+    mask = torch.zeros(b, 1, 1, plen)
+    mask[0, ..., :3] = mask[2, ..., :1] = float("-inf")  # left padding
+    cache_of, prompt_of = torch.tensor([4, 0, 2, 3]), torch.tensor([2, 0, 1, 1])  # rows 1 and 5 of the cache finished
+    q = torch.randn(4, hq + hkv, d, generator=gen)[:, :hq]  # a view, as the stepper's (row stride Hq + Hkv)
+    k_new, v_new = torch.randn(4, hkv, d, generator=gen), torch.randn(4, hkv, d, generator=gen)
+    caches = torch.randn(2, 6, hkv, max_new, d, generator=gen)
+    g = hq // hkv
+    expect = torch.empty(4, hq, d, dtype=torch.float64)
+    for r, (c, p) in enumerate(zip(cache_of.tolist(), prompt_of.tolist())):
+        for h in range(hkv):
+            own_k = torch.cat([caches[0, c, h, :slot], k_new[r, h, None]])
+            own_v = torch.cat([caches[1, c, h, :slot], v_new[r, h, None]])
+            keys, values = torch.cat([prompt_k[p, h], own_k]).double(), torch.cat([prompt_v[p, h], own_v]).double()
+            scores = q[r, h * g:(h + 1) * g].double() @ keys.T / d ** 0.5
+            scores[:, :plen] += mask[p, 0, 0].double()
+            expect[r, h * g:(h + 1) * g] = scores.softmax(-1) @ values
+    outputs = []
+    for lib in builds.values():
+        k_cache, v_cache = caches[0].clone(), caches[1].clone()
+        scratch = torch.empty(2, native.scratch_size(g, plen, max_new))
+        out = native.decode_attention(lib, q, k_new, v_new, k_cache, v_cache, slot, cache_of, prompt_k, prompt_v,
+                                      mask, prompt_of, d ** -0.5, scratch)
+        torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-6)
+        assert torch.equal(k_cache[cache_of, :, slot], k_new) and torch.equal(v_cache[cache_of, :, slot], v_new)
+        untouched = [1, 5]  # finished rows' caches, and every other slot, as they were
+        assert torch.equal(k_cache[untouched], caches[0][untouched])
+        assert torch.equal(k_cache[:, :, :slot], caches[0][:, :, :slot])
+        outputs.append(out)
+    assert all(torch.equal(outputs[0], o) for o in outputs[1:])  # AVX2 and AVX-512: the same numbers
