@@ -7,8 +7,10 @@
    multiply-adds over k in order, then + b: the same numbers whatever the vector width, so the
    AVX2 and AVX-512 builds agree bit for bit. Panels are shared out among the threads (OpenMP,
    the runtime torch loaded). */
+#include <math.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__)
@@ -40,7 +42,7 @@ void rlvr_skinny_pack(const float *w, int n, int k, float *out, int threads) {
 
 #define BLOCK(R)                                                                                   \
 static void block_##R(const float *x, int k, const float *panel, float *y, int ldy, int cols,     \
-                      const float *bias) {                                                        \
+                      const float *bias, const float *res) {                                      \
     vec acc[R];                                                                                    \
     for (int r = 0; r < R; r++) acc[r] = (vec){0};                                                 \
     for (int kk = 0; kk < k; kk++) {                                                               \
@@ -51,7 +53,10 @@ static void block_##R(const float *x, int k, const float *panel, float *y, int l
     for (int r = 0; r < R; r++) {                                                                  \
         float out[VW];                                                                             \
         memcpy(out, &acc[r], sizeof out);                                                          \
-        for (int j = 0; j < cols; j++) y[(size_t)r * ldy + j] = bias ? out[j] + bias[j] : out[j];  \
+        for (int j = 0; j < cols; j++) {                                                           \
+            float v = bias ? out[j] + bias[j] : out[j];                                            \
+            y[(size_t)r * ldy + j] = res ? res[(size_t)r * ldy + j] + v : v;                       \
+        }                                                                                          \
     }                                                                                              \
 }
 BLOCK(1) BLOCK(2) BLOCK(3) BLOCK(4) BLOCK(5) BLOCK(6) BLOCK(7) BLOCK(8) BLOCK(9) BLOCK(10) BLOCK(11) BLOCK(12)
@@ -59,7 +64,7 @@ BLOCK(1) BLOCK(2) BLOCK(3) BLOCK(4) BLOCK(5) BLOCK(6) BLOCK(7) BLOCK(8) BLOCK(9)
 BLOCK(13) BLOCK(14) BLOCK(15) BLOCK(16)
 #endif
 
-typedef void (*block_fn)(const float *, int, const float *, float *, int, int, const float *);
+typedef void (*block_fn)(const float *, int, const float *, float *, int, int, const float *, const float *);
 static const block_fn blocks[MB + 1] = {
     0, block_1, block_2, block_3, block_4, block_5, block_6, block_7, block_8, block_9, block_10, block_11, block_12,
 #if MB == 16
@@ -67,8 +72,32 @@ static const block_fn blocks[MB + 1] = {
 #endif
 };
 
-void rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n, const float *bias, float *y,
-                        int threads) {
+/* y (m, n) = f(x) @ W^T (+ bias) (+ res), the ops a Llama layer puts around its products, one pass each:
+   f = RMSNorm where norm_w is given (x * 1/sqrt(mean(x^2) + eps) * norm_w, as LlamaRMSNorm), the gated
+   unit where glu (x (m, 2k): silu(x[:, :k]) * x[:, k:]), else x; res (m, n) is added last and may be y
+   itself (the residual stream updated in place). Returns -1 where memory for f(x) cannot be had. */
+int rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n, const float *bias,
+                       const float *norm_w, float eps, int glu, const float *res, float *y, int threads) {
+    float *fx = 0;
+    if (norm_w || glu) {
+        fx = malloc((size_t)m * k * sizeof(float));
+        if (!fx) return -1;
+        #pragma omp parallel for num_threads(threads) schedule(static)
+        for (int r = 0; r < m; r++) {
+            float *out = fx + (size_t)r * k;
+            if (norm_w) {
+                const float *row = x + (size_t)r * k;
+                double sq = 0.;
+                for (int i = 0; i < k; i++) sq += (double)row[i] * row[i];
+                float scale = 1.f / sqrtf((float)(sq / k) + eps);
+                for (int i = 0; i < k; i++) out[i] = norm_w[i] * (row[i] * scale);
+            } else {
+                const float *gate = x + (size_t)r * 2 * k, *up = gate + k;
+                for (int i = 0; i < k; i++) out[i] = gate[i] / (1.f + expf(-gate[i])) * up[i];
+            }
+        }
+        x = fx;
+    }
     int panels = (n + VW - 1) / VW;
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int p = 0; p < panels; p++) {
@@ -76,9 +105,12 @@ void rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n
         int cols = n - p * VW < VW ? n - p * VW : VW;
         for (int r0 = 0; r0 < m; r0 += MB) {
             int rows = m - r0 < MB ? m - r0 : MB;
-            blocks[rows](x + (size_t)r0 * k, k, panel, y + (size_t)r0 * n + p * VW, n, cols, bias ? bias + p * VW : 0);
+            size_t at = (size_t)r0 * n + p * VW;
+            blocks[rows](x + (size_t)r0 * k, k, panel, y + at, n, cols, bias ? bias + p * VW : 0, res ? res + at : 0);
         }
     }
+    free(fx);
+    return 0;
 }
 
 /* One decode step's attention for every decoding row (rlvr.rollout.stepper.LlamaStepper): each row's

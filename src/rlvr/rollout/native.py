@@ -70,7 +70,7 @@ def build(flags: list[str], out_dir: Path | None = None) -> Path:
     if not path.exists():
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # built aside, then renamed: processes may race
-            subprocess.run([*cmd, str(SOURCE), "-o", f"{tmp}/lib.so"], check=True, capture_output=True, text=True)
+            subprocess.run([*cmd, str(SOURCE), "-lm", "-o", f"{tmp}/lib.so"], check=True, capture_output=True, text=True)
             os.replace(f"{tmp}/lib.so", path)
     return path
 
@@ -80,8 +80,9 @@ def load(path: Path) -> ctypes.CDLL:
     ptr, i = ctypes.c_void_p, ctypes.c_int
     lib.rlvr_skinny_panel_width.restype = i
     lib.rlvr_skinny_pack.argtypes = [ptr, i, i, ptr, i]
-    lib.rlvr_skinny_linear.argtypes = [ptr, i, i, ptr, i, ptr, ptr, i]
     long, f = ctypes.c_long, ctypes.c_float
+    lib.rlvr_skinny_linear.argtypes = [ptr, i, i, ptr, i, ptr, ptr, f, i, ptr, ptr, i]
+    lib.rlvr_skinny_linear.restype = i
     lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, i, i, i, i, f, ptr, ptr, long, i, i, ptr,
                                           ptr, ptr, i, ptr, ptr, ptr, ptr, i]
     lib.rlvr_decode_attention.restype = i
@@ -114,12 +115,22 @@ class SkinnyWeight:
         lib.rlvr_skinny_pack(weight.data_ptr(), self.n, self.k, self.packed.data_ptr(), torch.get_num_threads())
         self.bias = None if bias is None else bias.detach().float().contiguous()
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """f(x) @ W^T + b (+ residual, in place: returns it), f: RMSNorm with norm = (weight, eps), the
+        gated unit silu(x[:, :K]) * x[:, K:] where glu (x (M, 2K)), else nothing."""
         x = x.contiguous()
-        y = x.new_empty(len(x), self.n)
-        self.lib.rlvr_skinny_linear(x.data_ptr(), len(x), self.k, self.packed.data_ptr(), self.n,
-                                    None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
-                                    torch.get_num_threads())
+        if x.shape[1] != self.k * (2 if glu else 1) or (residual is not None and not residual.is_contiguous()):
+            raise ValueError(f"SkinnyWeight ({self.n}, {self.k}): x {tuple(x.shape)}, glu={glu}")
+        y = residual if residual is not None else x.new_empty(len(x), self.n)
+        norm_w, eps = (None, 0.0) if norm is None else (norm[0].detach().contiguous(), norm[1])
+        rc = self.lib.rlvr_skinny_linear(x.data_ptr(), len(x), self.k, self.packed.data_ptr(), self.n,
+                                         None if self.bias is None else self.bias.data_ptr(),
+                                         None if norm_w is None else norm_w.data_ptr(), eps, int(glu),
+                                         None if residual is None else residual.data_ptr(), y.data_ptr(),
+                                         torch.get_num_threads())
+        if rc != 0:
+            raise MemoryError(f"SkinnyWeight: no memory for the ({len(x)}, {self.k}) input of the product")
         return y
 
 

@@ -131,14 +131,23 @@ class _Linear:
         self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
                        if fp32 and self.skinny is None and _mkl_packs() else None)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ W^T + b, x (M, K) contiguous."""
+    def __call__(self, x: torch.Tensor, norm: nn.Module | None = None, eps: float = 0.0, glu: bool = False,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """f(x) @ W^T + b, x (M, K) contiguous, f: the RMSNorm `norm` (eps), the gated unit
+        silu(x[:, :K]) * x[:, K:] where glu, else nothing; plus `residual`, in place (returned). The
+        skinny GEMM does f and the sum in the same call as the product."""
         if self.skinny is not None:
-            return self.skinny(x)
+            return self.skinny(x, None if norm is None else (norm.weight, eps), glu, residual)
+        if norm is not None:
+            x = F.rms_norm(x, x.shape[-1:], norm.weight, eps)
+        if glu:
+            gate, up = x.chunk(2, dim=-1)
+            x = F.silu(gate) * up
         if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        # torch runs the packed product only when the last argument equals the rows: the pack serves any
-        return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, len(x))
+            y = F.linear(x, self.weight, self.bias)
+        else:  # torch runs the packed product only when the last argument equals the rows: the pack serves any
+            y = torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, len(x))
+        return y if residual is None else residual.add_(y)
 
 
 class LlamaStepper:
@@ -195,14 +204,13 @@ class LlamaStepper:
         hq, hkv, d = self.heads, self.kv_heads, self.head_dim
         half = d // 2
         for i, layer in enumerate(self.body.layers):
-            qkv = self.qkv[i](self._norm(h, layer.input_layernorm)).view(r, s, hq + 2 * hkv, d)
+            qkv = self.qkv[i](h, layer.input_layernorm, self.eps).view(r, s, hq + 2 * hkv, d)
             qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
             qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary (rotate-half form)
             q, k_new = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)  # (R, Hq, S, D), (R, Hkv, S, D)
             o = attend(i, q, k_new, qkv[:, :, hq + hkv:].transpose(1, 2))  # (R, Hq, S, D)
-            h = h + self.o[i](o.transpose(1, 2).reshape(r * s, hq * d))
-            gate, up = self.gate_up[i](self._norm(h, layer.post_attention_layernorm)).chunk(2, dim=-1)
-            h = h + self.down[i](F.silu(gate) * up)
+            self.o[i](o.transpose(1, 2).reshape(r * s, hq * d), residual=h)  # h += o W^T, in place
+            self.down[i](self.gate_up[i](h, layer.post_attention_layernorm, self.eps), glu=True, residual=h)
         return self._norm(h.view(r, s, -1)[:, -1], self.body.norm)  # (R, H)
 
     def _prompt_attend(self, rows: int, start: int, mask: torch.Tensor):
