@@ -44,6 +44,22 @@ def test_skinny_gemm_equals_linear_at_every_row_count(builds, n, k):
         assert all(torch.equal(outputs["avx2", m], outputs["avx512", m]) for _, m in outputs)
 
 
+def test_skinny_gemm_with_the_layer_ops_around_it(builds):
+    gen = torch.Generator().manual_seed(1)
+    w, norm_w = torch.randn(48, 32, generator=gen), torch.rand(32, generator=gen) + 0.5
+    x, gated, h = torch.randn(5, 32, generator=gen) * 3, torch.randn(5, 64, generator=gen), torch.randn(5, 48, generator=gen)
+    for lib in builds.values():
+        weight = native.SkinnyWeight(w, None, lib)
+        torch.testing.assert_close(weight(x, norm=(norm_w, 1e-5)), F.linear(F.rms_norm(x, (32,), norm_w, 1e-5), w))
+        gate, up = gated.chunk(2, dim=-1)
+        torch.testing.assert_close(weight(gated, glu=True), F.linear(F.silu(gate) * up, w))
+        stream = h.clone()
+        assert weight(x, residual=stream) is stream  # the residual stream, updated in place
+        torch.testing.assert_close(stream, h + F.linear(x, w))
+        with pytest.raises(ValueError, match="glu=True"):
+            weight(x, glu=True)  # the gated unit takes (M, 2K)
+
+
 def test_without_a_compiler_the_stepper_uses_mkl(monkeypatch, tmp_path, caplog):
     import rlvr.rollout.stepper as stepper_module
 
