@@ -47,7 +47,8 @@ def test_skinny_gemm_equals_linear_at_every_row_count(builds, n, k):
 def test_skinny_gemm_with_the_layer_ops_around_it(builds):
     gen = torch.Generator().manual_seed(1)
     w, norm_w = torch.randn(48, 32, generator=gen), torch.rand(32, generator=gen) + 0.5
-    x, gated, h = torch.randn(5, 32, generator=gen) * 3, torch.randn(5, 64, generator=gen), torch.randn(5, 48, generator=gen)
+    x, gated = torch.randn(5, 32, generator=gen) * 3, torch.randn(5, 64, generator=gen)
+    h = torch.randn(5, 48, generator=gen)
     for lib in builds.values():
         weight = native.SkinnyWeight(w, None, lib)
         torch.testing.assert_close(weight(x, norm=(norm_w, 1e-5)), F.linear(F.rms_norm(x, (32,), norm_w, 1e-5), w))
@@ -88,25 +89,34 @@ def test_decode_attention_equals_softmax_attention(builds, d, hq, hkv):
     cache_of, prompt_of = torch.tensor([4, 0, 2, 3]), torch.tensor([2, 0, 1, 1])  # rows 1 and 5 of the cache finished
     q = torch.randn(4, hq + hkv, d, generator=gen)[:, :hq]  # a view, as the stepper's (row stride Hq + Hkv)
     k_new, v_new = torch.randn(4, hkv, d, generator=gen), torch.randn(4, hkv, d, generator=gen)
+    angles = torch.rand(4, d // 2, generator=gen).repeat(1, 2) * 6  # (R, D): the rotary embedding's cos and sin
+    cos, sin = angles.cos(), angles.sin()
+    half = d // 2
+
+    def rotated(x, r):  # x (..., D) in float64, the rotate-half form
+        return x.double() * cos[r].double() + torch.cat([-x[..., half:], x[..., :half]], -1).double() * sin[r].double()
+
     caches = torch.randn(2, 6, hkv, max_new, d, generator=gen)
     g = hq // hkv
     expect = torch.empty(4, hq, d, dtype=torch.float64)
     for r, (c, p) in enumerate(zip(cache_of.tolist(), prompt_of.tolist())):
         for h in range(hkv):
-            own_k = torch.cat([caches[0, c, h, :slot], k_new[r, h, None]])
+            own_k = torch.cat([caches[0, c, h, :slot].double(), rotated(k_new[r, h, None], r)])
             own_v = torch.cat([caches[1, c, h, :slot], v_new[r, h, None]])
-            keys, values = torch.cat([prompt_k[p, h], own_k]).double(), torch.cat([prompt_v[p, h], own_v]).double()
-            scores = q[r, h * g:(h + 1) * g].double() @ keys.T / d ** 0.5
+            keys, values = torch.cat([prompt_k[p, h].double(), own_k]), torch.cat([prompt_v[p, h], own_v]).double()
+            scores = rotated(q[r, h * g:(h + 1) * g], r) @ keys.T / d ** 0.5
             scores[:, :plen] += mask[p, 0, 0].double()
             expect[r, h * g:(h + 1) * g] = scores.softmax(-1) @ values
     outputs = []
     for lib in builds.values():
         k_cache, v_cache = caches[0].clone(), caches[1].clone()
         scratch = torch.empty(2, native.scratch_size(g, plen, max_new))
-        out = native.decode_attention(lib, q, k_new, v_new, k_cache, v_cache, slot, cache_of, prompt_k, prompt_v,
-                                      mask, prompt_of, d ** -0.5, scratch)
-        torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-6)
-        assert torch.equal(k_cache[cache_of, :, slot], k_new) and torch.equal(v_cache[cache_of, :, slot], v_new)
+        out = native.decode_attention(lib, q, k_new, v_new, cos, sin, k_cache, v_cache, slot, cache_of, prompt_k,
+                                      prompt_v, mask, prompt_of, d ** -0.5, scratch)
+        torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
+        rotated_k = torch.stack([rotated(k_new[r], r) for r in range(4)])  # the cache keeps keys rotated
+        torch.testing.assert_close(k_cache[cache_of, :, slot].double(), rotated_k)
+        assert torch.equal(v_cache[cache_of, :, slot], v_new)
         untouched = [1, 5]  # finished rows' caches, and every other slot, as they were
         assert torch.equal(k_cache[untouched], caches[0][untouched])
         assert torch.equal(k_cache[:, :, :slot], caches[0][:, :, :slot])

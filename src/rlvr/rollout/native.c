@@ -152,6 +152,13 @@ static inline __attribute__((always_inline)) v16 vexp(v16 x) {
 }
 
 #define MAX_G 16
+#define MAX_D 256
+
+static inline void rotate(const float *x, const float *c, const float *s, int d, float *out) {
+    int half = d / 2;
+    for (int i = 0; i < half; i++) out[i] = x[i] * c[i] - x[i + half] * s[i];
+    for (int i = half; i < d; i++) out[i] = x[i] * c[i] + x[i - half] * s[i];
+}
 #ifndef ATTN_AHEAD
 #define ATTN_AHEAD 16 /* own keys ahead: a 128-row step's attention 32 ms instead of 42 (SmolLM2, 2-core Xeon) */
 #endif
@@ -194,18 +201,19 @@ static inline __attribute__((always_inline)) void attend_unit(
     }
 }
 
-/* q, knew, vnew: each row's (rotated) queries (Hq, D), new keys and values (Hkv, D), at row strides
-   q_row, k_row, v_row; kc, vc: the generated-token caches (cache rows, Hkv, max_new, D),
+/* q, knew, vnew: each row's queries (Hq, D), new keys and values (Hkv, D), at row strides q_row,
+   k_row, v_row, queries and keys before the rotary embedding: rotated here by the row's cos, sin
+   (rows, D), in the rotate-half form (x * cos + [-x2, x1] * sin); kc, vc: the generated-token caches (cache rows, Hkv, max_new, D),
    row r's at cache row cache_of[r], written at slot t; pk, pv: the prompts' keys and values
    (B, Hkv, plen, D), pmask (B, plen), row r's prompt prompt_of[r]; out (rows, Hq, D); scratch:
    threads x g x width floats, width = plen + t + 1 rounded up to 16. */
 int rlvr_decode_attention(const float *q, long q_row, const float *knew, long k_row, const float *vnew, long v_row,
-                          int rows, int hq, int hkv,
+                          const float *cos, const float *sin, int rows, int hq, int hkv,
                           int d, float scale, float *kc, float *vc, long cache_row, int max_new, int t,
                           const long *cache_of, const float *pk, const float *pv, int plen, const float *pmask,
                           const long *prompt_of, float *out, float *scratch, int threads) {
     int g = hq / hkv, width = (plen + t + 1 + 15) / 16 * 16;
-    if (d % 16 || hq % hkv || g > MAX_G || t >= max_new) return -1;
+    if (d % 16 || d > MAX_D || hq % hkv || g > MAX_G || t >= max_new) return -1;
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int unit = 0; unit < rows * hkv; unit++) {
         int r = unit / hkv, h = unit % hkv;
@@ -213,16 +221,19 @@ int rlvr_decode_attention(const float *q, long q_row, const float *knew, long k_
         const float *qr = q + r * q_row + (size_t)h * g * d;
         float *ko = kc + cache_of[r] * cache_row + (size_t)h * max_new * d;
         float *vo = vc + cache_of[r] * cache_row + (size_t)h * max_new * d;
-        memcpy(ko + (size_t)t * d, knew + r * k_row + (size_t)h * d, d * sizeof(float));
+        const float *c = cos + (size_t)r * d, *sn = sin + (size_t)r * d;
+        float qrot[MAX_G * MAX_D];
+        for (int i = 0; i < g; i++) rotate(qr + i * d, c, sn, d, qrot + i * d);
+        rotate(knew + r * k_row + (size_t)h * d, c, sn, d, ko + (size_t)t * d);
         memcpy(vo + (size_t)t * d, vnew + r * v_row + (size_t)h * d, d * sizeof(float));
         const float *kp = pk + ((size_t)prompt_of[r] * hkv + h) * plen * d;
         const float *vp = pv + ((size_t)prompt_of[r] * hkv + h) * plen * d;
         const float *mask = pmask + (size_t)prompt_of[r] * plen;
         float *o = out + (size_t)r * hq * d + (size_t)h * g * d;
         switch (d) { /* the common head sizes with D known to the compiler: accumulators in registers */
-            case 64: attend_unit(qr, kp, vp, mask, plen, ko, vo, t + 1, g, 64, scale, s, width, o); break;
-            case 128: attend_unit(qr, kp, vp, mask, plen, ko, vo, t + 1, g, 128, scale, s, width, o); break;
-            default: attend_unit(qr, kp, vp, mask, plen, ko, vo, t + 1, g, d, scale, s, width, o);
+            case 64: attend_unit(qrot, kp, vp, mask, plen, ko, vo, t + 1, g, 64, scale, s, width, o); break;
+            case 128: attend_unit(qrot, kp, vp, mask, plen, ko, vo, t + 1, g, 128, scale, s, width, o); break;
+            default: attend_unit(qrot, kp, vp, mask, plen, ko, vo, t + 1, g, d, scale, s, width, o);
         }
     }
     return 0;

@@ -70,7 +70,8 @@ def build(flags: list[str], out_dir: Path | None = None) -> Path:
     if not path.exists():
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # built aside, then renamed: processes may race
-            subprocess.run([*cmd, str(SOURCE), "-lm", "-o", f"{tmp}/lib.so"], check=True, capture_output=True, text=True)
+            subprocess.run([*cmd, str(SOURCE), "-lm", "-o", f"{tmp}/lib.so"], check=True, capture_output=True,
+                           text=True)
             os.replace(f"{tmp}/lib.so", path)
     return path
 
@@ -83,8 +84,8 @@ def load(path: Path) -> ctypes.CDLL:
     long, f = ctypes.c_long, ctypes.c_float
     lib.rlvr_skinny_linear.argtypes = [ptr, i, i, ptr, i, ptr, ptr, f, i, ptr, ptr, i]
     lib.rlvr_skinny_linear.restype = i
-    lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, i, i, i, i, f, ptr, ptr, long, i, i, ptr,
-                                          ptr, ptr, i, ptr, ptr, ptr, ptr, i]
+    lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, ptr, ptr, i, i, i, i, f, ptr, ptr, long, i,
+                                          i, ptr, ptr, ptr, i, ptr, ptr, ptr, ptr, i]
     lib.rlvr_decode_attention.restype = i
     return lib
 
@@ -135,11 +136,13 @@ class SkinnyWeight:
 
 
 def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
-                     k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int, cache_of: torch.Tensor,
-                     prompt_k: torch.Tensor, prompt_v: torch.Tensor, prompt_mask: torch.Tensor,
-                     prompt_of: torch.Tensor, scale: float, scratch: torch.Tensor) -> torch.Tensor:
+                     cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int,
+                     cache_of: torch.Tensor, prompt_k: torch.Tensor, prompt_v: torch.Tensor,
+                     prompt_mask: torch.Tensor, prompt_of: torch.Tensor, scale: float,
+                     scratch: torch.Tensor) -> torch.Tensor:
     """A decode step's attention (R, Hq, D), fp32. q (R, Hq, D), k_new, v_new (R, Hkv, D), each with
-    unit strides within a row; k_new and v_new are written into the caches (cache rows, Hkv, max_new,
+    unit strides within a row, q and k_new before the rotary embedding (rotated here by cos, sin
+    (R, D), rotate-half form); k_new and v_new are written into the caches (cache rows, Hkv, max_new,
     D) at `slot` of row r's cache row cache_of[r] (R,); prompt_k, prompt_v (B, Hkv, L, D) and the
     additive prompt_mask (B, L) of row r's prompt prompt_of[r] (R,); scratch (threads, `scratch_size`):
     the threads it runs on."""
@@ -148,12 +151,16 @@ def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_new: torch.Tensor, v_n
     for name, t in {"q": q, "k_new": k_new, "v_new": v_new}.items():
         if t.stride(2) != 1 or t.stride(1) != d:
             raise ValueError(f"decode_attention: {name} must have unit strides within a row, got {t.stride()}")
+    cos, sin = cos.contiguous(), sin.contiguous()
+    if cos.shape != (rows, d) or sin.shape != (rows, d):
+        raise ValueError(f"decode_attention: cos, sin must be ({rows}, {d}), got {tuple(cos.shape)}")
     out = q.new_empty(rows, hq, d)
     threads = len(scratch)
     if scratch.shape[1] < scratch_size(hq // hkv, prompt_k.shape[2], max_new):
         raise ValueError(f"decode_attention: scratch {tuple(scratch.shape)} is too small")
     rc = lib.rlvr_decode_attention(
-        q.data_ptr(), q.stride(0), k_new.data_ptr(), k_new.stride(0), v_new.data_ptr(), v_new.stride(0), rows, hq,
+        q.data_ptr(), q.stride(0), k_new.data_ptr(), k_new.stride(0), v_new.data_ptr(), v_new.stride(0),
+        cos.data_ptr(), sin.data_ptr(), rows, hq,
         hkv, d, scale, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0), max_new, slot, cache_of.data_ptr(),
         prompt_k.data_ptr(), prompt_v.data_ptr(), prompt_k.shape[2], prompt_mask.data_ptr(), prompt_of.data_ptr(),
         out.data_ptr(), scratch.data_ptr(), threads)
@@ -168,4 +175,4 @@ def scratch_size(g: int, prompt_len: int, max_new: int) -> int:
 
 
 def attention_supported(head_dim: int, heads: int, kv_heads: int) -> bool:
-    return head_dim % 16 == 0 and heads % kv_heads == 0 and heads // kv_heads <= 16
+    return head_dim % 16 == 0 and head_dim <= 256 and heads % kv_heads == 0 and heads // kv_heads <= 16

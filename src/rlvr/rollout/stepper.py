@@ -194,29 +194,34 @@ class LlamaStepper:
         return F.rms_norm(x, x.shape[-1:], norm.weight, self.eps)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
-        """Hidden state of each row's last position (R, H), ids and positions (R, S). attend(i, q, k, v)
-        stores layer i's new keys and values (R, Hkv, S, D) and returns the attention output of q
-        (R, Hq, S, D) in the same shape. Activations (R * S, features)."""
+        """Hidden state of each row's last position (R, H), ids and positions (R, S). attend(i, qkv, cos,
+        sin) takes layer i's queries, keys and values (R, S, Hq + 2 Hkv, D) before the rotary embedding
+        (cos, sin (R, S, D)), stores its keys and values and returns the attention output (R, Hq, S, D).
+        Activations (R * S, features)."""
         r, s = ids.shape
         h = self.body.embed_tokens(ids).view(r * s, -1)  # (N, H), N = R * S
         cos, sin = self.body.rotary_emb(h, positions)  # (R, S, D) each
-        cos, sin = cos[:, :, None], sin[:, :, None]  # (R, S, 1, D): one rotation for every head
         hq, hkv, d = self.heads, self.kv_heads, self.head_dim
-        half = d // 2
         for i, layer in enumerate(self.body.layers):
             qkv = self.qkv[i](h, layer.input_layernorm, self.eps).view(r, s, hq + 2 * hkv, d)
-            qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
-            qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin  # rotary (rotate-half form)
-            q, k_new = qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2)  # (R, Hq, S, D), (R, Hkv, S, D)
-            o = attend(i, q, k_new, qkv[:, :, hq + hkv:].transpose(1, 2))  # (R, Hq, S, D)
+            o = attend(i, qkv, cos, sin)  # (R, Hq, S, D)
             self.o[i](o.transpose(1, 2).reshape(r * s, hq * d), residual=h)  # h += o W^T, in place
             self.down[i](self.gate_up[i](h, layer.post_attention_layernorm, self.eps), glu=True, residual=h)
         return self._norm(h.view(r, s, -1)[:, -1], self.body.norm)  # (R, H)
 
+    def _rotated(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q (R, Hq, S, D), k and v (R, Hkv, S, D) of qkv (R, S, Hq + 2 Hkv, D), q and k rotated (the
+        rotate-half form; cos, sin (R, S, D): one rotation for every head)."""
+        hq, hkv, half = self.heads, self.kv_heads, self.head_dim // 2
+        qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
+        qk = qk * cos[:, :, None] + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin[:, :, None]
+        return qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2), qkv[:, :, hq + hkv:].transpose(1, 2)
+
     def _prompt_attend(self, rows: int, start: int, mask: torch.Tensor):
         """Prefill: layer i's new keys and values into slots [start, start + S) of the first `rows` prompt
         rows, and attention over slots [0, start + S) of those rows under `mask` (rows, 1, S, start + S)."""
-        def attend(i, q, k_new, v_new):
+        def attend(i, qkv, cos, sin):
+            q, k_new, v_new = self._rotated(qkv, cos, sin)
             end = start + k_new.shape[2]
             k, v = self.prompt_k[i][:rows], self.prompt_v[i][:rows]
             k[:, :, start:end], v[:, :, start:end] = k_new, v_new
@@ -226,18 +231,21 @@ class LlamaStepper:
             return F.scaled_dot_product_attention(q.contiguous(), k, v, attn_mask=mask, scale=self.scale)
         return attend
 
-    def _step_attend(self, i, q, k_new, v_new):
+    def _step_attend(self, i, qkv, cos, sin):
         """A decode step's attention, in two parts merged by their log-sum-exps: over the row's prompt,
         each prompt's rows reading its one copy together (the G rows' heads stacked as query positions
-        of the KV heads they share), and over the row's own generated tokens. q (R, Hq, 1, D). With
-        rlvr's native kernels, one call per layer does both, with one softmax (`native.decode_attention`)."""
-        r, hkv, d = len(q), self.kv_heads, self.head_dim
+        of the KV heads they share), and over the row's own generated tokens. qkv (R, 1, Hq + 2 Hkv, D).
+        With rlvr's native kernels one call per layer does the rotary embedding, the cache write and
+        both parts with one softmax (`native.decode_attention`)."""
+        r, hq, hkv, d = len(qkv), self.heads, self.kv_heads, self.head_dim
         if self.native is not None:
             cache_of = self.live if self.live is not None else self.cache_rows[:r]  # (R,) each row's cache row
-            o = native.decode_attention(self.native, q[:, :, 0], k_new[:, :, 0], v_new[:, :, 0], self.k[i], self.v[i],
-                                        self.generated, cache_of, self.prompt_k[i], self.prompt_v[i], self.prompt_mask,
-                                        self.prompt_of, self.scale, self.scratch)
+            qkv = qkv[:, 0]  # (R, Hq + 2 Hkv, D)
+            o = native.decode_attention(self.native, qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:], cos[:, 0],
+                                        sin[:, 0], self.k[i], self.v[i], self.generated, cache_of, self.prompt_k[i],
+                                        self.prompt_v[i], self.prompt_mask, self.prompt_of, self.scale, self.scratch)
             return o[:, :, None]  # (R, Hq, 1, D)
+        q, k_new, v_new = self._rotated(qkv, cos, sin)
         g = self.heads // hkv
         q = q.reshape(r, hkv, g, d)
         k, v, t, live = self.k[i], self.v[i], self.generated, self.live  # (cache rows, Hkv, max_new, D)
