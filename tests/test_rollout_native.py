@@ -59,6 +59,10 @@ def test_skinny_gemm_with_the_layer_ops_around_it(builds):
         torch.testing.assert_close(stream, h + F.linear(x, w))
         with pytest.raises(ValueError, match="glu=True"):
             weight(x, glu=True)  # the gated unit takes (M, 2K)
+        wide = torch.cat([torch.linspace(-100, 100, 64)[None], gated])  # exp's clamps: silu(-100) is -0
+        gate, up = wide.chunk(2, dim=-1)
+        torch.testing.assert_close(native.layer_op(lib, wide, glu=True), F.silu(gate) * up)
+        torch.testing.assert_close(native.layer_op(lib, x, (norm_w, 1e-5)), F.rms_norm(x, (32,), norm_w, 1e-5))
 
 
 def test_without_a_compiler_the_stepper_uses_mkl(monkeypatch, tmp_path, caplog):

@@ -45,8 +45,10 @@ def test_lean_forward_equals_the_models_own(kind, prompts, gemm, attention, monk
     if (gemm == "skinny" or attention == "native") and native.library() is None:
         pytest.skip("rlvr's native kernels cannot be built here (no C compiler or no AVX2+FMA)")
     monkeypatch.setattr(stepper_module, "_mkl_packs", lambda: gemm == "mkl-packed")
-    if attention == "torch":
+    if attention == "torch":  # and with MKL or F.linear, torch's RMSNorm and gated unit too
         monkeypatch.setattr(native, "attention_supported", lambda *shape: False)
+        if gemm != "skinny":
+            monkeypatch.setattr(native, "library", lambda: None)
     model = _model(kind)
     assert LlamaStepper.supports(model)
     # rows finishing: 1 of 6 (5 left: stays in the cache), then 2 more (3 of 6: the cache is compacted)

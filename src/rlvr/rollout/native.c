@@ -40,6 +40,66 @@ void rlvr_skinny_pack(const float *w, int n, int k, float *out, int threads) {
             }
 }
 
+/* 16-float vectors whatever the ISA (two registers at AVX2): fixed-order sums, the same numbers everywhere. */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+typedef int i16 __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) float hsum(v16 a) {
+    v8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
+         + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* exp(x), Cephes' expf: 2^n times a degree-6 polynomial of the remainder (~1 ulp); below -87.3 it
+   gives 0 (-inf included), above 88 it gives exp(88). */
+static inline __attribute__((always_inline)) v16 vexp(v16 x) {
+    const v16 zero = {0}, magic = zero + 12582912.f; /* 1.5 * 2^23: adding, then subtracting rounds to an integer */
+    i16 under = x < -87.3f, over = x > 88.f;
+    x = (v16)(((i16)x & ~(under | over)) | ((i16)(zero - 87.3f) & under) | ((i16)(zero + 88.f) & over));
+    v16 n = (x * 1.44269504f + magic) - magic;
+    v16 r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    v16 p = zero + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.f;
+    i16 scale = (__builtin_convertvector(n, i16) + 127) << 23;
+    return (v16)((i16)(p * (v16)scale) & ~under);
+}
+
+/* The op before a product: RMSNorm of a row (x * 1/sqrt(mean(x^2) + eps) * w, as LlamaRMSNorm) or
+   the gated unit silu(gate) * up, 16 floats at a time (k a multiple of 16), sums in a fixed order. */
+static void rms_norm_row(const float *x, const float *w, float eps, int k, float *out) {
+    v16 sq = {0};
+    for (int i = 0; i < k; i += 16) { v16 v = *(const v16 *)(x + i); sq += v * v; }
+    float scale = 1.f / sqrtf(hsum(sq) / k + eps);
+    for (int i = 0; i < k; i += 16) *(v16 *)(out + i) = *(const v16 *)(w + i) * (*(const v16 *)(x + i) * scale);
+}
+
+static void glu_row(const float *gate, const float *up, int k, float *out) {
+    for (int i = 0; i < k; i += 16) {
+        v16 g = *(const v16 *)(gate + i);
+        *(v16 *)(out + i) = g / (1.f + vexp(-g)) * *(const v16 *)(up + i);
+    }
+}
+
+/* fx (m, k) = the op before a product of x: RMSNorm (norm_w) or the gated unit (glu: x is (m, 2k)). */
+int rlvr_layer_op(const float *x, int m, int k, const float *norm_w, float eps, int glu, float *fx, int threads) {
+    if (k % 16 || !(norm_w || glu)) return -1;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int r = 0; r < m; r++) {
+        if (norm_w) rms_norm_row(x + (size_t)r * k, norm_w, eps, k, fx + (size_t)r * k);
+        else glu_row(x + (size_t)r * 2 * k, x + (size_t)r * 2 * k + k, k, fx + (size_t)r * k);
+    }
+    return 0;
+}
+
 #define BLOCK(R)                                                                                   \
 static void block_##R(const float *x, int k, const float *panel, float *y, int ldy, int cols,     \
                       const float *bias, const float *res) {                                      \
@@ -75,27 +135,14 @@ static const block_fn blocks[MB + 1] = {
 /* y (m, n) = f(x) @ W^T (+ bias) (+ res), the ops a Llama layer puts around its products, one pass each:
    f = RMSNorm where norm_w is given (x * 1/sqrt(mean(x^2) + eps) * norm_w, as LlamaRMSNorm), the gated
    unit where glu (x (m, 2k): silu(x[:, :k]) * x[:, k:]), else x; res (m, n) is added last and may be y
-   itself (the residual stream updated in place). Returns -1 where memory for f(x) cannot be had. */
+   itself (the residual stream updated in place). Returns -1 where memory for f(x) cannot be had or
+   k is not a multiple of 16 with f. */
 int rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n, const float *bias,
                        const float *norm_w, float eps, int glu, const float *res, float *y, int threads) {
     float *fx = 0;
     if (norm_w || glu) {
         fx = malloc((size_t)m * k * sizeof(float));
-        if (!fx) return -1;
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int r = 0; r < m; r++) {
-            float *out = fx + (size_t)r * k;
-            if (norm_w) {
-                const float *row = x + (size_t)r * k;
-                double sq = 0.;
-                for (int i = 0; i < k; i++) sq += (double)row[i] * row[i];
-                float scale = 1.f / sqrtf((float)(sq / k) + eps);
-                for (int i = 0; i < k; i++) out[i] = norm_w[i] * (row[i] * scale);
-            } else {
-                const float *gate = x + (size_t)r * 2 * k, *up = gate + k;
-                for (int i = 0; i < k; i++) out[i] = gate[i] / (1.f + expf(-gate[i])) * up[i];
-            }
-        }
+        if (!fx || rlvr_layer_op(x, m, k, norm_w, eps, glu, fx, threads)) { free(fx); return -1; }
         x = fx;
     }
     int panels = (n + VW - 1) / VW;
@@ -119,38 +166,6 @@ int rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n,
    and value are written into its cache slot t first. Units of work: (row, KV head). Dot products
    over D in 16-float pieces summed in a fixed order, and the exponential below: the same numbers at
    AVX2 and AVX-512. D is a multiple of 16. */
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
-typedef int i16 __attribute__((vector_size(64)));
-
-static inline __attribute__((always_inline)) float hsum(v16 a) {
-    v8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
-         + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
-    return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-/* exp(x) for x <= 0 (scores minus their maximum): Cephes' expf, 2^n times a degree-6 polynomial of
-   the remainder (~1 ulp); -inf and anything below -87.3 give 0. */
-static inline __attribute__((always_inline)) v16 vexp(v16 x) {
-    const v16 zero = {0}, magic = zero + 12582912.f; /* 1.5 * 2^23: adding, then subtracting rounds to an integer */
-    i16 under = x < -87.3f;
-    x = (v16)(((i16)x & ~under) | ((i16)(zero - 87.3f) & under));
-    v16 n = (x * 1.44269504f + magic) - magic;
-    v16 r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v16 p = zero + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.f;
-    i16 scale = (__builtin_convertvector(n, i16) + 127) << 23;
-    return (v16)((i16)(p * (v16)scale) & ~under);
-}
-
 #define MAX_G 16
 #define MAX_D 256
 

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from rlvr.kernels import has_flag
 
@@ -84,6 +85,8 @@ def load(path: Path) -> ctypes.CDLL:
     long, f = ctypes.c_long, ctypes.c_float
     lib.rlvr_skinny_linear.argtypes = [ptr, i, i, ptr, i, ptr, ptr, f, i, ptr, ptr, i]
     lib.rlvr_skinny_linear.restype = i
+    lib.rlvr_layer_op.argtypes = [ptr, i, i, ptr, f, i, ptr, i]
+    lib.rlvr_layer_op.restype = i
     lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, ptr, ptr, i, i, i, i, f, ptr, ptr, long, i,
                                           i, ptr, ptr, ptr, i, ptr, ptr, ptr, ptr, i]
     lib.rlvr_decode_attention.restype = i
@@ -123,6 +126,8 @@ class SkinnyWeight:
         x = x.contiguous()
         if x.shape[1] != self.k * (2 if glu else 1) or (residual is not None and not residual.is_contiguous()):
             raise ValueError(f"SkinnyWeight ({self.n}, {self.k}): x {tuple(x.shape)}, glu={glu}")
+        if (norm is not None or glu) and self.k % 16:  # the kernel's ops take 16 floats at a time
+            x, norm, glu = torch_layer_op(x, norm, glu), None, False
         y = residual if residual is not None else x.new_empty(len(x), self.n)
         norm_w, eps = (None, 0.0) if norm is None else (norm[0].detach().contiguous(), norm[1])
         rc = self.lib.rlvr_skinny_linear(x.data_ptr(), len(x), self.k, self.packed.data_ptr(), self.n,
@@ -176,3 +181,26 @@ def scratch_size(g: int, prompt_len: int, max_new: int) -> int:
 
 def attention_supported(head_dim: int, heads: int, kv_heads: int) -> bool:
     return head_dim % 16 == 0 and head_dim <= 256 and heads % kv_heads == 0 and heads // kv_heads <= 16
+
+
+def layer_op(lib: ctypes.CDLL | None, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None,
+             glu: bool = False) -> torch.Tensor:
+    """The op a Llama layer puts before a product, fp32: RMSNorm of x (M, K) with norm = (weight, eps),
+    as LlamaRMSNorm, or the gated unit silu(x[:, :K]) * x[:, K:] of x (M, 2K). rlvr's kernel where
+    `lib` is given and K is a multiple of 16 (one pass, vectorised exp), else torch's ops."""
+    k = x.shape[1] // (2 if glu else 1)
+    if lib is None or k % 16 or x.dtype != torch.float32:
+        return torch_layer_op(x, norm, glu)
+    x = x.contiguous()
+    out = x.new_empty(len(x), k)
+    norm_w = None if norm is None else norm[0].detach().contiguous()
+    lib.rlvr_layer_op(x.data_ptr(), len(x), k, None if norm_w is None else norm_w.data_ptr(),
+                      0.0 if norm is None else norm[1], int(glu), out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+def torch_layer_op(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None, glu: bool) -> torch.Tensor:
+    if norm is not None:
+        return F.rms_norm(x, x.shape[-1:], norm[0], norm[1])
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up

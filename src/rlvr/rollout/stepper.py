@@ -130,19 +130,18 @@ class _Linear:
         self.skinny = native.SkinnyWeight(self.weight, self.bias, lib) if lib is not None else None
         self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
                        if fp32 and self.skinny is None and _mkl_packs() else None)
+        self.ops = native.library() if fp32 else None  # rlvr's RMSNorm and gated unit, where it builds
 
     def __call__(self, x: torch.Tensor, norm: nn.Module | None = None, eps: float = 0.0, glu: bool = False,
                  residual: torch.Tensor | None = None) -> torch.Tensor:
         """f(x) @ W^T + b, x (M, K) contiguous, f: the RMSNorm `norm` (eps), the gated unit
         silu(x[:, :K]) * x[:, K:] where glu, else nothing; plus `residual`, in place (returned). The
         skinny GEMM does f and the sum in the same call as the product."""
+        norm = None if norm is None else (norm.weight, eps)
         if self.skinny is not None:
-            return self.skinny(x, None if norm is None else (norm.weight, eps), glu, residual)
-        if norm is not None:
-            x = F.rms_norm(x, x.shape[-1:], norm.weight, eps)
-        if glu:
-            gate, up = x.chunk(2, dim=-1)
-            x = F.silu(gate) * up
+            return self.skinny(x, norm, glu, residual)
+        if norm is not None or glu:
+            x = native.layer_op(self.ops, x, norm, glu)
         if self.packed is None:
             y = F.linear(x, self.weight, self.bias)
         else:  # torch runs the packed product only when the last argument equals the rows: the pack serves any
