@@ -126,3 +126,22 @@ def test_decode_attention_equals_softmax_attention(builds, d, hq, hkv):
         assert torch.equal(k_cache[:, :, :slot], caches[0][:, :, :slot])
         outputs.append(out)
     assert all(torch.equal(outputs[0], o) for o in outputs[1:])  # AVX2 and AVX-512: the same numbers
+
+
+def test_sample_draws_from_the_softmax(builds):
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(1, 97, generator=gen) * 2  # a vocabulary that is not a multiple of 16
+    logits[0, [5, 40, 96]] = float("-inf")  # probability 0: never drawn
+    n, temperature = 100_000, 1.3
+    probs = torch.softmax(logits[0] / temperature, -1)
+    u = torch.rand(n, generator=gen)
+    u[:2] = torch.tensor([0.0, 1 - 2**-24])  # the ends of [0, 1)
+    draws = []
+    for lib in builds.values():
+        tok, logp = native.sample(lib, logits.expand(n, -1), temperature, u)
+        assert probs[tok].min() > 0
+        freq = torch.bincount(tok, minlength=97) / n
+        assert (freq - probs).abs().max() < 5 * (probs * (1 - probs) / n).sqrt().max()  # five standard errors
+        torch.testing.assert_close(logp, probs.log()[tok])
+        draws.append(tok)
+    assert all(torch.equal(draws[0], t) for t in draws[1:])

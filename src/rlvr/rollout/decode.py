@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlvr.rollout import native
 from rlvr.rollout.stepper import make_stepper
 
 
@@ -44,6 +45,10 @@ def sample_with_logprobs(logits: torch.Tensor, temperature: float, top_p: float,
     """One token per row and its log-prob under softmax(logits / temperature) (1 when greedy),
     (R, V) -> (R,), (R,). Sampling by inverse CDF: one uniform per row, where multinomial draws an
     exponential per vocabulary entry (6% of the loop's time on SmolLM2 at 16 rows, profiled)."""
+    if not greedy and top_p >= 1.0 and logits.dtype == torch.float32 and logits.device.type == "cpu":
+        lib = native.library()
+        if lib is not None:  # the same draw in one pass over exp (rlvr.rollout.native.sample)
+            return native.sample(lib, logits, temperature, torch.rand(len(logits)))
     log_p = torch.log_softmax(logits / (1.0 if greedy else temperature), dim=-1)  # (R, V)
     if greedy:
         tok = logits.argmax(-1)  # (R,)

@@ -253,3 +253,59 @@ int rlvr_decode_attention(const float *q, long q_row, const float *knew, long k_
     }
     return 0;
 }
+
+/* exp(logits * inv_t - top) of block b (16 logits; past v: 0). */
+static inline __attribute__((always_inline)) v16 block_exp(const float *l, int v, int b, float inv_t, float top) {
+    v16 z;
+    if ((b + 1) * 16 <= v) {
+        z = *(const v16 *)(l + b * 16) * inv_t;
+    } else {
+        for (int i = 0; i < 16; i++) z[i] = b * 16 + i < v ? l[b * 16 + i] * inv_t : -__builtin_inff();
+    }
+    return vexp(z - top);
+}
+
+/* One token per row drawn from softmax(logits / temperature) by inverse CDF, and its log-prob:
+   e_i = exp(z_i - max z), z = logits * (1 / temperature); the row's uniform u in [0, 1) times the
+   sum of the e_i picks the first token whose running sum passes it (over blocks of 16, then within
+   the block; a zero-probability token is never drawn). logits (rows, v); tok, logp (rows,). */
+void rlvr_sample(const float *logits, int rows, int v, float temperature, const float *u, long *tok, float *logp,
+                 int threads) {
+    int blocks = (v + 15) / 16;
+    float inv_t = 1.f / temperature;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *l = logits + (size_t)r * v;
+        v16 most = (v16){0} - __builtin_inff();
+        int i = 0;
+        for (; i + 16 <= v; i += 16) {
+            v16 x = *(const v16 *)(l + i);
+            i16 more = x > most;
+            most = (v16)(((i16)x & more) | ((i16)most & ~more));
+        }
+        float top = -__builtin_inff();
+        for (int j = 0; j < 16; j++) top = most[j] > top ? most[j] : top;
+        for (; i < v; i++) top = l[i] > top ? l[i] : top;
+        top = top * inv_t;
+        v16 sums = {0};
+        for (int b = 0; b < blocks; b++) sums += block_exp(l, v, b, inv_t, top);
+        float total = hsum(sums), target = u[r] * total, run = 0.f;
+        int pick = -1;
+        for (int b = 0; b < blocks && pick < 0; b++) {
+            v16 e = block_exp(l, v, b, inv_t, top);
+            float sum = hsum(e);
+            if (run + sum <= target && b < blocks - 1) {
+                run += sum;
+                continue;
+            }
+            for (int j = 0; j < 16 && b * 16 + j < v; j++) {
+                if (e[j] > 0.f) pick = b * 16 + j; /* the last nonzero one, should rounding leave none past */
+                if (e[j] > 0.f && (run += e[j]) > target) break;
+            }
+        }
+        for (int j = 0; pick < 0 && j < v; j++) /* none passed (rounding): the most likely token */
+            if (l[j] * inv_t == top) pick = j;
+        tok[r] = pick;
+        logp[r] = (l[pick] * inv_t - top) - logf(total);
+    }
+}

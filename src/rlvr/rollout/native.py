@@ -87,6 +87,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.rlvr_skinny_linear.restype = i
     lib.rlvr_layer_op.argtypes = [ptr, i, i, ptr, f, i, ptr, i]
     lib.rlvr_layer_op.restype = i
+    lib.rlvr_sample.argtypes = [ptr, i, i, f, ptr, ptr, ptr, i]
     lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, ptr, ptr, i, i, i, i, f, ptr, ptr, long, i,
                                           i, ptr, ptr, ptr, i, ptr, ptr, ptr, ptr, i]
     lib.rlvr_decode_attention.restype = i
@@ -204,3 +205,17 @@ def torch_layer_op(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None, glu
         return F.rms_norm(x, x.shape[-1:], norm[0], norm[1])
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def sample(lib: ctypes.CDLL, logits: torch.Tensor, temperature: float, u: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of softmax(logits / temperature) (R, V) fp32, by inverse CDF with the row's
+    uniform u (R,) in [0, 1), and its log-prob: (R,) int64, (R,) fp32. One pass for the maximum, one
+    over exp for the sum and part of one to find the token, where torch's log_softmax, exp, cumsum,
+    searchsorted and gather took 7.3 ms a step at 128 rows of SmolLM2's 49,152 logits."""
+    logits, u = logits.contiguous(), u.contiguous().float()
+    rows, v = logits.shape
+    tok, logp = torch.empty(rows, dtype=torch.long), torch.empty(rows)
+    lib.rlvr_sample(logits.data_ptr(), rows, v, temperature, u.data_ptr(), tok.data_ptr(), logp.data_ptr(),
+                    torch.get_num_threads())
+    return tok, logp
