@@ -328,6 +328,23 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     assert (driver / "run" / "model" / "model.safetensors").exists()  # written by the trainer, on its node
 
 
+def test_shipped_files_written_by_several_actors_of_a_node_at_once(cluster, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlvr.deploy.ray.shipping import materialize, ship
+
+    source = tmp_path / "model"
+    source.mkdir()
+    for i in range(20):
+        (source / f"shard-{i}.bin").write_bytes(bytes([i]) * 100_000)
+    shipped = ship(source)
+    with ThreadPoolExecutor(8) as pool:  # (a temporary name they shared was renamed away under another writer)
+        targets = set(pool.map(lambda _: materialize(shipped, tmp_path / "cache"), range(8)))
+    (target,) = targets
+    assert sorted(p.name for p in target.iterdir()) == sorted([".complete", *(f"shard-{i}.bin" for i in range(20))])
+    assert all((target / f"shard-{i}.bin").read_bytes() == bytes([i]) * 100_000 for i in range(20))
+
+
 def test_a_gpu_that_torch_cannot_see_is_an_error_not_an_idle_gpu(cluster):
     from rlvr.deploy.ray.devices import Placed
 

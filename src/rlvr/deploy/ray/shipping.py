@@ -45,7 +45,9 @@ def ship(path: str | Path) -> Shipped:
 
 
 def materialize(shipped: Shipped, cache: str | Path | None = None) -> Path:
-    """The shipped directory on this node (written once per key; a half-written copy is redone)."""
+    """The shipped directory on this node (written once per key; a half-written copy is redone). Actors
+    on one node may write the same key at once: each writes its own temporary file and renames it
+    into place (a rename replaces atomically; a shared temporary name was renamed away under another)."""
     root = Path(cache or os.environ.get("RLVR_SHIP_CACHE") or Path(tempfile.gettempdir()) / "rlvr-shipped")
     target = root / shipped.key
     done = target / ".complete"
@@ -55,8 +57,9 @@ def materialize(shipped: Shipped, cache: str | Path | None = None) -> Path:
     for name, data in zip(shipped.names, ray.get(list(shipped.refs))):
         out = target / name
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".part")
-        tmp.write_bytes(data)
-        tmp.replace(out)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
     done.touch()
     return target
