@@ -169,6 +169,19 @@ int rlvr_skinny_linear(const float *x, int m, int k, const float *packed, int n,
 #define MAX_G 16
 #define MAX_D 256
 
+/* The largest of x[0:n], n a multiple of 16. */
+static inline __attribute__((always_inline)) float vmax(const float *x, int n) {
+    v16 most = *(const v16 *)x;
+    for (int j = 16; j < n; j += 16) {
+        v16 v = *(const v16 *)(x + j);
+        i16 more = v > most;
+        most = (v16)(((i16)v & more) | ((i16)most & ~more));
+    }
+    float top = most[0];
+    for (int j = 1; j < 16; j++) top = most[j] > top ? most[j] : top;
+    return top;
+}
+
 static inline void rotate(const float *x, const float *c, const float *s, int d, float *out) {
     int half = d / 2;
     for (int i = 0; i < half; i++) out[i] = x[i] * c[i] - x[i + half] * s[i];
@@ -178,27 +191,61 @@ static inline void rotate(const float *x, const float *c, const float *s, int d,
 #define ATTN_AHEAD 16 /* own keys ahead: a 128-row step's attention 32 ms instead of 42 (SmolLM2, 2-core Xeon) */
 #endif
 
-static inline __attribute__((always_inline)) void attend_unit(
-        const float *q, const float *kp, const float *vp, const float *mask, int plen, const float *ko,
-        const float *vo, int own, int g, const int d, float scale, float *s, int width, float *out) {
-    int n = plen + own;
-    for (int j = 0; j < n; j++) { /* scores: s (g, width) */
-        const float *key = j < plen ? kp + (size_t)j * d : ko + (size_t)(j - plen) * d;
-        if (j + ATTN_AHEAD >= plen && j + ATTN_AHEAD < n) { /* own keys and values from memory: asked for ahead */
-            size_t ahead = (size_t)(j + ATTN_AHEAD - plen) * d;
-            for (int c = 0; c < d; c += 16) { __builtin_prefetch(ko + ahead + c, 0, 3); __builtin_prefetch(vo + ahead + c, 0, 2); }
-        }
-        float add = j < plen ? mask[j] : 0.f;
+/* Scores s[i][j] = q_i . key_j * scale + mask_j of `count` keys (mask NULL: 0), each key read once for
+   the g queries. */
+static inline __attribute__((always_inline)) void scores(const float *q, const float *keys, int count,
+        const float *mask, int g, const int d, float scale, float *s, int width) {
+    for (int j = 0; j < count; j++) {
+        const float *key = keys + (size_t)j * d;
+        float add = mask ? mask[j] : 0.f;
         for (int i = 0; i < g; i++) {
             v16 acc = *(const v16 *)(q + i * d) * *(const v16 *)key;
             for (int c = 16; c < d; c += 16) acc += *(const v16 *)(q + i * d + c) * *(const v16 *)(key + c);
             s[i * width + j] = hsum(acc) * scale + add;
         }
     }
+}
+
+/* acc += sum_j w[j] * values[j] over `count` values, even and odd positions in two chains of fused
+   multiply-adds (one chain waits on its own latency), added at the end. */
+static inline __attribute__((always_inline)) void weighted(const float *w, const float *values, int count,
+        const int d, v16 *acc) {
+    v16 even[MAX_D / 16], odd[MAX_D / 16];
+    for (int c = 0; c < d / 16; c++) even[c] = odd[c] = (v16){0};
+    int j = 0;
+    for (; j + 1 < count; j += 2)
+        for (int c = 0; c < d / 16; c++) {
+            even[c] += w[j] * *(const v16 *)(values + (size_t)j * d + c * 16);
+            odd[c] += w[j + 1] * *(const v16 *)(values + (size_t)(j + 1) * d + c * 16);
+        }
+    if (j < count)
+        for (int c = 0; c < d / 16; c++) even[c] += w[j] * *(const v16 *)(values + (size_t)j * d + c * 16);
+    for (int c = 0; c < d / 16; c++) acc[c] += even[c] + odd[c];
+}
+
+static inline __attribute__((always_inline)) void attend_unit(
+        const float *q, const float *kp, const float *vp, const float *mask, int plen, const float *ko,
+        const float *vo, int own, int g, const int d, float scale, float *s, int width, float *out) {
+    int n = plen + own;
+    for (int j = 0; j < own && j < ATTN_AHEAD; j++) /* the row's own keys and values come from memory */
+        for (int c = 0; c < d; c += 16) {
+            __builtin_prefetch(ko + (size_t)j * d + c, 0, 3);
+            __builtin_prefetch(vo + (size_t)j * d + c, 0, 2);
+        }
+    scores(q, kp, plen, mask, g, d, scale, s, width);
+    for (int j0 = 0; j0 < own; j0 += ATTN_AHEAD) { /* own keys in blocks, the next block's asked for ahead */
+        int count = own - j0 < ATTN_AHEAD ? own - j0 : ATTN_AHEAD;
+        for (int j = j0 + ATTN_AHEAD; j < own && j < j0 + 2 * ATTN_AHEAD; j++)
+            for (int c = 0; c < d; c += 16) {
+                __builtin_prefetch(ko + (size_t)j * d + c, 0, 3);
+                __builtin_prefetch(vo + (size_t)j * d + c, 0, 2);
+            }
+        scores(q, ko + (size_t)j0 * d, count, 0, g, d, scale, s + plen + j0, width);
+    }
     for (int i = 0; i < g; i++) {
-        float *si = s + i * width, top = si[0];
+        float *si = s + i * width;
         for (int j = n; j < width; j++) si[j] = -__builtin_inff();
-        for (int j = 1; j < n; j++) top = si[j] > top ? si[j] : top;
+        float top = vmax(si, width);
         v16 sum = {0};
         for (int j = 0; j < width; j += 16) {
             v16 e = vexp(*(v16 *)(si + j) - top);
@@ -206,12 +253,10 @@ static inline __attribute__((always_inline)) void attend_unit(
             sum += e;
         }
         float total = hsum(sum);
-        v16 acc[d / 16];
+        v16 acc[MAX_D / 16];
         for (int c = 0; c < d / 16; c++) acc[c] = (v16){0};
-        for (int j = 0; j < plen; j++)
-            for (int c = 0; c < d / 16; c++) acc[c] += si[j] * *(const v16 *)(vp + (size_t)j * d + c * 16);
-        for (int j = 0; j < own; j++)
-            for (int c = 0; c < d / 16; c++) acc[c] += si[plen + j] * *(const v16 *)(vo + (size_t)j * d + c * 16);
+        weighted(si, vp, plen, d, acc);
+        weighted(si + plen, vo, own, d, acc);
         for (int c = 0; c < d / 16; c++) *(v16 *)(out + i * d + c * 16) = acc[c] / total;
     }
 }
