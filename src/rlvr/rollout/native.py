@@ -119,59 +119,54 @@ class SkinnyWeight:
         self.packed = torch.empty(-(-self.n // width) * self.k * width, dtype=torch.float32)
         lib.rlvr_skinny_pack(weight.data_ptr(), self.n, self.k, self.packed.data_ptr(), torch.get_num_threads())
         self.bias = None if bias is None else bias.detach().float().contiguous()
+        self.packed_ptr, self.bias_ptr = self.packed.data_ptr(), None if self.bias is None else self.bias.data_ptr()
 
     def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
                  residual: torch.Tensor | None = None) -> torch.Tensor:
         """f(x) @ W^T + b (+ residual, in place: returns it), f: RMSNorm with norm = (weight, eps), the
         gated unit silu(x[:, :K]) * x[:, K:] where glu (x (M, 2K)), else nothing."""
-        x = x.contiguous()
-        if x.shape[1] != self.k * (2 if glu else 1) or (residual is not None and not residual.is_contiguous()):
+        if not x.is_contiguous():
+            x = x.contiguous()
+        m, width = x.shape
+        if width != self.k * (2 if glu else 1) or (residual is not None and not residual.is_contiguous()):
             raise ValueError(f"SkinnyWeight ({self.n}, {self.k}): x {tuple(x.shape)}, glu={glu}")
         if (norm is not None or glu) and self.k % 16:  # the kernel's ops take 16 floats at a time
             x, norm, glu = torch_layer_op(x, norm, glu), None, False
-        y = residual if residual is not None else x.new_empty(len(x), self.n)
-        norm_w, eps = (None, 0.0) if norm is None else (norm[0].detach().contiguous(), norm[1])
-        rc = self.lib.rlvr_skinny_linear(x.data_ptr(), len(x), self.k, self.packed.data_ptr(), self.n,
-                                         None if self.bias is None else self.bias.data_ptr(),
-                                         None if norm_w is None else norm_w.data_ptr(), eps, int(glu),
-                                         None if residual is None else residual.data_ptr(), y.data_ptr(),
+        y = residual if residual is not None else x.new_empty(m, self.n)
+        norm_w = None if norm is None else norm[0] if norm[0].is_contiguous() else norm[0].contiguous()
+        rc = self.lib.rlvr_skinny_linear(x.data_ptr(), m, self.k, self.packed_ptr, self.n, self.bias_ptr,
+                                         None if norm_w is None else norm_w.data_ptr(), 0.0 if norm is None else norm[1],
+                                         glu, None if residual is None else residual.data_ptr(), y.data_ptr(),
                                          torch.get_num_threads())
         if rc != 0:
-            raise MemoryError(f"SkinnyWeight: no memory for the ({len(x)}, {self.k}) input of the product")
+            raise MemoryError(f"SkinnyWeight: no memory for the ({m}, {self.k}) input of the product")
         return y
 
 
-def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
-                     cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int,
-                     cache_of: torch.Tensor, prompt_k: torch.Tensor, prompt_v: torch.Tensor,
-                     prompt_mask: torch.Tensor, prompt_of: torch.Tensor, scale: float,
-                     scratch: torch.Tensor) -> torch.Tensor:
-    """A decode step's attention (R, Hq, D), fp32. q (R, Hq, D), k_new, v_new (R, Hkv, D), each with
-    unit strides within a row, q and k_new before the rotary embedding (rotated here by cos, sin
-    (R, D), rotate-half form); k_new and v_new are written into the caches (cache rows, Hkv, max_new,
-    D) at `slot` of row r's cache row cache_of[r] (R,); prompt_k, prompt_v (B, Hkv, L, D) and the
-    additive prompt_mask (B, L) of row r's prompt prompt_of[r] (R,); scratch (threads, `scratch_size`):
-    the threads it runs on."""
-    rows, hq, d = q.shape
+def decode_attention(lib: ctypes.CDLL, qkv: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor,
+                     k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int, cache_of: torch.Tensor,
+                     prompt_k: torch.Tensor, prompt_v: torch.Tensor, prompt_mask: torch.Tensor,
+                     prompt_of: torch.Tensor, scale: float, scratch: torch.Tensor) -> torch.Tensor:
+    """A decode step's attention (R, Hq, D), fp32. qkv (R, Hq + 2 Hkv, D) contiguous: each row's `heads`
+    queries, then its new keys and values, queries and keys before the rotary embedding (rotated here
+    by cos, sin (R, D), rotate-half form); the new keys and values are written into the caches (cache
+    rows, Hkv, max_new, D) at `slot` of row r's cache row cache_of[r] (R,); prompt_k, prompt_v
+    (B, Hkv, L, D) and the additive prompt_mask (B, L) of row r's prompt prompt_of[r] (R,); scratch
+    (threads, `scratch_size`): the threads it runs on. (Shapes are checked once, when the stepper sets
+    up; here only what a step changes.)"""
+    rows, _, d = qkv.shape
     hkv, max_new = k_cache.shape[1], k_cache.shape[2]
-    for name, t in {"q": q, "k_new": k_new, "v_new": v_new}.items():
-        if t.stride(2) != 1 or t.stride(1) != d:
-            raise ValueError(f"decode_attention: {name} must have unit strides within a row, got {t.stride()}")
-    cos, sin = cos.contiguous(), sin.contiguous()
-    if cos.shape != (rows, d) or sin.shape != (rows, d):
-        raise ValueError(f"decode_attention: cos, sin must be ({rows}, {d}), got {tuple(cos.shape)}")
-    out = q.new_empty(rows, hq, d)
-    threads = len(scratch)
-    if scratch.shape[1] < scratch_size(hq // hkv, prompt_k.shape[2], max_new):
-        raise ValueError(f"decode_attention: scratch {tuple(scratch.shape)} is too small")
+    if not (qkv.is_contiguous() and cos.is_contiguous() and sin.is_contiguous()) or cos.shape != (rows, d):
+        raise ValueError(f"decode_attention: qkv {tuple(qkv.shape)}, cos {tuple(cos.shape)}: contiguous, (R, D)")
+    out = qkv.new_empty(rows, heads, d)
+    row, at = qkv.stride(0), qkv.data_ptr()
     rc = lib.rlvr_decode_attention(
-        q.data_ptr(), q.stride(0), k_new.data_ptr(), k_new.stride(0), v_new.data_ptr(), v_new.stride(0),
-        cos.data_ptr(), sin.data_ptr(), rows, hq,
-        hkv, d, scale, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0), max_new, slot, cache_of.data_ptr(),
-        prompt_k.data_ptr(), prompt_v.data_ptr(), prompt_k.shape[2], prompt_mask.data_ptr(), prompt_of.data_ptr(),
-        out.data_ptr(), scratch.data_ptr(), threads)
+        at, row, at + heads * d * 4, row, at + (heads + hkv) * d * 4, row, cos.data_ptr(), sin.data_ptr(), rows,
+        heads, hkv, d, scale, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0), max_new, slot,
+        cache_of.data_ptr(), prompt_k.data_ptr(), prompt_v.data_ptr(), prompt_k.shape[2], prompt_mask.data_ptr(),
+        prompt_of.data_ptr(), out.data_ptr(), scratch.data_ptr(), len(scratch))
     if rc != 0:
-        raise ValueError(f"decode_attention: unsupported shape (D={d}, Hq={hq}, Hkv={hkv}, slot {slot} of {max_new})")
+        raise ValueError(f"decode_attention: unsupported shape (D={d}, Hq={heads}, Hkv={hkv}, slot {slot} of {max_new})")
     return out
 
 

@@ -239,11 +239,10 @@ class LlamaStepper:
         r, hq, hkv, d = len(qkv), self.heads, self.kv_heads, self.head_dim
         if self.native is not None:
             cache_of = self.live if self.live is not None else self.cache_rows[:r]  # (R,) each row's cache row
-            qkv = qkv[:, 0]  # (R, Hq + 2 Hkv, D)
-            o = native.decode_attention(self.native, qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:], cos[:, 0],
-                                        sin[:, 0], self.k[i], self.v[i], self.generated, cache_of, self.prompt_k[i],
+            o = native.decode_attention(self.native, qkv.view(r, hq + 2 * hkv, d), hq, cos.view(r, d), sin.view(r, d),
+                                        self.k[i], self.v[i], self.generated, cache_of, self.prompt_k[i],
                                         self.prompt_v[i], self.prompt_mask, self.prompt_of, self.scale, self.scratch)
-            return o[:, :, None]  # (R, Hq, 1, D)
+            return o.view(r, hq, 1, d)
         q, k_new, v_new = self._rotated(qkv, cos, sin)
         g = self.heads // hkv
         q = q.reshape(r, hkv, g, d)
