@@ -77,6 +77,28 @@ def test_lean_forward_equals_the_models_own(kind, prompts, gemm, attention, monk
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
+def test_packed_weights_follow_the_model_from_one_decode_to_the_next():
+    from rlvr.rollout import native
+
+    if native.library() is None:
+        pytest.skip("rlvr's native kernels cannot be built here (no C compiler or no AVX2+FMA)")
+    model = _model("qwen2")
+
+    def decode(stepper):
+        out = [stepper.prefill(PROMPTS["shared prefix"], pad_id=0)]
+        stepper.repeat(2)
+        return out + [stepper.step(torch.arange(6) * 5 + 1)]
+
+    with torch.no_grad():
+        first = LlamaStepper(model, max_new_tokens=4, rows=6)
+        assert LlamaStepper(model, max_new_tokens=4, rows=6).head.skinny is first.head.skinny  # nothing changed
+        for param in model.parameters():  # an optimizer step: in place, the same tensors
+            param.mul_(1.25)
+        lean, own = decode(LlamaStepper(model, max_new_tokens=4, rows=6)), decode(HFStepper(model))
+    for ours, theirs in zip(lean, own):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
 def test_one_prompt_many_rows():
     model = _model("llama")  # one prompt's rows share its keys and values; none finishes
     with torch.no_grad():

@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -110,16 +111,31 @@ def library() -> ctypes.CDLL | None:
 
 
 class SkinnyWeight:
-    """A weight (N, K) and optional bias (N,), fp32, packed for `lib`; called on x (M, K) -> (M, N)."""
+    """Weights (N_i, K) side by side (N = sum N_i) and an optional bias (N,), fp32, packed for `lib`;
+    called on x (M, K) -> (M, N)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, lib: ctypes.CDLL) -> None:
-        self.lib, (self.n, self.k) = lib, weight.shape
-        width = lib.rlvr_skinny_panel_width()
-        weight = weight.detach().contiguous()
-        self.packed = torch.empty(-(-self.n // width) * self.k * width, dtype=torch.float32)
-        lib.rlvr_skinny_pack(weight.data_ptr(), self.n, self.k, self.packed.data_ptr(), torch.get_num_threads())
+    def __init__(self, weights: torch.Tensor | Sequence[torch.Tensor], bias: torch.Tensor | None,
+                 lib: ctypes.CDLL) -> None:
+        weights = [weights] if isinstance(weights, torch.Tensor) else list(weights)
+        self.lib, self.width = lib, lib.rlvr_skinny_panel_width()
+        self.n, self.k = sum(w.shape[0] for w in weights), weights[0].shape[1]
+        self.packed = torch.empty(-(-self.n // self.width) * self.k * self.width, dtype=torch.float32)
+        self.packed_ptr = self.packed.data_ptr()
+        self.pack(weights, bias)
+
+    def pack(self, weights: Sequence[torch.Tensor], bias: torch.Tensor | None) -> None:
+        """Pack `weights` (the same shapes) into this buffer again: each on its own where every one but
+        the last fills whole panels, else joined first."""
+        weights = [w.detach() for w in weights]
+        if any(w.shape[0] % self.width for w in weights[:-1]):
+            weights = [torch.cat(weights)]
+        at = self.packed_ptr
+        for w in weights:
+            w = w.contiguous()
+            self.lib.rlvr_skinny_pack(w.data_ptr(), w.shape[0], self.k, at, torch.get_num_threads())
+            at += w.shape[0] * self.k * 4
         self.bias = None if bias is None else bias.detach().float().contiguous()
-        self.packed_ptr, self.bias_ptr = self.packed.data_ptr(), None if self.bias is None else self.bias.data_ptr()
+        self.bias_ptr = None if self.bias is None else self.bias.data_ptr()
 
     def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
                  residual: torch.Tensor | None = None) -> torch.Tensor:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -103,6 +104,26 @@ def _mkl_packs() -> bool:
                for m in (1, 3, 16, 200))
 
 
+_SKINNY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Each layer group's skinny packing, kept from one decode to the next (keyed by its first layer) and
+packed again, in place, only when a weight or bias changed (another tensor or a new version: an
+optimizer step, a load): fresh memory for every decode's packing cost 0.1-0.2 s of page faults, and
+an evaluation's decodes need no packing at all. It holds a copy of the weights while the model lives."""
+
+
+def _skinny_weight(layers: Sequence[nn.Linear], bias: torch.Tensor | None, lib) -> native.SkinnyWeight:
+    shapes = tuple((id(lin), lin.weight.shape) for lin in layers)
+    values = tuple((lin.weight.data_ptr(), lin.weight._version,
+                    None if lin.bias is None else (lin.bias.data_ptr(), lin.bias._version)) for lin in layers)
+    cached_shapes, cached_values, weight = _SKINNY.get(layers[0], (None, None, None))
+    if weight is None or cached_shapes != shapes or weight.lib is not lib:
+        weight = native.SkinnyWeight([lin.weight for lin in layers], bias, lib)
+    elif cached_values != values:
+        weight.pack([lin.weight for lin in layers], bias)  # the same layers, new values: into the same buffer
+    _SKINNY[layers[0]] = (shapes, values, weight)
+    return weight
+
+
 class _Linear:
     """Linear layers over the same input as one product (outputs side by side): x (M, K) -> (M, N).
 
@@ -119,17 +140,19 @@ class _Linear:
     PACK_ROWS = 128
 
     def __init__(self, *layers: nn.Linear, rows: int | None = None) -> None:
-        weights = [layer.weight.detach() for layer in layers]
-        self.weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
              for b, layer in zip(biases, layers)])
-        fp32 = self.weight.dtype == torch.float32
+        fp32 = layers[0].weight.dtype == torch.float32
         lib = native.library() if fp32 and rows is not None and rows <= native.SKINNY_ROWS else None
-        self.skinny = native.SkinnyWeight(self.weight, self.bias, lib) if lib is not None else None
-        self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
-                       if fp32 and self.skinny is None and _mkl_packs() else None)
+        self.skinny = _skinny_weight(layers, self.bias, lib) if lib is not None else None
+        self.weight = self.packed = None
+        if self.skinny is None:
+            weights = [layer.weight.detach() for layer in layers]
+            self.weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
+            self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
+                           if fp32 and _mkl_packs() else None)
         self.ops = native.library() if fp32 else None  # rlvr's RMSNorm and gated unit, where it builds
 
     def __call__(self, x: torch.Tensor, norm: nn.Module | None = None, eps: float = 0.0, glu: bool = False,
