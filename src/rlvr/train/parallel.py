@@ -191,4 +191,5 @@ class Parallel:
         if self.sharded:
             import torch.distributed as dist
             if dist.is_initialized():
-                dist.destroy_process_group()
+                dist.barrier()  # every rank done with the group first: a rank that tore gloo down while another
+                dist.destroy_process_group()  # still used it aborted ("terminate called without an active exception")
