@@ -263,8 +263,8 @@ static inline __attribute__((always_inline)) void attend_unit(
 
 /* q, knew, vnew: each row's queries (Hq, D), new keys and values (Hkv, D), at row strides q_row,
    k_row, v_row, queries and keys before the rotary embedding: rotated here by the row's cos, sin
-   (rows, D), in the rotate-half form (x * cos + [-x2, x1] * sin); kc, vc: the generated-token caches (cache rows, Hkv, max_new, D),
-   row r's at cache row cache_of[r], written at slot t; pk, pv: the prompts' keys and values
+   (rows, D), in the rotate-half form (x * cos + [-x2, x1] * sin); kc, vc: the generated-token
+   caches (cache rows, Hkv, max_new, D), row r's at cache row cache_of[r], written at slot t; pk, pv: the prompts' keys and values
    (B, Hkv, plen, D), pmask (B, plen), row r's prompt prompt_of[r]; out (rows, Hq, D); scratch:
    threads x g x width floats, width = plen + t + 1 rounded up to 16. */
 int rlvr_decode_attention(const float *q, long q_row, const float *knew, long k_row, const float *vnew, long v_row,

@@ -151,7 +151,8 @@ class SkinnyWeight:
         y = residual if residual is not None else x.new_empty(m, self.n)
         norm_w = None if norm is None else norm[0] if norm[0].is_contiguous() else norm[0].contiguous()
         rc = self.lib.rlvr_skinny_linear(x.data_ptr(), m, self.k, self.packed_ptr, self.n, self.bias_ptr,
-                                         None if norm_w is None else norm_w.data_ptr(), 0.0 if norm is None else norm[1],
+                                         None if norm_w is None else norm_w.data_ptr(),
+                                         0.0 if norm is None else norm[1],
                                          glu, None if residual is None else residual.data_ptr(), y.data_ptr(),
                                          torch.get_num_threads())
         if rc != 0:
@@ -182,7 +183,8 @@ def decode_attention(lib: ctypes.CDLL, qkv: torch.Tensor, heads: int, cos: torch
         cache_of.data_ptr(), prompt_k.data_ptr(), prompt_v.data_ptr(), prompt_k.shape[2], prompt_mask.data_ptr(),
         prompt_of.data_ptr(), out.data_ptr(), scratch.data_ptr(), len(scratch))
     if rc != 0:
-        raise ValueError(f"decode_attention: unsupported shape (D={d}, Hq={heads}, Hkv={hkv}, slot {slot} of {max_new})")
+        raise ValueError(f"decode_attention: unsupported shape (D={d}, Hq={heads}, Hkv={hkv}, "
+                         f"slot {slot} of {max_new})")
     return out
 
 

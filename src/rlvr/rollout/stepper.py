@@ -13,24 +13,26 @@ decode. The model's own forward spends a decode step in per-layer cache
 concatenation, mask building and small ops beside its GEMMs, and the GEMMs at a
 decode batch's few rows run well below the matmul peak. So here: caches written
 in place, activations row-major, q/k/v as one product and gate/up as one, every
-linear over weights packed once per decode (`_Linear`): for a decode of at most 16
-rows on rlvr's own GEMM for few rows (rlvr.rollout.native: a 16-row step 43 ms
-instead of 48 on the 2-core Xeon), else on MKL's packed GEMM.
+linear over weights packed once (`_Linear`): for a decode of at most 16 rows on
+rlvr's own GEMM for few rows, which also does the RMSNorm or gated unit before the
+product and the residual sum after it (rlvr.rollout.native; its packing is kept
+between decodes and redone only when a weight changed), else on MKL's packed GEMM.
 At 128 rows (32 prompts of ~81 tokens) three more costs showed: the prefill, 12%
 of the rollout, though 58 tokens of every prompt are the same system prompt and
 chat header; dropping finished rows, 8%, a copy of the whole cache each time a
 row ends; and attention, each row reading its own copy of its prompt's keys and
 values (37% of a step once the products were packed). So the prompts' common
 prefix is prefilled once and its keys and values copied to every prompt; the
-prompts' keys and values are kept once per prompt, not per row, and a decode
-step attends in two parts merged by their log-sum-exps (`_step_attend`): a
-prompt's G rows together over its one copy, each row over its own generated
-tokens (1.08-1.15x a 128-row rollout, no change at 16 rows); and a finished row
-only leaves the linears: its cache row stays (its attention output unread) until
-a quarter of the rows have finished, then the cache is compacted. The weights
-are taken when the stepper is made (packed, or copied where layers are joined;
-one stepper per decode call), so an optimizer step is seen by the next decode.
-Its logits equal the HF forward's to float rounding (tests/test_rollout_stepper.py).
+prompts' keys and values are kept once per prompt, not per row; a decode step's
+attention reads a prompt's copy for its G rows and each row's own generated
+tokens, with one softmax, in one native call per layer that also applies the
+rotary embedding and writes the cache (`native.decode_attention`; without the
+native kernels, two SDPA calls merged by their log-sum-exps, `_step_attend`); and
+a finished row only leaves the linears: its cache row stays until a quarter of
+the rows have finished, then the cache is compacted. The weights are read when
+the stepper is made (one stepper per decode call), so an optimizer step is seen
+by the next decode. Its logits equal the HF forward's to float rounding
+(tests/test_rollout_stepper.py).
 """
 
 from __future__ import annotations
