@@ -6,8 +6,8 @@ For each row count: the lean forward (`LlamaStepper.step`) on SmolLM2-135M-Instr
 kept decoding (ms per step, after warm-up), then the GEMMs alone over the model's own weights (the
 products a step makes, one pass: q/k/v fused, o, gate/up fused, down, the LM head), row-major
 activations, on the plain weights (F.linear: MKL), on MKL's packed GEMM over weights packed once
-(where torch has it) and on rlvr's skinny GEMM (rlvr.rollout.skinny, where it builds; the stepper's
-choice for a decode of at most skinny.ROWS rows). A 1-row step shows what streaming the weights costs
+(where torch has it) and on rlvr's skinny GEMM (rlvr.rollout.native, where it builds; the stepper's
+choice for a decode of at most native.SKINNY_ROWS rows). A 1-row step shows what streaming the weights costs
 here; the step minus the stepper's GEMM pass is what the small per-layer operations and attention
 cost. All measured in the same process, interleaved per row count: the host is shared and noisy.
 """
@@ -42,7 +42,7 @@ def main() -> int:
 
     from rlvr.models import load_tokenizer
     from rlvr.rollout.engine import render_prompt
-    from rlvr.rollout import skinny
+    from rlvr.rollout import native
     from rlvr.rollout.stepper import LlamaStepper
 
     torch.set_num_threads(args.threads)
@@ -55,7 +55,7 @@ def main() -> int:
         return [lin for group in groups for lin in group] + [stepper.head]
 
     linears = products(LlamaStepper(model, 1))  # MKL packed, where torch has it
-    narrow = products(LlamaStepper(model, 1, rows=skinny.ROWS)) if skinny.library() is not None else None
+    narrow = products(LlamaStepper(model, 1, rows=native.SKINNY_ROWS)) if native.library() is not None else None
     layers = model.model.layers
     groups = ([(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in layers]
               + [(la.self_attn.o_proj,) for la in layers] + [(la.mlp.gate_proj, la.mlp.up_proj) for la in layers]
