@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_decode_ab.py --rev 9ac273b --rows 128 --max-new-tokens 64 --reps 2
 
-Loads `rlvr/rollout/decode.py` and `rlvr/rollout/stepper.py` (and `rlvr/kernels.py` where it exists)
+Loads `rlvr/rollout/decode.py` and `rlvr/rollout/stepper.py` (and `rlvr/kernels.py`, `rlvr/rollout/native.py`
+and its C source where they exist)
 as they were at `--rev` from git, then samples the same prompts (the config's held-out problems,
 G = 4) with both, interleaved, same seed per repetition, on one loaded model; prints tokens/s of each
 and their ratio per repetition. The host is shared and noisy: only the ratios within a repetition
@@ -33,14 +34,17 @@ import torch  # noqa: E402
 def decode_at(rev: str):
     """rlvr.rollout.decode.decode of commit `rev`, with the stepper of that commit."""
     folder = Path(tempfile.mkdtemp())
-    for name, path in (("kernels", "kernels.py"), ("stepper", "rollout/stepper.py"), ("decode", "rollout/decode.py")):
+    files = (("kernels", "kernels.py"), ("native", "rollout/native.py"), ("native.c", "rollout/native.c"),
+             ("stepper", "rollout/stepper.py"), ("decode", "rollout/decode.py"))
+    for name, path in files:
         got = subprocess.run(["git", "show", f"{rev}:src/rlvr/{path}"], cwd=ROOT, capture_output=True, text=True)
-        if got.returncode and name == "kernels":
-            continue  # (older than rlvr.kernels: its stepper does not import it)
+        if got.returncode and name in ("kernels", "native", "native.c"):
+            continue  # (older than rlvr.kernels or rlvr.rollout.native: its stepper does not import it)
         got.check_returncode()
         src = got.stdout.replace("from rlvr.rollout.stepper import", f"from stepper_{rev} import")
         src = src.replace("from rlvr.kernels import", f"from kernels_{rev} import")
-        (folder / f"{name}_{rev}.py").write_text(src)
+        src = src.replace("from rlvr.rollout import native\n", f"import native_{rev} as native\n")
+        (folder / (name if name.endswith(".c") else f"{name}_{rev}.py")).write_text(src)  # native.c beside native_REV
     sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(f"decode_{rev}", folder / f"decode_{rev}.py")
     module = importlib.util.module_from_spec(spec)
