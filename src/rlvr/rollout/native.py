@@ -9,13 +9,18 @@ AVX2) stay in registers while one panel of the packed weight streams past, once,
 weight is the weight's own size; MKL's is 3.7x (2 GB of fresh memory per decode for SmolLM2). Past
 16 rows MKL's packed GEMM is faster: the stepper uses this only for decodes of at most SKINNY_ROWS.
 
-**A decode step's attention** (`decode_attention`): every row's query heads over its prompt's keys
-(kept once per prompt) and its own generated ones, one softmax, in one call per layer, where the
-torch path took two fused-attention calls, the merge of their log-sum-exps and a dozen copies.
+**A decode step's attention** (`decode_attention`): the rotary embedding, the cache write and every
+row's query heads over its prompt's keys (kept once per prompt) and its own generated ones, one
+softmax, in one call per layer, where the torch path took two fused-attention calls, the merge of
+their log-sum-exps and a dozen copies.
 
-Both compute each output in a fixed order (one fused multiply-add chain over k per GEMM output;
-dot products in 16-float pieces; one polynomial exponential), so the AVX2 and AVX-512 builds give
-the same numbers (tests/test_rollout_native.py). The source is compiled with the machine's C
+**The ops around the products** (`layer_op`: RMSNorm, the gated unit; the skinny GEMM takes them and
+the residual sum in its own call) and **sampling** (`sample`: one pass for the maximum, one over exp,
+a blocked walk to the token), where torch ran several passes and ops each.
+
+All compute each output in a fixed order (one fused multiply-add chain over k per GEMM output;
+sums in 16-float pieces; one polynomial exponential), so the AVX2 and AVX-512 builds give the same
+numbers (tests/test_rollout_native.py). The source is compiled with the machine's C
 compiler (`cc`, OpenMP; about 1 s) into $RLVR_KERNEL_CACHE or ~/.cache/rlvr/kernels, named by the
 source, flags and compiler, and loaded with ctypes; its OpenMP is the runtime torch loaded, its
 threads torch's count. Where it cannot be built (no compiler, no AVX2+FMA) `library()` is None,
