@@ -28,8 +28,9 @@ attention reads a prompt's copy for its G rows and each row's own generated
 tokens, with one softmax, in one native call per layer that also applies the
 rotary embedding and writes the cache (`native.decode_attention`; without the
 native kernels, two SDPA calls merged by their log-sum-exps, `_step_attend`); and
-a finished row only leaves the linears: its cache row stays until a quarter of
-the rows have finished, then the cache is compacted. The weights are read when
+a finished row only leaves the linears: its cache row stays (the native attention
+reads only the decoding rows' and never compacts; torch's compacts the cache once
+a quarter of the rows have finished). The weights are read when
 the stepper is made (one stepper per decode call), so an optimizer step is seen
 by the next decode. Its logits equal the HF forward's to float rounding
 (tests/test_rollout_stepper.py).
