@@ -7,7 +7,10 @@ kept decoding (ms per step, after warm-up), then the GEMMs alone over the model'
 products a step makes, one pass: q/k/v fused, o, gate/up fused, down, the LM head), row-major
 activations, on the plain weights (F.linear: MKL), on MKL's packed GEMM over weights packed once
 (where torch has it) and on rlvr's skinny GEMM (rlvr.rollout.native, where it builds; the stepper's
-choice for a decode of at most native.SKINNY_ROWS rows). A 1-row step shows what streaming the weights costs
+choice for a decode of at most native.SKINNY_ROWS rows); and MKL's packed GEMM again with every
+layer's products over the first layer's weights (`in cache`: 14 MB of the 430 MB body read from
+memory, the LM head as it is): the packed column minus this one is what reading the weights costs
+where MKL does not hide it behind its arithmetic. A 1-row step shows what streaming the weights costs
 here; the step minus the stepper's GEMM pass is what the small per-layer operations and attention
 cost. All measured in the same process, interleaved per row count: the host is shared and noisy.
 """
@@ -64,8 +67,10 @@ def main() -> int:
     flop_per_row = sum(2 * w.numel() for w in plain)
     print(f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
           f"MKL packed weights: {linears[-1].packed is not None}, skinny GEMM: {narrow is not None}")
-    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'MKL packed':>11} {'skinny':>7} {'rest ms':>8} "
-          f"{'GEMM GFLOP/s':>13}")
+    n = len(layers)  # products per kind: q/k/v, o, gate/up, down; then the head
+    cached = [linears[i // n * n] for i in range(4 * n)] + [linears[-1]]  # the first layer's, each time
+    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'MKL packed':>11} {'in cache':>9} {'skinny':>7} "
+          f"{'rest ms':>8} {'GEMM GFLOP/s':>13}")
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):
             stepper = LlamaStepper(model, args.steps + 8, rows=rows)
@@ -78,10 +83,11 @@ def main() -> int:
             xs = {k: torch.randn(rows, k) for k in {w.shape[1] for w in plain}}
             mkl = 1e3 * timed(lambda xs=xs: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in plain], min_s=0)
             packed = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(linears, plain)], min_s=0)
+            hot = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(cached, plain)], min_s=0)
             thin = (1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(narrow, plain)], min_s=0)
                     if narrow is not None else float("nan"))
             gemm = thin if stepper.head.skinny is not None else packed  # the one the step ran
-            print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>11.1f} {thin:>7.1f} {step - gemm:>8.1f} "
+            print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>11.1f} {hot:>9.1f} {thin:>7.1f} {step - gemm:>8.1f} "
                   f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
     return 0
 
