@@ -22,7 +22,8 @@ per torch thread count:
   commit before this work (`--base-rev`), loaded from git, for the ratio to it in the same run.
   Each rollout runs twice, the same seed: `tok_s` and `of_bound` from the second (a run's rollouts
   after its first: the heap holds freed memory, the libraries have seen the shapes),
-  `first_call_tok_s` beside it.
+  `first_call_tok_s` beside it; before each, the weights change in place (x 1.0: their versions
+  move, as after an optimizer step), so the loop engine packs them again as in training.
 - every ratio (MFU, of_bound) is taken against the highest limits of three measurements, before
   the update, after it and after the rollouts (`limits_measured`): the host is shared and its
   matmul peak moves by up to 2x within minutes; the lines printed during the run use the first.
@@ -146,6 +147,9 @@ def rollout(name, cfg, path, problems, model, tok, counts, lim, rows_list, max_n
                 engine.generate(prompts[:1], dataclasses.replace(params, max_new_tokens=4))  # warm-up
                 times = []
                 for _ in range(2):  # the first call, then again: what a run's later steps see
+                    with torch.no_grad():  # the weights changed in place, as by an optimizer step: the
+                        for param in model.parameters():  # decode packs them again, as in training
+                            param.mul_(1.0)
                     torch.manual_seed(0)
                     t0 = time.perf_counter()
                     done = engine.generate(prompts, params)

@@ -127,6 +127,36 @@ def _skinny_weight(layers: Sequence[nn.Linear], bias: torch.Tensor | None, lib) 
     return weight
 
 
+_MKL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""The same for MKL's packing: each layer group's joined weight (its layers side by side: a copy
+where there are several) and MKL's packed copy of it, kept from one decode to the next, the join
+copied into its buffer again and the pack redone only when a weight changed. Made fresh for every
+decode they cost 1.0-1.5 s of a 128-row rollout's 14-16 s in page faults (0.1-0.4 s once the heap
+held freed memory). They hold the weights' size again while the model lives."""
+
+
+def _mkl_weight(layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the layers' weights side by side (N, K), MKL's packing of it or None where it does not run)."""
+    shapes = tuple((id(lin), lin.weight.shape, lin.weight.dtype) for lin in layers)
+    values = tuple((lin.weight.data_ptr(), lin.weight._version) for lin in layers)
+    cached_shapes, cached_values, weight, packed = _MKL.get(layers[0], (None, None, None, None))
+    if packed is not None and cached_shapes == shapes and cached_values == values:
+        return weight, packed
+    weights = [lin.weight.detach() for lin in layers]
+    if len(weights) == 1:
+        weight = weights[0]
+    elif cached_shapes == shapes:
+        torch.cat(weights, out=weight)  # into the buffer it had
+    else:
+        weight = torch.cat(weights)
+    _MKL.pop(layers[0], None)  # the old packing freed before the new one is made: its memory serves again
+    fp32 = weight.dtype == torch.float32
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, _Linear.PACK_ROWS) if fp32 and _mkl_packs() else None
+    if packed is not None:
+        _MKL[layers[0]] = (shapes, values, weight, packed)
+    return weight, packed
+
+
 class _Linear:
     """Linear layers over the same input as one product (outputs side by side): x (M, K) -> (M, N).
 
@@ -152,10 +182,7 @@ class _Linear:
         self.skinny = _skinny_weight(layers, self.bias, lib) if lib is not None else None
         self.weight = self.packed = None
         if self.skinny is None:
-            weights = [layer.weight.detach() for layer in layers]
-            self.weight = weights[0] if len(weights) == 1 else torch.cat(weights)  # (N, K): a copy only if several
-            self.packed = (torch.ops.mkl._mkl_reorder_linear_weight(self.weight, self.PACK_ROWS)
-                           if fp32 and _mkl_packs() else None)
+            self.weight, self.packed = _mkl_weight(layers)  # (N, K): a copy only if several; MKL's packing
         self.ops = native.library() if fp32 else None  # rlvr's RMSNorm and gated unit, where it builds
 
     def __call__(self, x: torch.Tensor, norm: nn.Module | None = None, eps: float = 0.0, glu: bool = False,
