@@ -131,8 +131,10 @@ _MKL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """The same for MKL's packing: each layer group's joined weight (its layers side by side: a copy
 where there are several) and MKL's packed copy of it, kept from one decode to the next, the join
 copied into its buffer again and the pack redone only when a weight changed. Made fresh for every
-decode they cost 1.0-1.5 s of a 128-row rollout's 14-16 s in page faults (0.1-0.4 s once the heap
-held freed memory). They hold the weights' size again while the model lives."""
+decode they cost 1.0-1.5 s of a 128-row rollout's 14-16 s on fresh memory (0.1-0.4 s once the heap
+held freed memory). They stay resident between decodes, the update's too: ~1.5x the weights (820
+MB for SmolLM2: 540 packed, 280 joined), only where a decode ran on MKL's path (more than
+native.SKINNY_ROWS rows, or no native kernels)."""
 
 
 def _mkl_weight(layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
