@@ -164,8 +164,9 @@ class _Linear:
 
     For a decode of at most native.SKINNY_ROWS rows (`rows`), where it builds, rlvr's GEMM for few
     rows over its own packing of the weight (rlvr.rollout.native). Otherwise, where MKL's packed GEMM runs
-    (`_mkl_packs`), the weight is packed once, when the stepper is made, into MKL's internal layout,
-    and every product reads that instead of MKL packing the weight again on each call: on the 2-core
+    (`_mkl_packs`), the weight is packed into MKL's internal layout when the stepper is made (kept
+    between decodes while the weights stay: `_MKL`), and every product reads that instead of MKL
+    packing the weight again on each call: on the 2-core
     Xeon a decode step's products took 34 ms instead of 45 at 16 rows, 90 instead of 115 at 128
     (bench/bench_decode_rows.py); oneDNN's over its reordered weights was slower than either at AVX2
     and than this at AVX-512. Packed for 128 rows it serves 1 to 800
