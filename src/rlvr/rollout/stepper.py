@@ -38,7 +38,6 @@ by the next decode. Its logits equal the HF forward's to float rounding
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import weakref
@@ -48,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.rollout import native
+from rlvr.rollout import mkl, native
 from rlvr.scoring import left_pad
 
 COMPACT_AT = 0.75
@@ -94,17 +93,9 @@ class HFStepper:
         return out.logits[:, -1].float()  # (R, V)
 
 
-@functools.cache
 def _mkl_packs() -> bool:
-    """Whether MKL's packed GEMM runs here and a weight packed once serves products of any row count
-    (its B-packed layout does not depend on the rows; checked once on a small product)."""
-    if not (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")):
-        return False
-    gen = torch.Generator().manual_seed(0)
-    w, x = torch.randn(40, 24, generator=gen), torch.randn(200, 24, generator=gen)
-    packed = torch.ops.mkl._mkl_reorder_linear_weight(w, _Linear.PACK_ROWS)
-    return all(torch.allclose(torch.ops.mkl._mkl_linear(x[:m], packed, w, None, m), x[:m] @ w.T, atol=1e-5)
-               for m in (1, 3, 16, 200))
+    """Whether MKL's packed GEMM runs here (rlvr.rollout.mkl)."""
+    return mkl.library() is not None
 
 
 _SKINNY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -129,15 +120,13 @@ def _skinny_weight(layers: Sequence[nn.Linear], bias: torch.Tensor | None, lib) 
 
 _MKL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """The same for MKL's packing: each layer group's joined weight (its layers side by side: a copy
-where there are several) and MKL's packed copy of it, kept from one decode to the next, the join
-copied into its buffer again and the pack redone only when a weight changed. Made fresh for every
-decode they cost 1.0-1.5 s of a 128-row rollout's 14-16 s on fresh memory (0.1-0.4 s once the heap
-held freed memory). They stay resident between decodes, the update's too: ~1.5x the weights (820
-MB for SmolLM2: 540 packed, 280 joined), only where a decode ran on MKL's path (more than
-native.SKINNY_ROWS rows, or no native kernels)."""
+where there are several) and MKL's packing of it (`mkl.PackedWeight`), kept from one decode to the
+next, joined and packed again into the same buffers only when a weight changed. They stay resident
+between decodes, the update's too: ~1.5x the weights (820 MB for SmolLM2: 540 packed, 280 joined),
+only where a decode ran on MKL's path (more than native.SKINNY_ROWS rows, or no native kernels)."""
 
 
-def _mkl_weight(layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _mkl_weight(layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, mkl.PackedWeight | None]:
     """(the layers' weights side by side (N, K), MKL's packing of it or None where it does not run)."""
     shapes = tuple((id(lin), lin.weight.shape, lin.weight.dtype) for lin in layers)
     values = tuple((lin.weight.data_ptr(), lin.weight._version) for lin in layers)
@@ -146,15 +135,16 @@ def _mkl_weight(layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor
         return weight, packed
     weights = [lin.weight.detach() for lin in layers]
     if len(weights) == 1:
-        weight = weights[0]
-    elif cached_shapes == shapes:
+        weight = weights[0].contiguous()
+    elif packed is not None and cached_shapes == shapes:
         torch.cat(weights, out=weight)  # into the buffer it had
     else:
         weight = torch.cat(weights)
-    _MKL.pop(layers[0], None)  # the old packing freed before the new one is made: its memory serves again
-    fp32 = weight.dtype == torch.float32
-    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, _Linear.PACK_ROWS) if fp32 and _mkl_packs() else None
+    if packed is None or cached_shapes != shapes:
+        fp32 = weight.dtype == torch.float32
+        packed = mkl.PackedWeight(*weight.shape) if fp32 and _mkl_packs() else None
     if packed is not None:
+        packed.pack(weight)  # in place
         _MKL[layers[0]] = (shapes, values, weight, packed)
     return weight, packed
 
@@ -165,15 +155,11 @@ class _Linear:
     For a decode of at most native.SKINNY_ROWS rows (`rows`), where it builds, rlvr's GEMM for few
     rows over its own packing of the weight (rlvr.rollout.native). Otherwise, where MKL's packed GEMM runs
     (`_mkl_packs`), the weight is packed into MKL's internal layout when the stepper is made (kept
-    between decodes while the weights stay: `_MKL`), and every product reads that instead of MKL
-    packing the weight again on each call: on the 2-core
+    between decodes while the weights stay: `_MKL`; rlvr.rollout.mkl), and every product reads that
+    instead of MKL packing the weight again on each call: on the 2-core
     Xeon a decode step's products took 34 ms instead of 45 at 16 rows, 90 instead of 115 at 128
     (bench/bench_decode_rows.py); oneDNN's over its reordered weights was slower than either at AVX2
-    and than this at AVX-512. Packed for 128 rows it serves 1 to 800
-    rows as fast as a weight packed for that count (packed for 16, 64 rows and more ran slower than
-    unpacked). Elsewhere F.linear on the layer's own weight (concatenated layers: a copy)."""
-
-    PACK_ROWS = 128
+    and than this at AVX-512. Elsewhere F.linear on the layer's own weight (concatenated layers: a copy)."""
 
     def __init__(self, *layers: nn.Linear, rows: int | None = None) -> None:
         biases = [layer.bias for layer in layers]
@@ -200,9 +186,10 @@ class _Linear:
             x = native.layer_op(self.ops, x, norm, glu)
         if self.packed is None:
             y = F.linear(x, self.weight, self.bias)
-        else:  # torch runs the packed product only when the last argument equals the rows: the pack serves any
-            y = torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, len(x))
-        return y if residual is None else residual.add_(y)
+            return y if residual is None else residual.add_(y)
+        if self.bias is not None:  # the bias first, the product added to it
+            residual = self.bias.expand(len(x), -1).contiguous() if residual is None else residual.add_(self.bias)
+        return self.packed(x.contiguous(), out=residual)
 
 
 class LlamaStepper:
