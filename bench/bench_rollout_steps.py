@@ -6,7 +6,8 @@
    temperature and length, SmolLM2-135M-Instruct, fp32, kernels pinned as `rlvr train` runs them),
    `--reps` times (the weights changed in place before each, as by an optimizer step, so the
    stepper packs them again as in training), timers around the stepper's calls: making the stepper (MKL packs the weights),
-   the prefill, each decode step (its attention apart), sampling. Then the steps by how many rows
+   the prefill, each decode step (its attention apart), sampling, the products (the LM head's apart;
+   on MKL's path with the RMSNorms and gated units before them, timed apart too). Then the steps by how many rows
    were still decoding: ms per step and per row, attention's share.
 2. The native decode attention alone (`rlvr.rollout.native.decode_attention`) over 30 layers of
    caches at the roofline's 128-row shape (SmolLM2: 9 query heads, 3 KV heads, D = 64; 32 prompts
@@ -69,7 +70,9 @@ def rollout_steps(rows: int, reps: int, threads: int) -> None:
                             max_new_tokens=cfg.rollout.max_new_tokens)
     totals, counts = collections.defaultdict(float), collections.defaultdict(int)
     for obj, name, key in [(stepper.LlamaStepper, "__init__", "make stepper"), (stepper.LlamaStepper, "prefill", "prefill"),
-                           (decode, "sample_with_logprobs", "sample"), (native, "decode_attention", "attention")]:
+                           (decode, "sample_with_logprobs", "sample"), (native, "decode_attention", "attention"),
+                           (stepper._Linear, "__call__", "products"), (stepper.LlamaStepper, "_logits", "LM head"),
+                           (native, "layer_op", "norms and gates")]:
         timed_calls(totals, counts, obj, name, key)
     steps = []  # (rows, seconds, attention seconds)
     step = stepper.LlamaStepper.step
@@ -94,7 +97,9 @@ def rollout_steps(rows: int, reps: int, threads: int) -> None:
         step_s = sum(s for _, s, _ in steps)
         print(f"rep {rep}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:.1f} tok/s; {len(steps)} steps "
               f"{step_s:.2f} s (attention {totals['attention']:.2f}), "
-              + ", ".join(f"{k} {totals[k]:.2f}" for k in ("make stepper", "prefill", "sample")), flush=True)
+              + ", ".join(f"{k} {totals[k]:.2f}" for k in ("make stepper", "prefill", "sample")) + "; products "
+              f"{totals['products']:.2f} (prefill's too; LM head {totals['LM head']:.2f}; with MKL, norms and gates "
+              f"{totals['norms and gates']:.2f} inside)", flush=True)
     buckets = collections.defaultdict(lambda: [0, 0, 0.0, 0.0])
     for n, s, a in steps:
         b = buckets[-(-n // 16) * 16]
