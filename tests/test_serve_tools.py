@@ -133,3 +133,45 @@ def test_tool_choice_none_offers_no_tools_and_reads_no_calls(served):
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
         running.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
                                                  tools=WEATHER, tool_choice="required")
+
+
+def test_malformed_tool_traffic_is_a_4xx_and_the_server_keeps_serving(served):
+    """Each answer a JSON error body in the API's own shape, never a 500."""
+    import httpx
+
+    running, backend = served
+    backend.say = "<tool_call>" * 10  # unclosed calls from the model stay text
+    client = running.openai()
+    user = [{"role": "user", "content": "hi"}]
+    out = client.chat.completions.create(model="tiny", messages=user, tools=WEATHER)
+    assert out.choices[0].message.content == backend.say and not out.choices[0].message.tool_calls
+
+    def call(args: str) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": args}}]}
+
+    bad = {"deep arguments": [*user, call('{"a": ' + "[" * 5000 + "]" * 5000 + "}")],
+           "huge integer": [*user, call('{"a": ' + "9" * 10_000 + "}")],
+           "not an object": [*user, call("[1, 2]")],
+           "unknown call id": [*user, call("{}"), {"role": "tool", "tool_call_id": "call_nope", "content": "1"}],
+           "lone surrogate": [{"role": "user", "content": "bad \udc80"}]}
+    headers = {"authorization": f"Bearer {KEY}"}
+    for what, messages in bad.items():
+        body = json.dumps({"model": "tiny", "messages": messages, "tools": WEATHER})  # \udc80 escaped, as JSON allows
+        r = httpx.post(f"{running.url}/v1/chat/completions", content=body, headers=headers, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (what, r.text[:300])
+    anthropic_bad = {
+        "unknown tool_use_id": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x",
+                                                              "content": "1"}]}],
+        "huge integer input": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "calculator",
+                                                                  "input": {"a": "HUGE"}}]}],
+        "deep input": [{"role": "user", "content": "x"}]}
+    for what, messages in anthropic_bad.items():
+        body = json.dumps({"model": "tiny", "max_tokens": 10, "messages": messages})
+        body = body.replace('"HUGE"', "9" * 10_000)
+        if what == "deep input":
+            body = body[:-1] + ', "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        r = httpx.post(f"{running.url}/v1/messages", content=body, headers={"x-api-key": KEY}, timeout=30)
+        assert 400 <= r.status_code < 500 and r.json()["type"] == "error", (what, r.status_code, r.text[:300])
+    backend.say = "still here"
+    assert client.chat.completions.create(model="tiny", messages=user).choices[0].message.content == "still here"

@@ -23,6 +23,11 @@ class ConfigError(ValueError):
     """A config value or key is wrong; the message names the key."""
 
 
+class RunFailed(RuntimeError):
+    """The run cannot go on; the message says why, in one line, and what to do (the CLI prints it and
+    exits 1, after the run directory's summary says status=failed)."""
+
+
 def _type_name(tp: Any) -> str:
     origin = get_origin(tp)
     if tp is int:

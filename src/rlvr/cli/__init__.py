@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from rlvr.configlib import ConfigError
+from rlvr.configlib import ConfigError, RunFailed
 from rlvr.kernels import start_as_rlvr
 
 COMMANDS = {
@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rlvr {args.command}: config error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"rlvr {args.command}: failed: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -124,6 +124,11 @@ def episode_returns(completions) -> list[float]:
     return [float(c.env_info.get("return", 0.0)) for c in completions]
 
 
+def schemas(tools: list) -> list[dict]:
+    """OpenAI-style tool descriptions, of rlvr.tools.Tool objects or of descriptions already."""
+    return [t if isinstance(t, dict) else t.schema() for t in tools]
+
+
 def register_env(name: str):
     """Class decorator: `@register_env("maze")` makes env.name=maze build this class."""
     def wrap(cls: type[Environment]) -> type[Environment]:
@@ -163,4 +168,4 @@ def episode_seed(problem: Problem) -> int:
 
 
 __all__ = ["ENVS", "Environment", "SingleTurn", "StepResult", "ToolUse", "env_class", "env_components", "episode_seed",
-           "register_env"]
+           "register_env", "schemas"]

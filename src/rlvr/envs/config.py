@@ -42,6 +42,26 @@ class EnvConfig:
     left to catch up, and the others sample their next turn without them."""
     settings: dict[str, Any] = field(default_factory=dict)
     """Your environment's own settings (its `settings` attribute); the built-in ones read none."""
+    isolation: Literal["auto", "process", "thread"] = "auto"
+    """Where environments run. 'process': in env.workers worker processes, so one that hangs, exits or
+    crashes is killed and costs only its own episodes; 'thread': in threads of the trainer (an
+    overrun is abandoned but cannot be killed; for debugging with breakpoints). 'auto': 'process' for
+    an environment of your own, 'thread' for rlvr's (their user code, the tools, runs contained)."""
+    workers: int = 2
+    """Worker processes of env.isolation=process; each hosts many environments, their calls in threads."""
+    reset_timeout_s: float = 30.0
+    """An environment's construction and reset (and, at the end, its close): past it the episode ends,
+    invalid and counted (rollout/env_error/timeout_frac)."""
+    step_timeout_s: float = 60.0
+    """One step of an environment (its tool calls included); past it the episode ends, invalid and counted."""
+    episode_timeout_s: float = 300.0
+    """An episode's environment calls in all (reset and every step; the policy's sampling not counted)."""
+    max_message_chars: int = 16384
+    """A message an environment sends is cut to this many characters (marked) before it is tokenised;
+    env.max_tokens then bounds the trajectory in tokens."""
+    fail_fast: int = 16
+    """Stop the run when its first fail_fast episodes all failed the same way (the same method of the
+    same class, the same kind of failure), with a one-line error saying what was wrong; 0: never."""
 
     def __post_init__(self) -> None:
         require(self.max_turns >= 0, "max_turns", f"must be >= 0, got {self.max_turns}")
@@ -49,6 +69,11 @@ class EnvConfig:
         require(self.history >= 0, "history", f"must be >= 0 (0 = the whole trajectory), got {self.history}")
         require(self.tool_timeout_s > 0 and self.step_wait_s >= 0, "tool_timeout_s",
                 "tool_timeout_s must be > 0 and step_wait_s >= 0")
+        for key in ("reset_timeout_s", "step_timeout_s", "episode_timeout_s"):
+            require(getattr(self, key) > 0, key, f"must be > 0 seconds, got {getattr(self, key)}")
+        require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
+        require(self.max_message_chars >= 64, "max_message_chars", f"must be >= 64, got {self.max_message_chars}")
+        require(self.fail_fast >= 0, "fail_fast", f"must be >= 0 (0: never stop), got {self.fail_fast}")
         require(not self.tools or self.name == "tools" or ":" in self.name, "tools",
                 f"tools are called in the 'tools' environment; env.name={self.name} has none of its own")
         if self.name == "single_turn":

@@ -24,12 +24,16 @@ result as `<tool_response>...</tool_response>`. The loss mask is 1 on sampled to
 from __future__ import annotations
 
 import concurrent.futures as cf
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlvr.configlib import ConfigError
-from rlvr.envs import Environment, StepResult, episode_seed
+from rlvr.envs import Environment, SingleTurn, episode_seed, schemas
+from rlvr.envs.checks import Limits
+from rlvr.envs.faults import FaultLedger, overran, record_fault
+from rlvr.envs.host import EnvHost, Handle, ProcessHost, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn
 
 Sample = tuple[list[int], list[float], str]
@@ -57,18 +61,25 @@ class EpisodeSpec:
     history: int = 0
     """0: each turn sees the whole trajectory; k: the prompt and the last k exchanges only."""
     step_wait_s: float = 0.05
-    step_timeout_s: float = 600.0
-    """An environment step (tools included) that has not answered in this time ends its episode, marked."""
+    reset_timeout_s: float = 30.0
+    """Construction and reset (and, at the end, close) of an episode's environment."""
+    step_timeout_s: float = 60.0
+    """One step (its tool calls included)."""
+    episode_timeout_s: float = 300.0
+    """All of an episode's environment calls together (the policy's sampling not counted)."""
+    limits: Limits = field(default_factory=Limits)
+    host: EnvHost = field(default_factory=ThreadHost)
+    """Where the environments live (rlvr.envs.host): worker processes for user code, threads for rlvr's own."""
+    faults: FaultLedger = field(default_factory=FaultLedger)
+    """Counts failed episodes, logs each kind once, and stops a run whose environment always fails."""
 
 
 def _single_turn(problem: Problem) -> Environment:
-    from rlvr.envs import SingleTurn
-
     return SingleTurn()
 
 
-SINGLE_TURN = EpisodeSpec(make_env=_single_turn)
-"""The default: one assistant turn per trajectory."""
+SINGLE_TURN = EpisodeSpec(make_env=_single_turn, host=ThreadHost(inline=True))
+"""The default: one assistant turn per trajectory (its trivial calls made in line)."""
 
 
 def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
@@ -95,8 +106,21 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
         return cls(settings, tools=tools, tool_format=e.tool_format, tool_timeout_s=e.tool_timeout_s,
                    max_turns=max_turns)
 
-    return EpisodeSpec(make_env, max_turns=max_turns, max_tokens=e.max_tokens,
-                       history=e.history, step_wait_s=e.step_wait_s)
+    make_env.env_name = cls.__name__  # type: ignore[attr-defined]  # names it when its constructor fails
+
+    return EpisodeSpec(make_env, max_turns=max_turns, max_tokens=e.max_tokens, history=e.history,
+                       step_wait_s=e.step_wait_s, reset_timeout_s=e.reset_timeout_s, step_timeout_s=e.step_timeout_s,
+                       episode_timeout_s=e.episode_timeout_s, limits=Limits(e.max_message_chars),
+                       host=ProcessHost(e.workers) if isolation(e.isolation, cls) == "process" else ThreadHost(),
+                       faults=FaultLedger(e.fail_fast))
+
+
+def isolation(setting: str, cls: type) -> str:
+    """'auto': worker processes for an environment of your own, threads for rlvr's (whose user code,
+    the tools, runs contained at each call)."""
+    if setting != "auto":
+        return setting
+    return "thread" if cls.__module__.startswith("rlvr.") else "process"
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -161,11 +185,6 @@ def _text_of(message: Message) -> str:
     return f"<tool_response>{content}</tool_response>" if message.get("role") == "tool" else content
 
 
-def schemas(tools: list) -> list[dict]:
-    """OpenAI-style tool descriptions, of rlvr.tools.Tool objects or of descriptions already."""
-    return [t if isinstance(t, dict) else t.schema() for t in tools]
-
-
 def with_tools_described(messages: list[Message], tools: list) -> list[Message]:
     """For a template that cannot take `tools`: the tools described in the system message."""
     messages = list(messages)
@@ -192,7 +211,7 @@ class _Trajectory:
     problem: Problem
     group: int
     index: int
-    env: Environment
+    handle: Handle
     prompt_ids: list[int]
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -203,10 +222,16 @@ class _Trajectory:
     finish: str | None = None
     chat: bool = False
     """The prompt went through the chat template: so do the environment's messages."""
+    env_s: float = 0.0
+    """Time its environment's calls took so far (env.episode_timeout_s bounds it)."""
 
     @property
     def assistant_turns(self) -> list[Turn]:
         return [t for t in self.turns if t.role == "assistant"]
+
+    @property
+    def tools(self) -> list | None:
+        return self.handle.info.get("tools") or None
 
     def context(self, history: int) -> tuple[list[int], int]:
         """(the tokens the policy sees for its next turn, where they start in `tokens`)."""
@@ -221,61 +246,105 @@ class _Trajectory:
 def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spec: EpisodeSpec, *,
                  group_offset: int = 0) -> list[Completion]:
     """G trajectories per problem (1 when greedy), group after group: problem i's get group id
-    group_offset + i. Every environment is closed at the end, however the episodes ended."""
+    group_offset + i. Every environment call is bounded in time and contained (rlvr.envs.host): an
+    episode whose environment fails, overruns or answers with the wrong shape ends, marked (its
+    `env_info` has `error` and `env_error`, the kind), and is never rewarded. Every environment is
+    closed at the end, however the episodes ended. Raises EnvironmentBroken when the run's first
+    env.fail_fast episodes all failed the same way."""
     g = 1 if params.greedy else params.group_size
     renderer = Renderer(sampler.tokenizer)
-    trajs: list[_Trajectory] = []
+    host, trajs = spec.host, []
     budget = spec.max_tokens or 1 << 62
     limit = getattr(sampler, "max_context", None) or 1 << 62  # prompt + trajectory, the model's positions
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(32, len(problems) * g)), thread_name_prefix="rlvr-env")
     try:
+        opening = {}
         for i, problem in enumerate(problems):
+            seed = episode_seed(problem)
             for j in range(g):
-                env = spec.make_env(problem)
-                trajs.append(_Trajectory(problem, group_offset + i, j, env, []))
-                first = env.reset(problem, episode_seed(problem))
-                trajs[-1].chat = not isinstance(first, str)
-                try:
-                    trajs[-1].prompt_ids = renderer.prompt(first, env.tools or None)
-                except ConfigError as exc:
-                    raise ConfigError(f"problem {problem.id!r}: {exc}") from None
+                handle, opening[len(trajs)] = host.open(spec.make_env, problem, seed, spec.limits)
+                trajs.append(_Trajectory(problem, group_offset + i, j, handle, []))
+        for t_id, outcome in _wait_all(opening, trajs, spec, "reset", spec.reset_timeout_s).items():
+            _opened(trajs[t_id], outcome, renderer)
         _first_turns(sampler, trajs, params, g, spec)
-        for traj in trajs:  # a single-turn environment's step is immediate: no thread
-            if traj.finish is None and not traj.env.multi_turn:
-                _after_step(traj, _step(traj.env, traj.assistant_turns[-1].text), renderer, spec, budget)
-        pending = {t_id: pool.submit(_step, t.env, t.assistant_turns[-1].text)
-                   for t_id, t in enumerate(trajs) if t.finish is None}
+        pending = {t_id: _step(spec, t) for t_id, t in enumerate(trajs) if t.finish is None}
         while pending:
-            done, _ = cf.wait(list(pending.values()), timeout=spec.step_wait_s)
-            if not done:
-                done, _ = cf.wait(list(pending.values()), timeout=spec.step_timeout_s, return_when=cf.FIRST_COMPLETED)
-            if not done:  # no environment answered in step_timeout_s: those episodes end, marked
-                for t_id in pending:
-                    trajs[t_id].info["error"] = f"the environment did not answer within {spec.step_timeout_s:g} s"
-                    trajs[t_id].finish = "env_done"
-                break
-            ready = []
-            for t_id in sorted(t for t, f in pending.items() if f in done):  # trajectory order: deterministic
+            futures = [f for f, _, _ in pending.values()]
+            done, _ = cf.wait(futures, timeout=spec.step_wait_s)
+            if not done:  # nothing answered at once: wait for the first answer, or the first deadline
+                first_deadline = min(deadline for _, deadline, _ in pending.values())
+                cf.wait(futures, timeout=max(0.0, first_deadline - time.monotonic()), return_when=cf.FIRST_COMPLETED)
+            now, ready = time.monotonic(), []
+            for t_id in sorted(pending):  # trajectory order: deterministic
+                future, deadline, started = pending[t_id]
                 traj = trajs[t_id]
-                if _after_step(traj, pending.pop(t_id).result(), renderer, spec, budget):
-                    ready.append(t_id)
+                if future.done():
+                    del pending[t_id]
+                    traj.env_s += now - started
+                    if _after_step(traj, future.result(), renderer, spec, budget):
+                        ready.append(t_id)
+                elif now >= deadline:
+                    del pending[t_id]
+                    overran(traj, spec, host, "step", now - started)
             if ready:
                 _next_turns(sampler, [trajs[t] for t in ready], params, spec, budget, limit)
                 for t_id in ready:
                     if trajs[t_id].finish is None:
-                        pending[t_id] = pool.submit(_step, trajs[t_id].env, trajs[t_id].assistant_turns[-1].text)
+                        pending[t_id] = _step(spec, trajs[t_id])
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for traj in trajs:
-            traj.env.close()
-    return [_completion(t, sampler) for t in trajs]
+        _close_all(trajs, spec)
+        host.recycle()
+    completions = [_completion(t, sampler) for t in trajs]
+    spec.faults.record(completions)
+    return completions
 
 
-def _step(env: Environment, text: str) -> StepResult | BaseException:
+def _step(spec: EpisodeSpec, traj: _Trajectory) -> tuple[cf.Future, float, float]:
+    """(the step's future, its deadline, when it started)."""
+    now = time.monotonic()
+    left = min(spec.step_timeout_s, spec.episode_timeout_s - traj.env_s)
+    return spec.host.step(traj.handle, traj.assistant_turns[-1].text, spec.limits), now + max(0.0, left), now
+
+
+def _wait_all(futures: dict[int, cf.Future], trajs: list[_Trajectory], spec: EpisodeSpec, method: str,
+              timeout_s: float) -> dict[int, dict]:
+    """The outcomes of calls made together, within one deadline; those that overran are marked."""
+    t0 = time.monotonic()
+    cf.wait(list(futures.values()), timeout=timeout_s)
+    out = {}
+    for t_id, future in futures.items():
+        if future.done():
+            out[t_id] = future.result()
+        else:
+            overran(trajs[t_id], spec, spec.host, method, time.monotonic() - t0)
+    for t_id in out:
+        trajs[t_id].env_s += time.monotonic() - t0
+    return out
+
+
+def _opened(traj: _Trajectory, outcome: dict, renderer: Renderer) -> None:
+    """The environment's first messages become the prompt; an environment that failed to open gets the
+    problem's own prompt (its first turn is sampled with the others, then the episode ends, marked)."""
+    traj.handle.info.update({k: v for k, v in outcome.items() if k != "fault"})
+    first = outcome.get("first", traj.problem.prompt)
+    if "fault" in outcome:
+        record_fault(traj, outcome["fault"])
+    traj.handle.built = "class" in outcome and outcome.get("fault", {}).get("method") != "__init__"
+    traj.chat = not isinstance(first, str)
     try:
-        return env.step(text)
-    except Exception as exc:  # an environment's failure ends its episode, marked; never the step
-        return exc
+        traj.prompt_ids = renderer.prompt(first, traj.tools)
+    except ConfigError as exc:
+        raise ConfigError(f"problem {traj.problem.id!r}: {exc}") from None
+
+
+def _close_all(trajs: list[_Trajectory], spec: EpisodeSpec) -> None:
+    closing = {}
+    for t_id, traj in enumerate(trajs):
+        future = spec.host.close(traj.handle) if traj.handle.built else None
+        if future is not None:
+            closing[t_id] = future
+    for t_id, outcome in _wait_all(closing, trajs, spec, "close", spec.reset_timeout_s).items():
+        if "fault" in outcome and "env_error" not in trajs[t_id].info:
+            record_fault(trajs[t_id], outcome["fault"])
 
 
 def _record_turn(traj: _Trajectory, sample: Sample, context_start: int, tokenizer) -> None:
@@ -286,7 +355,7 @@ def _record_turn(traj: _Trajectory, sample: Sample, context_start: int, tokenize
     traj.mask += [1] * len(ids)
     traj.turns.append(Turn("assistant", start, len(traj.tokens), tokenizer.decode(ids, skip_special_tokens=True),
                            context_start))
-    if finish == "length":  # cut at its budget: the environment never sees a truncated turn
+    if finish == "length" and traj.finish is None:  # cut at its budget: the environment never sees a truncated turn
         traj.finish = "length"
 
 
@@ -329,31 +398,32 @@ def _next_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, spec: E
             _record_turn(traj, sample, start, sampler.tokenizer)
 
 
-def _after_step(traj: _Trajectory, result: StepResult | BaseException, renderer: Renderer, spec: EpisodeSpec,
-                budget: int) -> bool:
-    """Take the environment's answer; True when the trajectory goes on to another turn."""
+def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: EpisodeSpec, budget: int) -> bool:
+    """Take the environment's answer (checked: rlvr.envs.checks); True when the trajectory goes on
+    to another turn."""
     last = traj.assistant_turns[-1]
-    if isinstance(result, BaseException):
-        traj.info["error"] = f"environment {type(traj.env).__name__} failed: {type(result).__name__}: {result}"
-        traj.finish = "env_done"
+    if "fault" in outcome:
+        record_fault(traj, outcome["fault"])
         return False
-    for name, value in result.components.items():
-        traj.components[name] = traj.components.get(name, 0.0) + float(value)
-    last.info["components"] = dict(result.components)  # the reward this turn earned (per-turn credit)
-    if "tool_calls" in result.info:
-        last.info["tool_calls"] = result.info["tool_calls"]
-    traj.info.update({k: v for k, v in result.info.items() if k != "tool_calls"})
-    if result.done or not result.messages:
-        traj.finish = "env_done" if traj.env.multi_turn else "stop"
+    messages, components = outcome["messages"], outcome["components"]
+    for name, value in components.items():
+        traj.components[name] = traj.components.get(name, 0.0) + value
+    last.info["components"] = dict(components)  # the reward this turn earned (per-turn credit)
+    info = outcome["info"]
+    if "tool_calls" in info:
+        last.info["tool_calls"] = info["tool_calls"]
+    traj.info.update({k: v for k, v in info.items() if k != "tool_calls"})
+    if outcome["done"] or not messages:
+        traj.finish = "env_done" if traj.handle.info.get("multi_turn", True) else "stop"
         return False
     if len(traj.assistant_turns) >= spec.max_turns:
         traj.finish = "max_turns"
         return False
     try:
-        appended = renderer.continuation(result.messages, traj.env.tools or None, traj.chat)
+        appended = renderer.continuation(messages, traj.tools, traj.chat)
     except Exception as exc:
-        traj.info["error"] = f"rendering the environment's message failed: {exc}"
-        traj.finish = "env_done"
+        record_fault(traj, {"method": "step", "kind": "bad_result", "type": "",
+                            "message": f"its message could not be rendered: {type(exc).__name__}: {exc}"[:2000]})
         return False
     if len(traj.tokens) + len(appended) >= budget:
         traj.finish = "length"  # no room left for another turn
@@ -364,8 +434,7 @@ def _after_step(traj: _Trajectory, result: StepResult | BaseException, renderer:
     traj.mask += [0] * len(appended)
     text = renderer.tokenizer.decode(appended, skip_special_tokens=False)
     traj.turns.append(Turn("env", start, len(traj.tokens), text,
-                           info={"components": dict(result.components),
-                                 "messages": [dict(m) for m in result.messages]}))
+                           info={"components": dict(components), "messages": messages}))
     return True
 
 

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from rlvr.serve.errors import error_body
 from rlvr.serve.schema import Strict, TextPart
-from rlvr.serve.tools import anthropic_blocks, as_hermes, split_calls
+from rlvr.serve.tools import anthropic_blocks, as_hermes, known_call, split_calls
 
 STOP_REASON = {"stop": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens"}
 
@@ -79,13 +79,14 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, str]]:
     names = {b.id: b.name for m in body.messages if not isinstance(m.content, str) for b in m.content
              if isinstance(b, ToolUseBlock)}
     out = [{"role": "system", "content": _text(body.system)}] if body.system else []
-    for m in body.messages:
+    for k, m in enumerate(body.messages):
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
             continue
         text = ""
         for b in m.content:
             if isinstance(b, ToolResultBlock):
+                known_call(b.tool_use_id, set(names), f"messages[{k}].content")
                 if text:
                     out.append({"role": m.role, "content": text})
                     text = ""

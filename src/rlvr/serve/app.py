@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import hmac
 import ipaddress
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class Arm:
         or into the system message when the template takes none (rlvr.rollout.episodes)."""
         from rlvr.rollout.episodes import describe_tools, with_tools_described
 
+        encodable({"messages": messages, "tools": tools})
         if self.chat_template is None:
             return self.text_ids((describe_tools(tools) if tools else "") + "\n".join(m["content"] for m in messages))
         kwargs: dict[str, Any] = {}
@@ -64,7 +66,17 @@ class Arm:
             raise APIError(400, f"the model's chat template rejected these messages: {exc}", param="messages") from None
 
     def text_ids(self, text: str) -> list[int]:
+        encodable(text)
         return self.tokenizer(text, add_special_tokens=False).input_ids
+
+
+def encodable(value: Any) -> None:
+    """Text a tokenizer takes: valid UTF-8 (JSON lets a client send lone surrogates), or a 400."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError, ValueError) as exc:
+        raise APIError(400, f"the request's text cannot be tokenised ({type(exc).__name__}: {str(exc)[:200]})",
+                       param="messages") from None
 
 
 @dataclass

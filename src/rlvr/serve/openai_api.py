@@ -22,7 +22,7 @@ from pydantic import Field
 
 from rlvr.serve.errors import APIError, error_body
 from rlvr.serve.schema import Strict, TextPart
-from rlvr.serve.tools import as_hermes, openai_tool_calls, split_calls
+from rlvr.serve.tools import as_hermes, call_arguments, known_call, openai_tool_calls, split_calls
 
 FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}
 
@@ -104,15 +104,11 @@ def chat_messages(body: ChatRequest) -> list[dict[str, str]]:
         if m.role == "tool":
             if m.tool_call_id is None:
                 raise APIError(400, f"messages[{k}]: a tool message needs tool_call_id", param=f"messages[{k}].tool_call_id")
+            known_call(m.tool_call_id, set(names), f"messages[{k}].tool_call_id")
             out.append({"role": "tool", "name": names.get(m.tool_call_id, m.name or "tool"), "content": text})
             continue
         for c in m.tool_calls or []:
-            try:
-                args = json.loads(c.function.arguments or "{}")
-            except json.JSONDecodeError:
-                raise APIError(400, f"messages[{k}]: tool call {c.id} has arguments that are not JSON",
-                               param=f"messages[{k}].tool_calls") from None
-            text += as_hermes(c.function.name, args)
+            text += as_hermes(c.function.name, call_arguments(c.function.arguments, f"messages[{k}].tool_calls"))
         out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
     return out
 

@@ -13,11 +13,12 @@ outside them is the message's content.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any
 
-from rlvr.tools import ToolCall, format_call, parse_tool_calls
+from rlvr.serve.errors import APIError
+from rlvr.tools import ToolCall, format_call, parse_tool_calls, read_json
+from rlvr.tools.calls import CLOSE, OPEN
 
 
 def as_hermes(name: str, arguments: dict[str, Any]) -> str:
@@ -25,23 +26,42 @@ def as_hermes(name: str, arguments: dict[str, Any]) -> str:
     return format_call(ToolCall(name, arguments), "hermes")
 
 
-_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
 def split_calls(text: str, offered: set[str]) -> tuple[str, list[ToolCall]]:
     """(the text outside the calls, the calls to tools the request offered that read cleanly). A call
-    that does not read, or names a tool not offered, stays in the text, where the client sees it."""
+    that does not read, or names a tool not offered, stays in the text, where the client sees it.
+    One pass of forward searches: linear in the text, whatever tags it leaves open."""
     calls: list[ToolCall] = []
-
-    def take(m: re.Match) -> str:
-        (call,) = parse_tool_calls(m.group(0), "hermes")
+    kept: list[str] = []
+    pos = 0
+    while (start := text.find(OPEN, pos)) >= 0 and (end := text.find(CLOSE, start + len(OPEN))) >= 0:
+        block = text[start:end + len(CLOSE)]
+        (call,) = parse_tool_calls(block, "hermes")
+        kept.append(text[pos:start])
         if call.error is None and call.name in offered:
             calls.append(call)
-            return ""
-        return m.group(0)
-
-    content = _CALL_RE.sub(take, text).strip()
+        else:
+            kept.append(block)
+        pos = end + len(CLOSE)
+    content = ("".join(kept) + text[pos:]).strip()
     return (content, calls) if calls else (text, [])
+
+
+def call_arguments(arguments: str, where: str) -> dict[str, Any]:
+    """An earlier call's arguments (a JSON object as text) from a request: bounded in nesting and in
+    integer size, or a 400 naming `where`."""
+    try:
+        args = read_json(arguments or "{}")
+    except ValueError as exc:
+        raise APIError(400, f"{where}: the arguments are not JSON rlvr reads ({exc})", param=where) from None
+    if not isinstance(args, dict):
+        raise APIError(400, f"{where}: the arguments are not a JSON object", param=where)
+    return args
+
+
+def known_call(call_id: str, ids: set[str], where: str) -> None:
+    """A tool result answers a call an earlier assistant turn made (both real APIs answer 400 otherwise)."""
+    if call_id not in ids:
+        raise APIError(400, f"{where}: no earlier tool call has id {call_id[:64]!r}", param=where)
 
 
 def call_id(prefix: str) -> str:

@@ -11,21 +11,37 @@ concurrency bound; its stdout is the result). A user tool is any function with t
 hints and a Google-style docstring, named by its import path ('module:function').
 A tool that raises, times out, or is called with arguments it does not take answers
 the model with an error message; the episode goes on.
+
+A user tool runs in a worker process (rlvr.harness): one that does not answer within its
+timeout is killed with everything it started, so it stops using the CPU the moment the model
+is told it timed out; the next call gets a fresh worker (its module's import is not counted
+against the call). The built-ins run here, bounded by their own limits: the calculator by the
+size of its numbers, the `python` tool by a sandbox run killed at the call's deadline. Every
+text a tool produces (its result, its error, a name echoed back) is cut before it is returned.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
-import re
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlvr.harness import CallFailed, Worker, safe_text
 from rlvr.tools.calculator import calculator
+from rlvr.tools.calls import MAX_CALLS, ToolCall, format_call, parse_tool_calls, read_json
 
 TOOL_FORMATS = ("hermes", "compact")
+MAX_RESULT_CHARS = 2000
+"""A tool's answer is cut to this many characters (marked), so a chatty tool cannot flood the context."""
+MAX_ERROR_CHARS = 500
+"""An error message (a tool's exception, a bad call's name or arguments echoed back) is cut to this."""
+LOAD_TIMEOUT_S = 120.0
+"""A fresh worker's import of a tool's module (not counted against the call's timeout)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,9 @@ class Tool:
     fn: Callable[..., Any] = field(compare=False, repr=False)
     host: Callable[["ToolCall", float], "ToolResult"] | None = field(default=None, compare=False, repr=False)
     """Where its calls run when not in this process (on Ray, a reward worker: `hosted`); None: here."""
+    timed: Callable[[dict[str, Any], float], Any] | None = field(default=None, compare=False, repr=False)
+    """A built-in that bounds its own calls: timed(arguments, timeout_s), run in this process. None: a
+    user function, run in a worker process that is killed when it overruns."""
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> "Tool":
@@ -54,14 +73,6 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
-    error: str | None = None
-    """Why the call could not be read (malformed JSON, no name): answered with this message."""
-
-
-@dataclass(frozen=True)
 class ToolResult:
     content: str
     ok: bool
@@ -69,124 +80,135 @@ class ToolResult:
     timeout: bool = False
 
 
-# --- calls in the model's text --------------------------------------------------------------
-
-_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_COMPACT_RE = re.compile(r"\s*([A-Za-z_][\w.-]*)\((.*)\)\s*", re.DOTALL)
-MAX_CALLS = 8
-"""Tool calls read from one assistant turn; more are answered with an error."""
-
-
-def parse_tool_calls(text: str, fmt: str) -> list[ToolCall]:
-    """Every `<tool_call>...</tool_call>` block of an assistant turn. 'hermes' (Hermes/Qwen, what chat
-    templates with tools use): a JSON object {"name": ..., "arguments": {...}}; 'compact' (small
-    character-level models): `name(argument)`, the one string argument of a one-parameter tool."""
-    out: list[ToolCall] = []
-    for body in _CALL_RE.findall(text)[:MAX_CALLS + 1]:
-        if len(out) == MAX_CALLS:
-            out.append(ToolCall("", {}, f"more than {MAX_CALLS} tool calls in one turn"))
-            break
-        out.append(_hermes(body) if fmt == "hermes" else _compact(body))
-    return out
-
-
-def _hermes(body: str) -> ToolCall:
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as exc:
-        return ToolCall("", {}, f"the tool call is not valid JSON ({exc.msg} at column {exc.colno})")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return ToolCall("", {}, 'a tool call is a JSON object {"name": ..., "arguments": {...}}')
-    args = obj.get("arguments", {})
-    if isinstance(args, str):  # some models write the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return ToolCall(obj["name"], {}, "the arguments are not a JSON object")
-    if not isinstance(args, dict):
-        return ToolCall(obj["name"], {}, "the arguments are not a JSON object")
-    return ToolCall(obj["name"], args)
-
-
-def _compact(body: str) -> ToolCall:
-    m = _COMPACT_RE.fullmatch(body)
-    if m is None:
-        return ToolCall("", {}, "a tool call is name(argument)")
-    return ToolCall(m.group(1), {"": m.group(2)})
-
-
-def format_call(call: ToolCall, fmt: str) -> str:
-    """The text of a call as the model writes it (cold-start demonstrations, serving)."""
-    if fmt == "compact":
-        return f"<tool_call>{call.name}({next(iter(call.arguments.values()), '')})</tool_call>"
-    return "<tool_call>" + json.dumps({"name": call.name, "arguments": call.arguments}) + "</tool_call>"
+def _failed(msg: str, timeout: bool = False) -> ToolResult:
+    msg = safe_text(msg, MAX_ERROR_CHARS)
+    return ToolResult(f"error: {msg}", False, msg, timeout)
 
 
 # --- running a call --------------------------------------------------------------------------
 
-MAX_RESULT_CHARS = 2000
-"""A tool's answer is cut to this many characters (marked), so a chatty tool cannot flood the context."""
-
-
 def run_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> ToolResult:
     """Run one call; never raises. A positional compact argument goes to the tool's only parameter."""
     if call.error is not None:
-        return ToolResult(f"error: {call.error}", False, call.error)
+        return _failed(call.error)
     tool = tools.get(call.name)
     if tool is None:
-        msg = f"unknown tool {call.name!r}; the tools are {', '.join(sorted(tools)) or 'none'}"
-        return ToolResult(f"error: {msg}", False, msg)
+        return _failed(f"unknown tool {safe_text(call.name, 64)!r}; the tools are {', '.join(sorted(tools)) or 'none'}")
     if tool.host is not None:
         return tool.host(call, timeout_s)
     args = dict(call.arguments)
     if "" in args:  # compact call: the single argument of a one-parameter tool
         names = list(tool.parameters.get("properties", {}))
         if len(names) != 1:
-            msg = f"{tool.name} takes {len(names)} arguments; call it in the hermes format"
-            return ToolResult(f"error: {msg}", False, msg)
+            return _failed(f"{tool.name} takes {len(names)} arguments; call it in the hermes format")
         kind = tool.parameters["properties"][names[0]].get("type")
         try:  # the one argument, written as text, read as the type the tool declares
             value = {"integer": int, "number": float}.get(kind, str)(args.pop("").strip())
         except ValueError:
-            msg = f"{tool.name} takes a {kind}"
-            return ToolResult(f"error: {msg}", False, msg)
+            return _failed(f"{tool.name} takes a {kind}")
         args = {names[0]: value}
     try:
         inspect.signature(tool.fn).bind(**args)
     except TypeError as exc:
-        return ToolResult(f"error: {exc}", False, str(exc))
+        return _failed(str(exc))
+    if tool.timed is None:
+        return _in_worker(tool, args, timeout_s)
     box: dict[str, Any] = {}
 
-    def call() -> None:
+    def call_here() -> None:
         try:
-            value = tool.fn(**args)
-            box["value"] = value if isinstance(value, str) else json.dumps(value)
+            box["text"] = _as_text(tool.timed(args, timeout_s))
         except BaseException as exc:  # noqa: BLE001 - a tool's own failure is the model's information
             box["error"] = exc
 
-    # a daemon thread per call: the clock starts with the call, and a tool that never returns
-    # holds no worker the next call needs, nor the interpreter's exit
-    worker = threading.Thread(target=call, name=f"rlvr-tool-{tool.name}", daemon=True)
+    # a daemon thread: the clock starts with the call, and a call that overruns holds neither a
+    # worker the next call needs nor the interpreter's exit (the built-ins end theirs themselves)
+    worker = threading.Thread(target=call_here, name=f"rlvr-tool-{tool.name}", daemon=True)
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        msg = f"{tool.name} did not answer within {timeout_s:g} s"
-        return ToolResult(f"error: {msg}", False, msg, timeout=True)
+        return _failed(f"{tool.name} did not answer within {timeout_s:g} s", timeout=True)
     if "error" in box:
-        exc = box["error"]
-        msg = f"{type(exc).__name__}: {exc}"
-        return ToolResult(f"error: {msg}", False, msg)
-    text = box["value"]
-    if len(text) > MAX_RESULT_CHARS:
-        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"
-    return ToolResult(text, True)
+        return _failed(f"{type(box['error']).__name__}: {safe_text(box['error'], MAX_ERROR_CHARS)}")
+    return ToolResult(box["text"], True)
+
+
+def _as_text(value: Any) -> str:
+    """A tool's value as the text the model reads: a string as it is, anything else as JSON; cut."""
+    return safe_text(value if isinstance(value, str) else json.dumps(value), MAX_RESULT_CHARS)
+
+
+class _Workers:
+    """Idle tool workers by the module they have imported; a worker that overran is killed, never reused."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[Worker]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, module: str) -> Worker:
+        with self._lock:
+            idle = self._idle.get(module, [])
+            while idle:
+                worker = idle.pop()
+                if not worker.dead:
+                    return worker
+        worker = Worker("tool")
+        try:  # the import is the worker's start-up, not the call's time
+            worker.submit(_load, module).result(LOAD_TIMEOUT_S)
+        except (CallFailed, FutureTimeout):
+            pass  # the call itself will say what is wrong
+        return worker
+
+    def give_back(self, module: str, worker: Worker) -> None:
+        with self._lock:
+            if not worker.dead:
+                self._idle.setdefault(module, []).append(worker)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for workers in idle.values():
+            for worker in workers:
+                worker.kill()
+
+
+WORKERS = _Workers()
+
+
+def _load(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - by-value functions (a notebook's, a test's) need no import
+        pass
+
+
+def _call(fn: Callable[..., Any], args: dict[str, Any]) -> str:
+    return _as_text(fn(**args))
+
+
+def _in_worker(tool: Tool, args: dict[str, Any], timeout_s: float) -> ToolResult:
+    module = getattr(tool.fn, "__module__", None) or "__main__"
+    worker = WORKERS.take(module)
+    future = worker.submit(_call, tool.fn, args)
+    try:
+        return ToolResult(future.result(timeout_s), True)
+    except FutureTimeout:
+        worker.kill()  # stops its CPU now, and whatever it started
+        return _failed(f"{tool.name} did not answer within {timeout_s:g} s", timeout=True)
+    except CallFailed as exc:
+        if exc.kind in ("died", "killed"):
+            return _failed(f"{tool.name} failed: {exc.message}")
+        return _failed(str(exc))
+    finally:
+        WORKERS.give_back(module, worker)
 
 
 # --- the registry ----------------------------------------------------------------------------
 
 def python_tool(sandbox_cfg) -> Tool:
     """`python(code)`: the program runs in rlvr's sandbox; the result is its stdout (and the
-    error when it fails). One sandbox per process, opened on first use."""
+    error when it fails). One sandbox per process, opened on first use; a run is killed at the
+    call's deadline, and one still queued then never starts."""
     lock = threading.Lock()
     state: dict[str, Any] = {}
 
@@ -196,11 +218,21 @@ def python_tool(sandbox_cfg) -> Tool:
         Args:
             code: The program's source; print the values you need.
         """
+        return timed({"code": code}, float(sandbox_cfg.timeout_s))
+
+    def timed(args: dict[str, Any], timeout_s: float) -> str:
         with lock:
             if "pool" not in state:
                 from rlvr.sandbox.verifier import CodeVerifier
                 state["pool"] = CodeVerifier(sandbox_cfg).pool  # probes isolation; refuses when required and missing
-        run = state["pool"].submit("program", code, [{"stdin": ""}]).result()
+        limit = min(timeout_s, float(sandbox_cfg.timeout_s))
+        future = state["pool"].submit("program", args["code"], [{"stdin": ""}], case_timeout_s=limit,
+                                      total_timeout_s=limit)
+        try:
+            run = future.result(timeout_s)
+        except FutureTimeout:
+            future.cancel()
+            raise TimeoutError(f"the program did not finish within {timeout_s:g} s") from None
         if not run.ok:
             raise RuntimeError(run.error or "the sandbox failed")
         case = run.cases[0]
@@ -209,10 +241,11 @@ def python_tool(sandbox_cfg) -> Tool:
             return f"{out}\n[{case['status']}: {case.get('reason') or case.get('stderr', '')[-300:]}]".strip()
         return out.strip()
 
-    return Tool.from_function(python)
+    return replace(Tool.from_function(python), timed=timed)
 
 
-BUILTIN = {"calculator": lambda cfg: Tool.from_function(calculator), "python": python_tool}
+BUILTIN = {"calculator": lambda cfg: replace(Tool.from_function(calculator), timed=lambda args, _t: calculator(**args)),
+           "python": python_tool}
 
 
 def hosted(tools: dict[str, Tool], host: Callable[[ToolCall, float], ToolResult]) -> dict[str, Tool]:
@@ -237,3 +270,7 @@ def resolve_tools(names: Sequence[str], sandbox_cfg=None) -> dict[str, Tool]:
                              "'module:function' for a function of your own")
         out[tool.name] = tool
     return out
+
+
+__all__ = ["BUILTIN", "MAX_CALLS", "MAX_RESULT_CHARS", "TOOL_FORMATS", "WORKERS", "Tool", "ToolCall", "ToolResult",
+           "format_call", "hosted", "parse_tool_calls", "python_tool", "read_json", "resolve_tools", "run_tool"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
+from rlvr.configlib import RunFailed
 from rlvr.console import RunConsole
 from rlvr.evaluate import eval_metrics, evaluate
 from rlvr.kernels import keep_freed_memory
@@ -341,9 +342,13 @@ def _train(run: Run, state: TrainerState) -> dict:
             ui.update(step, metrics, accuracy)
             if cfg.ckpt.every and step % cfg.ckpt.every == 0:
                 run.save(state, metrics)
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit from user code too: a run that did not complete never exits 0
         status = "failed"
         run.log.event("failed", step=state.step, error=f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, SystemExit):
+            raise RunFailed(f"sys.exit({exc.code!r}) was called during step {state.step + 1} (by user code: an "
+                            "environment, a tool or a reward function run in the trainer's process); the run "
+                            "did not complete") from exc
         if not isinstance(exc, RunDiverged):
             raise
         ui.warn(str(exc))

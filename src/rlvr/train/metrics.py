@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from rlvr.envs import episode_returns
+from rlvr.envs.faults import FAULT_KINDS
 from rlvr.records import Completion
 
 
@@ -30,7 +31,19 @@ def rollout_metrics(completions: Sequence[Completion], rewards: torch.Tensor, gr
         "rollout/zero_std_frac": float(zero_std.mean()),
         "rollout/tokens": float(sum(lengths)),
         **agent_metrics(completions),
+        **env_error_metrics(completions),
     }
+
+
+def env_error_metrics(completions: Sequence[Completion]) -> dict[str, float]:
+    """Episodes whose environment failed (rlvr.envs.faults), of all, and by kind; nothing for
+    episodes without an environment of their own (single_turn)."""
+    kinds = [c.env_info.get("env_error") for c in completions]
+    if not any(kinds) and not agent_metrics(completions):
+        return {}
+    n = len(completions)
+    return {"rollout/env_error_frac": sum(k is not None for k in kinds) / n,
+            **{f"rollout/env_error/{kind}_frac": kinds.count(kind) / n for kind in FAULT_KINDS if kind in kinds}}
 
 
 def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
