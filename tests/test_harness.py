@@ -160,3 +160,38 @@ def test_a_process_host_costs_little_per_call(sampler):
     run_episodes(sampler, problems(["ok"] * 4), PARAMS, episodes)
     assert {w.pid for w in host._workers} == pids and all(os.path.exists(f"/proc/{p}") for p in pids)
     host.shutdown()
+
+
+@pytest.mark.slow
+def test_a_run_with_a_flaky_environment_completes_with_its_failures_counted(tiny_overrides):
+    """Raises on a third of the episodes, hangs on a tenth, a NaN component on another tenth: the run
+    completes and exits 0; each failure is counted and invalid, and no metric is NaN. (Its time
+    beside a well-behaved twin: bench/bench_env_faults.py.)"""
+    import json
+
+    from rlvr.cli import main
+
+    overrides = tiny_overrides + ["env.name=hostile:Flaky", "env.step_timeout_s=1", "train.steps=4", "ckpt.every=0"]
+    assert bounded(300, main, ["train", *overrides]) == 0
+    run = next(o.split("=", 1)[1] for o in overrides if o.startswith("run.dir="))
+    summary = json.loads(open(f"{run}/summary.json").read())
+    assert summary["status"] == "completed" and summary["steps"] == 4
+    rows = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
+    steps = [r for r in rows if "rollout/env_error_frac" in r]
+    assert len(steps) == 4 and all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))
+    assert all(r["reward/invalid_frac"] == r["rollout/env_error_frac"] for r in steps)
+    kinds = {k.split("/")[2] for r in steps for k in r if k.startswith("rollout/env_error/")}
+    assert kinds == {"raised_frac", "timeout_frac", "bad_result_frac"}, kinds
+    events = [json.loads(line) for line in open(f"{run}/events.jsonl")]
+    errors = {e for ev in events if ev["kind"] == "invalid_samples" for e in ev["errors"]}
+    assert any("Flaky.step raised KeyError" in e for e in errors) and any("nan" in e for e in errors)
+
+
+def test_user_code_calling_sys_exit_in_the_trainer_fails_the_run(tiny_overrides, capsys):
+    from rlvr.cli import main
+
+    overrides = tiny_overrides + ["reward.process.scorer=hostile:exiting_scorer", "reward.weights.process=0.1",
+                                  "train.steps=2", "ckpt.every=0"]
+    assert main(["train", *overrides]) == 1  # it exits in the evaluation before the first step
+    assert "failed: sys.exit(0) was called by user code" in capsys.readouterr().err
+    assert main(["train", *tiny_overrides, "env.name=hostile_import_exit:Env"]) == 2  # exiting on import: a config error

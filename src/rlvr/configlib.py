@@ -187,3 +187,5 @@ def import_object(path: str, what: str) -> Any:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ValueError(f"{what} {path!r}: cannot import it ({exc})") from None
+    except (Exception, SystemExit) as exc:  # the module's own code failed (or exited) on import
+        raise ValueError(f"{what} {path!r}: importing it raised {type(exc).__name__}: {exc}") from None

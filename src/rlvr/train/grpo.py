@@ -304,6 +304,10 @@ def train(cfg: Config, ui: RunConsole | None = None,
     try:
         run, state = open_run(cfg, ui, make_source, par)
         return _train(run, state)
+    except SystemExit as exc:  # a run that did not complete never exits 0, whoever called sys.exit
+        raise RunFailed(f"sys.exit({exc.code!r}) was called by user code run in the trainer's process (a reward "
+                        "function, a tool or an environment with env.isolation=thread); the run did not "
+                        "complete") from exc
     finally:
         par.close()
 
@@ -345,10 +349,6 @@ def _train(run: Run, state: TrainerState) -> dict:
     except BaseException as exc:  # SystemExit from user code too: a run that did not complete never exits 0
         status = "failed"
         run.log.event("failed", step=state.step, error=f"{type(exc).__name__}: {exc}")
-        if isinstance(exc, SystemExit):
-            raise RunFailed(f"sys.exit({exc.code!r}) was called during step {state.step + 1} (by user code: an "
-                            "environment, a tool or a reward function run in the trainer's process); the run "
-                            "did not complete") from exc
         if not isinstance(exc, RunDiverged):
             raise
         ui.warn(str(exc))
