@@ -138,12 +138,18 @@ def _as_text(value: Any) -> str:
     return safe_text(value if isinstance(value, str) else json.dumps(value), MAX_RESULT_CHARS)
 
 
+MAX_WORKERS = 8
+"""User tool calls running at once (each in a worker process); more wait for a worker to be free."""
+
+
 class _Workers:
-    """Idle tool workers by the module they have imported; a worker that overran is killed, never reused."""
+    """Idle tool workers by the module they have imported; a worker that overran is killed, never reused.
+    `slots` bounds how many run at once (memory: each is an interpreter)."""
 
     def __init__(self) -> None:
         self._idle: dict[str, list[Worker]] = {}
         self._lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(MAX_WORKERS)
 
     def take(self, module: str) -> Worker:
         with self._lock:
@@ -188,8 +194,15 @@ def _call(fn: Callable[..., Any], args: dict[str, Any]) -> str:
 
 def _in_worker(tool: Tool, args: dict[str, Any], timeout_s: float) -> ToolResult:
     module = getattr(tool.fn, "__module__", None) or "__main__"
-    worker = WORKERS.take(module)
-    future = worker.submit(_call, tool.fn, args)
+    with WORKERS.slots:  # the wait for a free worker is not the call's time (the step's deadline bounds it)
+        worker = WORKERS.take(module)
+        try:
+            return _answer(worker.submit(_call, tool.fn, args), worker, tool, timeout_s)
+        finally:
+            WORKERS.give_back(module, worker)
+
+
+def _answer(future, worker: Worker, tool: Tool, timeout_s: float) -> ToolResult:
     try:
         return ToolResult(future.result(timeout_s), True)
     except FutureTimeout:
@@ -199,8 +212,6 @@ def _in_worker(tool: Tool, args: dict[str, Any], timeout_s: float) -> ToolResult
         if exc.kind in ("died", "killed"):
             return _failed(f"{tool.name} failed: {exc.message}")
         return _failed(str(exc))
-    finally:
-        WORKERS.give_back(module, worker)
 
 
 # --- the registry ----------------------------------------------------------------------------

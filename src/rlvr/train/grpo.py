@@ -197,11 +197,12 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     reward = build_reward(cfg.reward, env_components(cfg))
     task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
+    episodes = episode_spec(cfg)  # one set of environment workers for both
     for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):
         if name is not None and name not in engines:
             engines[name] = build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=start_path,
                                          seed=cfg.seed, dtype=cfg.model.dtype,  # hf, loop: the policy's own weights
-                                         episodes=episode_spec(cfg))
+                                         episodes=episodes)
     task_held_out = task.held_out()[: cfg.eval.n]
     if source is None:
         engine = engines[cfg.rollout.engine]
@@ -301,6 +302,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
     if threads:
         import torch
         torch.set_num_threads(threads)
+    run = None
     try:
         run, state = open_run(cfg, ui, make_source, par)
         return _train(run, state)
@@ -309,6 +311,8 @@ def train(cfg: Config, ui: RunConsole | None = None,
                         "function, a tool or an environment with env.isolation=thread); the run did not "
                         "complete") from exc
     finally:
+        if run is not None:
+            run.engine.episodes.host.shutdown()  # the environment workers end with the run
         par.close()
 
 
