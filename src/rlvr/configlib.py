@@ -184,8 +184,28 @@ def import_object(path: str, what: str) -> Any:
 
     module, _, attr = path.partition(":")
     try:
+        if module.endswith(".py"):  # a file of your own: 'agents/my_agent.py:solve'
+            return getattr(_import_file(module), attr)
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ValueError(f"{what} {path!r}: cannot import it ({exc})") from None
     except (Exception, SystemExit) as exc:  # the module's own code failed (or exited) on import
         raise ValueError(f"{what} {path!r}: importing it raised {type(exc).__name__}: {exc}") from None
+
+
+def _import_file(path: str):
+    """The module of a Python file, loaded once under a name of its own (what 'file.py:name' names)."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    file = pathlib.Path(path).resolve()
+    name = f"rlvr_file_{file.stem}_{abs(hash(str(file))) % 10**8}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or not file.is_file():
+            raise ImportError(f"no Python file {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[name]

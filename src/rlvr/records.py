@@ -54,6 +54,9 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)
     """assistant turns: `tool_calls` [{name, arguments, ok, error, timeout}]; env turns: the step's
     `components` and the environment's own info."""
+    context: list[int] | None = None
+    """assistant turns sampled in a history an agent program rewrote (rlvr.agents): the whole context the
+    policy saw; None: the prompt and token_ids[context_start:start]."""
 
 
 @dataclass

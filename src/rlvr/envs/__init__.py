@@ -141,6 +141,8 @@ def env_class(name: str) -> type[Environment]:
     """The class env.name names: a registered name, a built-in gymnasium adapter, or 'module:Class'."""
     if name not in ENVS and name in ("frozenlake", "breakout"):
         importlib.import_module("rlvr.envs.gym")  # registers them (imports gymnasium)
+    if name not in ENVS and name == "agent":
+        importlib.import_module("rlvr.agents")  # registers it
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
@@ -150,7 +152,7 @@ def env_class(name: str) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")
         return cls
-    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'frozenlake', 'breakout'}))}) "
+    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'agent', 'frozenlake', 'breakout'}))}) "
                      "nor an import path 'module:Class'")
 
 

@@ -13,7 +13,9 @@ class EnvConfig:
     name: str = "single_turn"
     """The environment of each trajectory: 'single_turn' (one assistant turn, graded by the verifier),
     'tools' (the model calls env.tools until it answers), 'frozenlake' and 'breakout' (gymnasium games,
-    rlvr.envs.gym), or a class of your own as 'module:Class' (a subclass of rlvr.envs.Environment)."""
+    rlvr.envs.gym), 'agent' (a program of your own, env.agent, talking to the policy through an
+    OpenAI/Anthropic-style endpoint: rlvr.agents), or a class of your own as 'module:Class' (a subclass
+    of rlvr.envs.Environment)."""
     max_turns: int = 0
     """Assistant turns per trajectory; 0: the environment's own (single_turn 1, tools 4, frozenlake 12,
     breakout 64). A trajectory that reaches it ends with finish reason 'max_turns'."""
@@ -42,6 +44,12 @@ class EnvConfig:
     left to catch up, and the others sample their next turn without them."""
     settings: dict[str, Any] = field(default_factory=dict)
     """Your environment's own settings (its `settings` attribute); the built-in ones read none."""
+    agent: str = ""
+    """env.name=agent: the agent program, a function 'module:function' (or 'path/file.py:function') called
+    as fn(base_url, model, problem) for each episode; it talks to the policy through base_url with the
+    OpenAI or Anthropic SDK and returns its final answer, a reward, or {'answer', 'reward'} (rlvr.agents)."""
+    agent_concurrency: int = 32
+    """env.name=agent: episodes in flight at once (their requests are sampled together)."""
     isolation: Literal["auto", "process", "thread"] = "auto"
     """Where environments run. 'process': in env.workers worker processes, so one that hangs, exits or
     crashes is killed and costs only its own episodes; 'thread': in threads of the trainer (an
@@ -73,6 +81,9 @@ class EnvConfig:
             require(getattr(self, key) > 0, key, f"must be > 0 seconds, got {getattr(self, key)}")
         require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         require(self.max_message_chars >= 64, "max_message_chars", f"must be >= 64, got {self.max_message_chars}")
+        require((self.name == "agent") == bool(self.agent), "agent",
+                "env.name=agent runs the program env.agent='module:function' names: set both, or neither")
+        require(self.agent_concurrency >= 1, "agent_concurrency", f"must be >= 1, got {self.agent_concurrency}")
         require(self.fail_fast >= 0, "fail_fast", f"must be >= 0 (0: never stop), got {self.fail_fast}")
         require(not self.tools or self.name == "tools" or ":" in self.name, "tools",
                 f"tools are called in the 'tools' environment; env.name={self.name} has none of its own")
@@ -101,7 +112,10 @@ def check_env(cfg) -> None:
         require(cfg.env.name == "tools" and "calculator" in cfg.env.tools and cfg.env.tool_format == "compact",
                 "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
                 "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them)")
-    by_turn = cfg.env.credit == "turn" or cfg.env.history > 0
+    require(cfg.env.name != "agent" or (cfg.env.credit == "trajectory" and cfg.env.history == 0), "env.credit",
+            "an agent program's episodes train with env.credit=trajectory and env.history=0 (the program decides "
+            "what each request sees)")
+    by_turn = cfg.env.credit == "turn" or cfg.env.history > 0 or cfg.env.name == "agent"
     require(not (by_turn and cfg.algo.kl_in_reward), "algo.kl_in_reward",
             "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
             "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")

@@ -126,6 +126,11 @@ class ProcessHost:
                                            f"the environment could not be loaded in a worker process: {exc}"))
         return handle, _resolved(worker.submit(_open_there, handle.key, factory_id, problem, seed, limits), "__init__")
 
+    def run(self, name: str, fn: Callable, *args: Any) -> tuple[Handle, Future]:
+        """fn(*args) in a worker (an agent program, called `name` in errors): the future's value, or CallFailed."""
+        worker = self._worker()
+        return Handle(next(_keys), worker, {"class": name}), worker.submit(fn, *args)
+
     def step(self, handle: Handle, text: str, limits: Limits) -> Future:
         return _resolved(handle.worker.submit(_step_there, handle.key, text, limits), "step")
 

@@ -72,6 +72,8 @@ class EpisodeSpec:
     """Where the environments live (rlvr.envs.host): worker processes for user code, threads for rlvr's own."""
     faults: FaultLedger = field(default_factory=FaultLedger)
     """Counts failed episodes, logs each kind once, and stops a run whose environment always fails."""
+    agent: Any = None
+    """env.name=agent: the agent program that drives each episode (rlvr.agents.AgentSpec)."""
 
 
 def _single_turn(problem: Problem) -> Environment:
@@ -91,6 +93,12 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
     cls = env_class(e.name)
     if e.name == "single_turn":
         return SINGLE_TURN
+    bounds = dict(step_wait_s=e.step_wait_s, reset_timeout_s=e.reset_timeout_s, step_timeout_s=e.step_timeout_s,
+                  episode_timeout_s=e.episode_timeout_s, limits=Limits(e.max_message_chars),
+                  faults=FaultLedger(e.fail_fast))
+    if e.name == "agent":
+        from rlvr.agents import agent_spec
+        return EpisodeSpec(cls, host=ProcessHost(e.workers), agent=agent_spec(e), **bounds)
     tools = {}
     if e.tools:
         from rlvr.tools import resolve_tools
@@ -109,10 +117,8 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
     make_env.env_name = cls.__name__  # type: ignore[attr-defined]  # names it when its constructor fails
 
     return EpisodeSpec(make_env, max_turns=max_turns, max_tokens=e.max_tokens, history=e.history,
-                       step_wait_s=e.step_wait_s, reset_timeout_s=e.reset_timeout_s, step_timeout_s=e.step_timeout_s,
-                       episode_timeout_s=e.episode_timeout_s, limits=Limits(e.max_message_chars),
                        host=ProcessHost(e.workers) if isolation(e.isolation, cls) == "process" else ThreadHost(),
-                       faults=FaultLedger(e.fail_fast))
+                       **bounds)
 
 
 def isolation(setting: str, cls: type) -> str:
@@ -251,6 +257,9 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
     `env_info` has `error` and `env_error`, the kind), and is never rewarded. Every environment is
     closed at the end, however the episodes ended. Raises EnvironmentBroken when the run's first
     env.fail_fast episodes all failed the same way."""
+    if spec.agent is not None:
+        from rlvr.agents import run_agent_episodes
+        return run_agent_episodes(sampler, problems, params, spec, group_offset=group_offset)
     g = 1 if params.greedy else params.group_size
     renderer = Renderer(sampler.tokenizer)
     host, trajs = spec.host, []

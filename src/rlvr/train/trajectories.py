@@ -46,7 +46,7 @@ class TrainView:
 def split_by_turn(c: Completion, credit: str) -> bool:
     """Whether a trajectory trains as one sequence per assistant turn."""
     turns = [t for t in c.turns if t.role == "assistant"]
-    return len(turns) > 1 and (credit == "turn" or any(t.context_start for t in turns))
+    return len(turns) > 1 and (credit == "turn" or any(t.context_start or t.context is not None for t in turns))
 
 
 def turn_sequences(c: Completion) -> list[Completion]:
@@ -54,7 +54,8 @@ def turn_sequences(c: Completion) -> list[Completion]:
     out = []
     for t in (t for t in c.turns if t.role == "assistant"):
         out.append(Completion(problem_id=c.problem_id, group_id=c.group_id, index=c.index, text=t.text,
-                              prompt_ids=c.prompt_ids + c.token_ids[t.context_start:t.start],
+                              prompt_ids=t.context if t.context is not None else
+                              c.prompt_ids + c.token_ids[t.context_start:t.start],
                               token_ids=c.token_ids[t.start:t.end], logprobs=c.logprobs[t.start:t.end],
                               finish_reason=c.finish_reason, policy_version=c.policy_version))
     return out

@@ -1,0 +1,142 @@
+"""One agent episode's token-exact trajectory, built from the requests its program sends.
+
+    session = Session(problem, renderer, tool_format)
+    context = session.chat_context(messages, tools)   # normalised messages (rlvr.serve's chat_messages)
+    content, calls = session.record(sample, tools)    # after the engine sampled from `context`
+
+The session keeps the token ids it sampled. A request whose conversation is the previous request's
+plus the reply it got (the same text, the same calls) and new messages extends the current
+segment: only the new messages are rendered (rlvr.rollout.episodes.Renderer.continuation), after
+the sampled tokens, which are never re-tokenised. Any other request (history rewritten, a reply
+edited, a turn cut at its token budget) starts a new segment from its own rendered prompt; a
+segment's turns are trained in the context they were sampled in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.records import Completion, Problem, Turn
+from rlvr.rollout.episodes import Renderer, Sample
+from rlvr.tools.calls import parse_tool_calls
+
+
+@dataclass
+class Segment:
+    context: list[int]
+    """The prompt this segment was sampled from, rendered once."""
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+
+    def append(self, ids: list[int], logprobs: list[float] | None, text: str, role: str) -> None:
+        start = len(self.tokens)
+        self.tokens += ids
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.mask += [1 if logprobs is not None else 0] * len(ids)
+        self.turns.append(Turn(role, start, len(self.tokens), text))  # type: ignore[arg-type]
+
+
+@dataclass
+class _Reply:
+    history: list[dict[str, Any]]
+    """The conversation that was answered (normalised), with the reply as the model wrote it last."""
+    ended: bool
+    """The sampled turn ended with the end-of-sequence token (only such a turn can be continued)."""
+
+
+class Session:
+    def __init__(self, problem: Problem, renderer: Renderer, tool_format: str = "hermes") -> None:
+        self.problem, self.renderer, self.tool_format = problem, renderer, tool_format
+        self.segments: list[Segment] = []
+        self.last: _Reply | None = None
+        self.history: list[dict[str, Any]] = []
+        self.requests = 0
+
+    def chat_context(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
+        """The token context a chat request samples from (see the module docstring)."""
+        self.requests += 1
+        last, n = self.last, len(self.last.history) if self.last else 0
+        if last is not None and last.ended and len(messages) > n and messages[:n] == last.history:
+            segment = self.segments[-1]
+            new = messages[n:]
+            ids = self.renderer.continuation(new, tools, self.renderer.chat)
+            segment.append(ids, None, self.renderer.tokenizer.decode(ids), "env")
+            self.history = list(messages)
+            return segment.context + segment.tokens
+        first = messages if self.renderer.chat else "\n".join(str(m.get("content", "")) for m in messages)
+        self.segments.append(Segment(self.renderer.prompt(first, tools)))
+        self.history = list(messages)
+        return list(self.segments[-1].context)
+
+    def text_context(self, prompt: str) -> list[int]:
+        """The token context of a text completion: the previous prompt and its completion, continued,
+        extend the segment (only the new text is tokenised); anything else starts a new one."""
+        self.requests += 1
+        last = self.last
+        said = last.history[0]["content"] if last is not None and last.history and "text" in last.history[0] else None
+        if said is not None and prompt.startswith(said) and len(prompt) > len(said):
+            segment = self.segments[-1]
+            rest = prompt[len(said):]
+            segment.append(self.renderer.tokenizer(rest, add_special_tokens=False).input_ids, None, rest, "env")
+            self.history = [{"text": True, "content": prompt}]
+            return segment.context + segment.tokens
+        self.segments.append(Segment(self.renderer.tokenizer(prompt, add_special_tokens=False).input_ids))
+        self.history = [{"text": True, "content": prompt}]
+        return list(self.segments[-1].context)
+
+    def record(self, sample: Sample, tools: list[dict] | None) -> tuple[str, list[tuple[str, dict]], str]:
+        """Keep what was sampled; (the text outside tool calls, the calls to offered tools, finish reason)."""
+        ids, logprobs, finish = sample
+        text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
+        self.segments[-1].append(list(ids), list(logprobs), text, "assistant")
+        if self.history and "text" in self.history[0]:  # a text completion: continued by prompt + this text
+            self.last = _Reply([{"text": True, "content": self.history[0]["content"] + text}], finish == "stop")
+            return text, [], finish
+        content, calls = split_calls(text, tools, self.tool_format)
+        said = {"role": "assistant", "content": content + "".join(_hermes(name, args) for name, args in calls)}
+        self.last = _Reply(self.history + [said], finish == "stop")
+        return content, calls, finish
+
+    def completion(self, group: int, index: int, version: int, text: str, finish: str) -> Completion:
+        """The episode as one trajectory: the first segment's prompt, every segment's tokens in turn; a
+        later segment's turns carry the context they were sampled in (trained turn by turn)."""
+        tokens, logprobs, mask, turns = [], [], [], []
+        first = self.segments[0].context if self.segments else []
+        for k, segment in enumerate(self.segments):
+            offset = len(tokens)
+            for t in segment.turns:
+                context = None if k == 0 else segment.context + segment.tokens[:t.start]
+                turns.append(Turn(t.role, t.start + offset, t.end + offset, t.text, context=context))  # type: ignore[arg-type]
+            tokens += segment.tokens
+            logprobs += segment.logprobs
+            mask += segment.mask
+        return Completion(problem_id=self.problem.id, group_id=group, index=index, text=text, prompt_ids=first,
+                          token_ids=tokens, logprobs=logprobs, finish_reason=finish,  # type: ignore[arg-type]
+                          policy_version=version, loss_mask=None if all(mask) else mask, turns=turns)
+
+
+def _hermes(name: str, args: dict) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+
+
+def split_calls(text: str, tools: list[dict] | None, fmt: str) -> tuple[str, list[tuple[str, dict]]]:
+    """(the text outside the calls, the calls to offered tools that read cleanly, as (name, arguments));
+    a compact call's one argument is named after the tool's one parameter. Without tools, no calls."""
+    if not tools:
+        return text, []
+    from rlvr.serve.tools import split_calls as split_hermes
+
+    offered = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+    if fmt == "hermes":
+        content, found = split_hermes(text, set(offered))
+        return content, [(c.name, c.arguments) for c in found]
+    calls = []
+    for call in parse_tool_calls(text, fmt):
+        params = list(offered.get(call.name, {}).get("properties", {}))
+        if call.error is None and len(params) == 1:
+            calls.append((call.name, {params[0]: call.arguments[""]}))
+    return (text.split("<tool_call>")[0].strip() if calls else text), calls

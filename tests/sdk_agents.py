@@ -1,0 +1,80 @@
+"""Agent programs as users write them: the OpenAI or Anthropic SDK, no rlvr import. The turns follow
+what the `chatty` test model learnt (a few digits, then `ok` and a newline from the other side)."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+
+TOOLS = [{"type": "function", "function": {"name": "note", "description": "Keep a note.",
+                                           "parameters": {"type": "object", "properties": {
+                                               "text": {"type": "string"}}, "required": ["text"]}}}]
+
+
+def chat(base_url, model, problem):
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    messages = [{"role": "user", "content": problem["prompt"]}]
+    for _ in range(3):
+        reply = client.chat.completions.create(model=model, messages=messages, max_tokens=12, tools=TOOLS)
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                     {"role": "user", "content": "ok\n"}]
+    return reply.choices[0].message.content
+
+
+def streamed(base_url, model, problem):
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    messages = [{"role": "user", "content": problem["prompt"]}]
+    for _ in range(2):
+        text = "".join(c.choices[0].delta.content or "" for c in
+                       client.chat.completions.create(model=model, messages=messages, max_tokens=12, stream=True)
+                       if c.choices)
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "ok\n"}]
+    return text
+
+
+def rewrites(base_url, model, problem):
+    """Asks twice from the same start, then once more with the first reply edited: three segments."""
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    start = [{"role": "user", "content": problem["prompt"]}]
+    first = client.chat.completions.create(model=model, messages=start, max_tokens=12).choices[0].message.content
+    client.chat.completions.create(model=model, messages=start, max_tokens=12)
+    edited = start + [{"role": "assistant", "content": first + "0"}, {"role": "user", "content": "ok\n"}]
+    return client.chat.completions.create(model=model, messages=edited, max_tokens=12).choices[0].message.content
+
+
+def completions(base_url, model, problem):
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    prompt = problem["prompt"]
+    for _ in range(3):
+        text = client.completions.create(model=model, prompt=prompt, max_tokens=12).choices[0].text
+        prompt += text + "ok\n"
+    return text
+
+
+def claude(base_url, model, problem):
+    client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="rlvr", max_retries=0)
+    messages = [{"role": "user", "content": problem["prompt"]}]
+    for _ in range(3):
+        reply = client.messages.create(model=model, max_tokens=12, messages=messages)
+        text = "".join(b.text for b in reply.content if b.type == "text")
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "ok\n"}]
+    return text
+
+
+def reward_only(base_url, model, problem):
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    text = client.chat.completions.create(model=model, messages=[{"role": "user", "content": problem["prompt"]}],
+                                          max_tokens=12).choices[0].message.content
+    return float(len(text))
+
+
+async def asynchronous(base_url, model, problem):
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    reply = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": problem["prompt"]}],
+                                                 max_tokens=12)
+    return {"answer": reply.choices[0].message.content, "reward": 1.0}
+
+
+def hangs(base_url, model, problem):
+    import time
+    time.sleep(3600)

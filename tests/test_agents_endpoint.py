@@ -1,0 +1,119 @@
+"""Agents written as programs with the real OpenAI and Anthropic SDKs (tests/sdk_agents.py), trained
+through rlvr's rollout endpoint: trajectories token-exact on the loop and hf engines (the trainer's
+log-probs equal the sampler's on every sampled token; the mask covers exactly those), segments for
+rewritten histories, the agent's answer or reward, and an agent that hangs contained."""
+
+from __future__ import annotations
+
+import pytest
+import sdk_agents
+import torch
+from helpers import CHATML, chatty_tiny
+
+from rlvr.agents import AgentProgram, AgentSpec
+from rlvr.envs.faults import FaultLedger
+from rlvr.envs.host import ProcessHost
+from rlvr.records import Problem
+from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
+from rlvr.rollout.episodes import EpisodeSpec
+from rlvr.scoring import completion_logprobs
+from rlvr.train.trajectories import training_view
+
+PARAMS = SamplingParams(group_size=2, temperature=1.0, max_new_tokens=12)
+PROBLEMS = [Problem(id=str(i), prompt=f"{i}+1=") for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def chatty():
+    model, tok = chatty_tiny()
+    chat_tok = tok.__class__(tokenizer_object=tok.backend_tokenizer, **tok.special_tokens_map)
+    chat_tok.chat_template = CHATML
+    return model, tok, chat_tok
+
+
+@pytest.fixture(scope="module")
+def host():
+    host = ProcessHost(1)
+    yield host
+    host.shutdown()
+
+
+def episodes(host, fn, timeout_s: float = 60.0) -> EpisodeSpec:
+    return EpisodeSpec(AgentProgram, host=host, agent=AgentSpec(fn, concurrency=8), episode_timeout_s=timeout_s,
+                       faults=FaultLedger(0))
+
+
+def check_token_exact(model, tok, out, tol: float = 1e-5) -> list:
+    """Every sequence the update would see (whole trajectories, or turn by turn for rewritten histories)
+    scores, in the trainer, exactly as the sampler did on its sampled tokens."""
+    n = len(out)
+    view = training_view(out, torch.ones(n), torch.ones(n), torch.zeros(n), credit="trajectory", weights={},
+                         group_size=2, scale="group", eps=1e-6)
+    seqs = view.sequences if view is not None else out
+    ref = completion_logprobs(model, seqs, tok.pad_token_id, PARAMS.temperature)
+    worst = 0.0
+    for i, s in enumerate(seqs):
+        mask = torch.tensor(s.mask, dtype=torch.bool)
+        assert len(s.mask) == len(s.token_ids) == len(s.logprobs) and mask.any()
+        worst = max(worst, float((ref[i, : len(s.token_ids)][mask] - torch.tensor(s.logprobs)[mask]).abs().max()))
+    assert worst < tol, worst
+    for c in out:
+        assert sum(c.mask) == sum(t.end - t.start for t in c.turns if t.role == "assistant")
+    return seqs
+
+
+@pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
+@pytest.mark.parametrize("agent", ["chat", "claude"])
+def test_sdk_agents_trajectories_are_token_exact(chatty, host, engine_cls, agent):
+    model, _, chat_tok = chatty
+    engine = engine_cls(model, chat_tok, episodes=episodes(host, getattr(sdk_agents, agent)))
+    torch.manual_seed(0)
+    out = engine.generate(PROBLEMS, PARAMS)
+    assert [c.group_id for c in out] == [0, 0, 1, 1, 2, 2] and all("env_error" not in c.env_info for c in out)
+    check_token_exact(model, chat_tok, out)
+    eos = chat_tok.eos_token_id
+    for c in out:  # three sampled turns, one segment unless a turn was cut at its budget (no eos to continue)
+        mine = [t for t in c.turns if t.role == "assistant"]
+        assert len(mine) == 3 and mine[0].context is None
+        assert all((t.context is None) == (c.token_ids[prev.end - 1] == eos) for prev, t in zip(mine, mine[1:]))
+        assert c.text == mine[-1].text  # the agent's answer: its last reply
+    if agent == "chat":  # the tools were described (this template takes none: a system message)
+        assert "note" in chat_tok.decode(out[0].prompt_ids)
+
+
+@pytest.mark.parametrize("agent", ["streamed", "completions"])
+def test_streamed_and_text_completions_are_token_exact(chatty, host, agent):
+    model, tok, chat_tok = chatty
+    use = tok if agent == "completions" else chat_tok
+    engine = LoopEngine(model, use, episodes=episodes(host, getattr(sdk_agents, agent)))
+    torch.manual_seed(1)
+    out = engine.generate(PROBLEMS, PARAMS)
+    assert all("env_error" not in c.env_info for c in out)
+    check_token_exact(model, use, out)
+    assert all(sum(t.role == "assistant" for t in c.turns) == (3 if agent == "completions" else 2) for c in out)
+
+
+def test_a_rewritten_history_starts_a_segment_trained_in_its_own_context(chatty, host):
+    model, _, chat_tok = chatty
+    engine = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.rewrites))
+    torch.manual_seed(2)
+    out = engine.generate(PROBLEMS, PARAMS)
+    for c in out:
+        mine = [t for t in c.turns if t.role == "assistant"]
+        assert len(mine) == 3 and mine[0].context is None and mine[1].context is not None
+        assert mine[1].context == c.prompt_ids  # asked again from the same start
+        assert chat_tok.decode(mine[2].context).endswith("0<|eos|>\n<|bos|>user\nok\n<|eos|>\n<|bos|>assistant\n")
+    seqs = check_token_exact(model, chat_tok, out)
+    assert len(seqs) == 3 * len(out)
+
+
+def test_rewards_async_agents_and_a_hanging_agent(chatty, host):
+    model, _, chat_tok = chatty
+    out = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.reward_only)).generate(PROBLEMS, PARAMS)
+    assert all(c.env_components == {"agent": float(len(c.turns[0].text))} for c in out)
+    out = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.asynchronous)).generate(PROBLEMS, PARAMS)
+    assert all(c.env_components == {"agent": 1.0} and c.text == c.turns[0].text for c in out)
+    hung = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.hangs, timeout_s=2.0))
+    out = hung.generate(PROBLEMS[:1], PARAMS)
+    assert [c.env_info["env_error"] for c in out] == ["timeout", "timeout"]
+    assert "did not return within 2 s" in out[0].env_info["error"] and out[0].mask == [0]
