@@ -109,9 +109,11 @@ def check_env(cfg) -> None:
         require(cfg.task.name != game or cfg.env.name == game, "env.name",
                 f"task {game} is an episode of the {game} environment: set env.name={game} (configs/{game}.yaml)")
     if "tool_arithmetic" in cfg.task.name.split("+"):
-        require(cfg.env.name == "tools" and "calculator" in cfg.env.tools and cfg.env.tool_format == "compact",
+        with_calculator = cfg.env.name == "tools" and "calculator" in cfg.env.tools
+        require((with_calculator or cfg.env.name == "agent") and cfg.env.tool_format == "compact",
                 "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
-                "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them)")
+                "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them), or an "
+                "agent with env.tool_format=compact (configs/agent_tool_arithmetic.yaml)")
     require(cfg.env.name != "agent" or (cfg.env.credit == "trajectory" and cfg.env.history == 0), "env.credit",
             "an agent program's episodes train with env.credit=trajectory and env.history=0 (the program decides "
             "what each request sees)")

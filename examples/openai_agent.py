@@ -1,0 +1,79 @@
+"""An agent written with the OpenAI SDK alone (no rlvr import): the tool task's calculator loop.
+
+rlvr calls `solve(base_url, model, problem)` for each episode; the agent asks the policy through
+`base_url` with tools offered, runs the calculator for each call the model makes, sends the results
+back, and returns the model's final answer (which rlvr grades). Train it on the tool task:
+
+    rlvr train --config configs/agent_tool_arithmetic.yaml
+
+The same function works against any OpenAI-compatible server (`rlvr serve`, vLLM, a hosted API).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+from openai import OpenAI
+
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression exactly.",
+    "parameters": {"type": "object", "required": ["expression"], "properties": {
+        "expression": {"type": "string", "description": "Numbers with + - * / and parentheses."}}}}}
+MAX_TURNS = 3
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def solve(base_url: str, model: str, problem: dict) -> str:
+    client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": problem["prompt"]}]
+    for _ in range(MAX_TURNS):
+        message = client.chat.completions.create(model=model, messages=messages, tools=[CALCULATOR]).choices[0].message
+        if not message.tool_calls:
+            return message.content or ""
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": run(call.function)})
+    return message.content or ""
+
+
+def run(function) -> str:
+    """The calculator's answer to one call, or the error the model reads."""
+    try:
+        expression = json.loads(function.arguments)["expression"]
+        return show(evaluate(ast.parse(expression.strip()[:200], mode="eval").body))
+    except (ValueError, KeyError, SyntaxError, ZeroDivisionError, TypeError) as exc:
+        return f"error: {type(exc).__name__}: {exc}"
+
+
+def evaluate(node: ast.AST) -> Fraction:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(str(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -evaluate(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+        left, right = evaluate(node.left), evaluate(node.right)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ZeroDivisionError("division by zero")
+        if max(abs(left.numerator), abs(right.numerator)).bit_length() > 3000:
+            raise ValueError("numbers too large")
+        return Fraction(OPS[type(node.op)](left, right))
+    raise ValueError("only numbers, + - * / and parentheses")
+
+
+def show(value: Fraction) -> str:
+    """An integer as it is, a terminating decimal written out, any other fraction as p/q."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    d = value.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    if d == 1:
+        with localcontext() as ctx:
+            ctx.prec = 3000
+            return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
+    return f"{value.numerator}/{value.denominator}"
