@@ -45,7 +45,7 @@ class AgentSpec:
     """How agent episodes run (env.agent, env.agent_concurrency, env.tool_format)."""
 
     fn: Any
-    concurrency: int = 32
+    concurrency: int = 256
     tool_format: str = "hermes"
     model: str = "policy"
 
@@ -157,7 +157,7 @@ def run_agent_episodes(sampler, problems: Sequence[Problem], params, spec, *, gr
             now = time.monotonic()
             return any(f.done() or now - t0 > spec.episode_timeout_s for _, _, f, t0 in running.values())
 
-        endpoint.pump.serve(sampler, params, settled)
+        endpoint.pump.serve(sampler, params, settled, expected=lambda: len(running), gap_s=spec.step_wait_s)
         now = time.monotonic()
         for key in sorted(running):
             sid, handle, future, t0 = running[key]

@@ -58,18 +58,20 @@ class Pump:
         self._asks.put(_Ask(context, max_tokens, future))
         return future
 
-    def serve(self, sampler, params, until: Callable[[], bool], poll_s: float = 0.02) -> None:
-        """Sample what is asked until `until()`: every request waiting is sampled in one call (those with
-        the same token budget together)."""
+    def serve(self, sampler, params, until: Callable[[], bool], expected: Callable[[], int] = lambda: 1,
+              gap_s: float = 0.05, poll_s: float = 0.02) -> None:
+        """Sample what is asked until `until()`. Once a request waits, more are gathered until `expected()`
+        wait (every episode in flight) or none arrived for `gap_s` (an agent busy with its own work is
+        not waited for longer), then sampled in one call (those with the same token budget together)."""
         limit = getattr(sampler, "max_context", None) or 1 << 62
         while not until():
             try:
                 asks = [self._asks.get(timeout=poll_s)]
             except queue.Empty:
                 continue
-            while True:
+            while len(asks) < expected():
                 try:
-                    asks.append(self._asks.get_nowait())
+                    asks.append(self._asks.get(timeout=gap_s))
                 except queue.Empty:
                     break
             by_budget: dict[int, list[_Ask]] = {}

@@ -48,8 +48,10 @@ class EnvConfig:
     """env.name=agent: the agent program, a function 'module:function' (or 'path/file.py:function') called
     as fn(base_url, model, problem) for each episode; it talks to the policy through base_url with the
     OpenAI or Anthropic SDK and returns its final answer, a reward, or {'answer', 'reward'} (rlvr.agents)."""
-    agent_concurrency: int = 32
-    """env.name=agent: episodes in flight at once (their requests are sampled together)."""
+    agent_concurrency: int = 256
+    """env.name=agent: episodes in flight at once (their requests are sampled together: once a request
+    waits, the others' are gathered until each episode in flight has asked or env.step_wait_s passes
+    with none arriving)."""
     isolation: Literal["auto", "process", "thread"] = "auto"
     """Where environments run. 'process': in env.workers worker processes, so one that hangs, exits or
     crashes is killed and costs only its own episodes; 'thread': in threads of the trainer (an
