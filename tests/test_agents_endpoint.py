@@ -117,3 +117,19 @@ def test_rewards_async_agents_and_a_hanging_agent(chatty, host):
     out = hung.generate(PROBLEMS[:1], PARAMS)
     assert [c.env_info["env_error"] for c in out] == ["timeout", "timeout"]
     assert "did not return within 2 s" in out[0].env_info["error"] and out[0].mask == [0]
+
+
+def test_an_agent_in_any_language_is_a_command(chatty, host):
+    import sys
+
+    from rlvr.agents.command import Command
+
+    model, _, chat_tok = chatty
+    command = Command.parse(f"{sys.executable} {__file__.rsplit('/', 1)[0]}/agent_urllib.py")
+    out = LoopEngine(model, chat_tok, episodes=episodes(host, command)).generate(PROBLEMS, PARAMS)
+    assert all("env_error" not in c.env_info for c in out)
+    check_token_exact(model, chat_tok, out)
+    assert all(c.text == [t for t in c.turns if t.role == "assistant"][-1].text for c in out)
+    failing = Command.parse(f"{sys.executable} -c 'import sys; sys.exit(3)'")
+    out = LoopEngine(model, chat_tok, episodes=episodes(host, failing)).generate(PROBLEMS[:1], PARAMS)
+    assert out[0].env_info["env_error"] == "raised" and "exited with code 3" in out[0].env_info["error"]

@@ -1,6 +1,7 @@
 """Agents written as programs: trained through an OpenAI/Anthropic-compatible rollout endpoint.
 
     env.name=agent env.agent=mypkg.agents:solve      # def solve(base_url, model, problem) -> answer
+    env.name=agent env.agent_command="node agent.js" # any language: rlvr.agents.command
 
 For each episode rlvr opens a session on its endpoint (rlvr.agents.endpoint) and runs the agent
 function in a worker process (rlvr.harness: the same time bounds and containment as an
@@ -51,7 +52,7 @@ class AgentSpec:
 
     @property
     def name(self) -> str:
-        return getattr(self.fn, "__qualname__", "agent")
+        return getattr(self.fn, "name", None) or getattr(self.fn, "__qualname__", "agent")
     endpoint: Any = field(default=None, repr=False)
     """Started on the first rollout (rlvr.agents.endpoint.Endpoint)."""
 
@@ -64,6 +65,9 @@ def agent_spec(env_cfg) -> AgentSpec:
 
     from rlvr.configlib import ConfigError, import_object
 
+    if env_cfg.agent_command:
+        from rlvr.agents.command import Command
+        return AgentSpec(Command.parse(env_cfg.agent_command), env_cfg.agent_concurrency, env_cfg.tool_format)
     try:
         fn = import_object(env_cfg.agent, "env.agent")
     except ValueError as exc:

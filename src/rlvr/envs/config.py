@@ -48,6 +48,10 @@ class EnvConfig:
     """env.name=agent: the agent program, a function 'module:function' (or 'path/file.py:function') called
     as fn(base_url, model, problem) for each episode; it talks to the policy through base_url with the
     OpenAI or Anthropic SDK and returns its final answer, a reward, or {'answer', 'reward'} (rlvr.agents)."""
+    agent_command: str = ""
+    """env.name=agent: the agent program as a command in any language (instead of env.agent), run once
+    per episode with RLVR_BASE_URL, RLVR_MODEL and RLVR_PROBLEM set; what it prints last is its
+    answer, a reward, or {"answer", "reward"} as JSON (rlvr.agents.command)."""
     agent_concurrency: int = 256
     """env.name=agent: episodes in flight at once (their requests are sampled together: once a request
     waits, the others' are gathered until each episode in flight has asked or env.step_wait_s passes
@@ -83,8 +87,10 @@ class EnvConfig:
             require(getattr(self, key) > 0, key, f"must be > 0 seconds, got {getattr(self, key)}")
         require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         require(self.max_message_chars >= 64, "max_message_chars", f"must be >= 64, got {self.max_message_chars}")
-        require((self.name == "agent") == bool(self.agent), "agent",
-                "env.name=agent runs the program env.agent='module:function' names: set both, or neither")
+        require((self.name == "agent") == bool(self.agent or self.agent_command) and
+                not (self.agent and self.agent_command), "agent",
+                "env.name=agent runs one program: env.agent='module:function' or env.agent_command='...'; "
+                "set env.name=agent with exactly one of them, or neither")
         require(self.agent_concurrency >= 1, "agent_concurrency", f"must be >= 1, got {self.agent_concurrency}")
         require(self.fail_fast >= 0, "fail_fast", f"must be >= 0 (0: never stop), got {self.fail_fast}")
         require(not self.tools or self.name == "tools" or ":" in self.name, "tools",
