@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
@@ -193,19 +194,29 @@ def import_object(path: str, what: str) -> Any:
         raise ValueError(f"{what} {path!r}: importing it raised {type(exc).__name__}: {exc}") from None
 
 
+_FILE_LOCK = threading.Lock()
+
+
 def _import_file(path: str):
-    """The module of a Python file, loaded once under a name of its own (what 'file.py:name' names)."""
+    """The module of a Python file, loaded once per process under a name of its own (what 'file.py:name'
+    names); threads that ask at once wait for the one loading it."""
     import importlib.util
     import pathlib
     import sys
+    import zlib
 
     file = pathlib.Path(path).resolve()
-    name = f"rlvr_file_{file.stem}_{abs(hash(str(file))) % 10**8}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, file)
-        if spec is None or not file.is_file():
-            raise ImportError(f"no Python file {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
+    name = f"rlvr_file_{file.stem}_{zlib.crc32(str(file).encode()):08x}"
+    with _FILE_LOCK:
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, file)
+            if spec is None or not file.is_file():
+                raise ImportError(f"no Python file {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # before it runs, as for any import (dataclasses look it up)
+            try:
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except BaseException:
+                del sys.modules[name]
+                raise
+        return sys.modules[name]

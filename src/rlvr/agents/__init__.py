@@ -23,6 +23,7 @@ import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rlvr.envs import Environment, StepResult, register_env
@@ -58,11 +59,7 @@ class AgentSpec:
 
 
 def agent_spec(env_cfg) -> AgentSpec:
-    """The program env.agent names (a file's module travels to the workers by value)."""
-    import sys
-
-    import cloudpickle
-
+    """The program env.agent (or env.agent_command) names."""
     from rlvr.configlib import ConfigError, import_object
 
     if env_cfg.agent_command:
@@ -74,9 +71,25 @@ def agent_spec(env_cfg) -> AgentSpec:
         raise ConfigError(str(exc)) from None
     if not callable(fn):
         raise ConfigError(f"env.agent {env_cfg.agent!r} is a {type(fn).__name__}, not a function")
-    if fn.__module__.startswith("rlvr_file_"):
-        cloudpickle.register_pickle_by_value(sys.modules[fn.__module__])
+    if env_cfg.agent.partition(":")[0].endswith(".py"):  # a file: each worker loads it itself (its globals too)
+        fn = FileFunction(str(Path(env_cfg.agent.partition(":")[0]).resolve()), env_cfg.agent.partition(":")[2])
     return AgentSpec(fn, env_cfg.agent_concurrency, env_cfg.tool_format)
+
+
+@dataclass(frozen=True)
+class FileFunction:
+    """A function of a Python file, loaded by the process that calls it (what travels is the path)."""
+
+    path: str
+    attr: str
+
+    @property
+    def name(self) -> str:
+        return self.attr
+
+    def __call__(self, *args: Any) -> Any:
+        from rlvr.configlib import import_object
+        return import_object(f"{self.path}:{self.attr}", "env.agent")(*args)
 
 
 def _run_agent(fn, base_url: str, model: str, problem: dict[str, Any]) -> Any:
