@@ -133,3 +133,21 @@ def test_an_agent_in_any_language_is_a_command(chatty, host):
     failing = Command.parse(f"{sys.executable} -c 'import sys; sys.exit(3)'")
     out = LoopEngine(model, chat_tok, episodes=episodes(host, failing)).generate(PROBLEMS[:1], PARAMS)
     assert out[0].env_info["env_error"] == "raised" and "exited with code 3" in out[0].env_info["error"]
+
+
+def test_the_shipped_example_agent_trains_on_the_tool_task(sft_cache, tmp_path):
+    """configs/agent_tool_arithmetic.yaml (examples/openai_agent.py, the OpenAI SDK alone) for two tiny
+    steps: every episode reaches the policy through the endpoint, none fails. Its learning figures:
+    bench/bench_envs.py --tasks agent_tool_arithmetic (docs/benchmarks.md)."""
+    import json
+
+    from rlvr.cli import main
+
+    assert main(["train", "--config", "configs/agent_tool_arithmetic.yaml", "model.tiny_hidden=32",
+                 "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=20", "sft.batch_size=8", "sft.examples=40",
+                 "rollout.batch_size=2", "rollout.group_size=2", "train.steps=2", "eval.n=4", "eval.every=0",
+                 "ckpt.every=0", "run.progress=false", "log.tensorboard=false", "log.report=false",
+                 f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/env_error_frac" in r]
+    assert len(steps) == 2 and all(r["rollout/env_error_frac"] == 0.0 and r["rollout/tokens"] > 0 for r in steps)
