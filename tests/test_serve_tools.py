@@ -175,3 +175,55 @@ def test_malformed_tool_traffic_is_a_4xx_and_the_server_keeps_serving(served):
         assert 400 <= r.status_code < 500 and r.json()["type"] == "error", (what, r.status_code, r.text[:300])
     backend.say = "still here"
     assert client.chat.completions.create(model="tiny", messages=user).choices[0].message.content == "still here"
+
+
+def test_a_recorded_session_with_feedback_becomes_sft_data_and_preference_pairs(tmp_path):
+    """serve --record keeps each response with its tokens; /v1/feedback scores one or prefers another;
+    `rlvr data recording` turns both into what `rlvr sft --data` and `rlvr rm train` read."""
+    import httpx
+
+    from rlvr.cli import main
+    from rlvr.serve.record import Recorder
+    from rlvr.tasks.files import read_records
+    from rlvr.train.rm import load_pairs
+
+    tok = byte_tokenizer()
+    backend = Scripted(tok)
+    cfg = load_config(None, [f"serve.api_keys=[{KEY}]", "serve.model_name=tiny"])
+    server = Server([Arm("a", "tiny", tok, backend, TEMPLATE, 256)], cfg.serve, reward=build_reward(cfg.reward),
+                    recorder=Recorder(tmp_path / "rec"))
+    running = Running(server)
+    try:
+        ask = [{"role": "user", "content": "482193*39?"}]
+        backend.say = "It is 18805527."
+        good = running.openai().chat.completions.create(model="tiny", messages=ask)
+        backend.say = "It is 5."
+        bad = running.openai().chat.completions.create(model="tiny", messages=ask, stream=True)
+        bad_id = [c.id for c in bad][0]
+        backend.say = "Paris, I think."
+        claude = running.anthropic().messages.create(model="tiny", max_tokens=50, messages=[
+            {"role": "user", "content": "Capital of France?"}])
+
+        def feedback(body: dict) -> httpx.Response:
+            return httpx.post(f"{running.url}/v1/feedback", content=json.dumps(body),  # NaN as JSON allows it
+                              headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
+
+        assert feedback({"response_id": good.id, "score": 1.0}).status_code == 200
+        assert feedback({"response_id": bad_id, "score": 0.0}).status_code == 200
+        assert feedback({"response_id": claude.id, "preferred": "Paris."}).status_code == 200
+        assert feedback({"response_id": "chatcmpl-nope", "score": 1}).status_code == 404
+        assert feedback({"response_id": good.id}).status_code == 400
+        assert feedback({"response_id": good.id, "score": float("nan")}).status_code == 400
+    finally:
+        running.stop()
+    served = [json.loads(line) for line in (tmp_path / "rec" / "served.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in served] == [good.id, bad_id, claude.id]
+    assert all(tok.decode(r["completion_ids"]).startswith(r["text"]) for r in served)  # its tokens, kept
+    assert served[0]["conversation"] == [{"role": "user", "content": "482193*39?"}]
+    sft, pairs = tmp_path / "sft.jsonl", tmp_path / "pairs.jsonl"
+    assert main(["data", "recording", str(tmp_path / "rec"), "--sft", str(sft), "--pairs", str(pairs)]) == 0
+    records = [p for _, p, err in read_records([sft]) if p is not None]
+    assert sorted(r.solution for r in records) == ["It is 18805527.", "Paris."]
+    loaded = load_pairs(pairs)
+    assert sorted((p.chosen, p.rejected) for p in loaded) == [("It is 18805527.", "It is 5."),
+                                                                ("Paris.", "Paris, I think.")]

@@ -1,4 +1,5 @@
 """`rlvr data audit DATA [DATA ...] [key=value ...]`: check a training set before any GPU is spent.
+(`rlvr data recording DIR --sft F --pairs F`: training data from a served recording, rlvr.serve.record.)
 
 The files are read by the trainer's own reader (JSONL, Parquet, a datasets
 directory; rlvr.tasks.files), so a record reported `invalid` is exactly one
@@ -43,6 +44,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_files(p, "; its `reward` section is used")
     p.add_argument("overrides", nargs="*",
                    help="dotted overrides right after the file, e.g. reward.math.extract=[boxed]")
+
+
+    r = sub.add_parser("recording", help="training data from `rlvr serve --record DIR`: SFT records and preference pairs",
+                       description="SFT records (responses scored at least --min-score, preferred alternatives) and "
+                       "preference pairs (a preferred alternative over its response; the higher-scored of two "
+                       "responses to one conversation) from a recording with its feedback (rlvr.serve.record).")
+    r.add_argument("recording", type=Path, metavar="DIR", help="the directory rlvr serve --record wrote")
+    r.add_argument("--sft", type=Path, metavar="FILE", help="JSONL for `rlvr sft --data FILE`")
+    r.add_argument("--pairs", type=Path, metavar="FILE", help="JSONL for `rlvr rm train FILE`")
+    r.add_argument("--min-score", type=float, default=1.0, help="the score a response needs to become SFT data "
+                   "(default 1.0)")
+
+
+def recording(args: argparse.Namespace) -> int:
+    from rlvr.serve.record import training_data
+
+    if not (args.recording / "served.jsonl").exists():
+        print(f"rlvr data recording: {args.recording}/served.jsonl: no recording (rlvr serve --record DIR writes it)",
+              file=sys.stderr)
+        return 2
+    if not (args.sft or args.pairs):
+        print("rlvr data recording: say what to write: --sft FILE and/or --pairs FILE", file=sys.stderr)
+        return 2
+    sft, pairs = training_data(args.recording, args.min_score)
+    for path, rows, what in ((args.sft, sft, "SFT records"), (args.pairs, pairs, "preference pairs")):
+        if path is not None:
+            path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+            print(f"{path}: {len(rows)} {what}")
+    return 0
 
 
 def written_as_model(answer: str, cfg: Any) -> str:
@@ -158,6 +188,8 @@ def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "recording":
+        return recording(args)
     from rlvr.configlib import ConfigError
     from rlvr.tasks.files import data_files
 

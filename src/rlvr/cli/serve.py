@@ -24,6 +24,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--split", type=float, default=None, metavar="P", help="share of users sent to B (default 0.5)")
     parser.add_argument("--host", help="bind address (= serve.host)")
     parser.add_argument("--port", type=int, help="TCP port (= serve.port; 0 = any free port)")
+    parser.add_argument("--record", metavar="DIR", help="keep every response with its tokens in DIR/served.jsonl and "
+                        "take POST /v1/feedback into DIR/feedback.jsonl (`rlvr data recording DIR` makes training "
+                        "data of them)")
     add_device_argument(parser)
     add_config_arguments(parser)
 
@@ -150,6 +153,9 @@ def run(args) -> int:
 
     sock = listen(cfg.serve.host, cfg.serve.port)  # before loading: a taken port fails in a second
     server = open_server(cfg, args.model, args.model_b, args.split)
+    if args.record:
+        from rlvr.serve.record import Recorder
+        server.recorder = Recorder(args.record)
     closed: list[bool] = []
 
     def close() -> None:

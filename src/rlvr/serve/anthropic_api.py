@@ -119,11 +119,12 @@ def add_routes(router: APIRouter, server) -> None:
         tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
                                                    "parameters": t.input_schema}}
                  for t in body.tools or []] if offered else []
-        prompt_ids = arm.chat_ids(chat_messages(body), tools or None)
-        job = server.job(arm, prompt_ids, max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
-                         top_k=body.top_k, stop=body.stop_sequences, metadata=meta)
-        slot = server.admit()
+        conversation = chat_messages(body)
+        prompt_ids = arm.chat_ids(conversation, tools or None)
         mid, headers = "msg_" + uuid.uuid4().hex[:24], {"x-rlvr-arm": arm.key}
+        job = server.job(arm, prompt_ids, max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+                         top_k=body.top_k, stop=body.stop_sequences, metadata=meta, rid=mid, conversation=conversation)
+        slot = server.admit()
 
         def message(content: list, stream=None) -> dict:
             return {"id": mid, "type": "message", "role": "assistant", "model": body.model, "content": content,

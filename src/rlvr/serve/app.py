@@ -88,6 +88,10 @@ class Job:
     truth: Problem | None = None
     stream: TextStream | None = None
     """The finished text, finish reason and token counts, once run() is done."""
+    id: str = ""
+    """The response's id, as its route answers it (what feedback names)."""
+    conversation: Any = None
+    """What was asked (chat messages as rendered, or the text prompt), for serve --record."""
 
 
 class Slot:
@@ -116,6 +120,8 @@ class Server:
     """Share of users sent to arm B."""
     api_keys: list[str] = field(default_factory=list)
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
+    recorder: Any = None
+    """rlvr.serve.record.Recorder (serve --record DIR): every response kept with its tokens; None: none."""
 
     def __post_init__(self) -> None:
         self.name = self.arms[0].name
@@ -140,7 +146,8 @@ class Server:
         return arm
 
     def job(self, arm: Arm, prompt_ids: list[int], *, max_tokens: int | None, temperature: float, top_p: float,
-            top_k: int = 0, stop: list[str] | None = None, metadata: dict | None = None) -> Job:
+            top_k: int = 0, stop: list[str] | None = None, metadata: dict | None = None, rid: str = "",
+            conversation: Any = None) -> Job:
         context = arm.backend.context_len
         if max_tokens is None:
             max_tokens = min(arm.max_tokens, context - len(prompt_ids))
@@ -153,7 +160,8 @@ class Server:
             truth = dataclasses.replace(truth, id=problem_key(prompt_ids, truth))
             if self.reward is None:
                 raise APIError(400, "metadata.answer/tests: this server does not verify responses", param="metadata")
-        return Job(arm, prompt_ids, GenParams(max_tokens, temperature, top_p, top_k), list(stop or []), truth)
+        return Job(arm, prompt_ids, GenParams(max_tokens, temperature, top_p, top_k), list(stop or []), truth,
+                   id=rid, conversation=conversation)
 
     def admit(self) -> Slot:
         """A place in the queue, or 429 when serve.max_concurrency run and serve.max_queue wait."""
@@ -188,9 +196,10 @@ class Server:
         arm, start = job.arm, time.perf_counter()
         stream = job.stream = TextStream(arm.tokenizer, arm.backend.eos_ids, job.stop, job.params.max_tokens)
         tokens = arm.backend.stream(job.prompt_ids, job.params)
-        first = True
+        first, sampled = True, []
         try:
             async for ids in tokens:
+                sampled += ids
                 if first:
                     self.metrics.first_token.labels(model=arm.name).observe(time.perf_counter() - start)
                     first = False
@@ -206,6 +215,9 @@ class Server:
             yield tail
         if job.truth is not None:
             self.ab.verify(arm.key, job.truth, stream.text)
+        if self.recorder is not None and job.id:
+            self.recorder.served(job.id, arm.name, arm.key, job.conversation, list(job.prompt_ids),
+                                 sampled[:stream.completion_tokens], stream.text, stream.reason)
 
     async def complete(self, job: Job, slot: Slot) -> TextStream:
         """The whole response (non-streaming routes)."""
@@ -276,6 +288,17 @@ def build_app(server: Server) -> FastAPI:
     @api.get("/ab")
     async def ab():
         return await asyncio.get_running_loop().run_in_executor(None, server.ab.report)
+
+    @api.post("/v1/feedback")
+    async def feedback(request: Request):
+        """A score or a preferred alternative for a recorded response (serve --record)."""
+        if server.recorder is None:
+            raise APIError(404, "feedback is taken when the server records: rlvr serve --record DIR")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise APIError(400, "the body is not valid JSON") from None
+        return JSONResponse(server.recorder.feedback(body))
 
     openai_api.add_routes(api, server)
     anthropic_api.add_routes(api, server)

@@ -132,8 +132,9 @@ def add_routes(router: APIRouter, server) -> None:
         arm = server.resolve(body.model, user, request)
         tools = [t.model_dump(exclude_none=True) for t in body.tools or []] if body.tool_choice != "none" else []
         max_tokens = body.max_completion_tokens or body.max_tokens
-        return await _respond(server, request, body, arm, arm.chat_ids(chat_messages(body), tools or None), max_tokens,
-                              chat=True, tools=bool(tools))
+        messages = chat_messages(body)
+        return await _respond(server, request, body, arm, arm.chat_ids(messages, tools or None), max_tokens,
+                              chat=True, tools=bool(tools), conversation=messages)
 
     @router.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
@@ -142,15 +143,16 @@ def add_routes(router: APIRouter, server) -> None:
         user = request.headers.get("x-rlvr-user") or body.user
         arm = server.resolve(body.model, user, request)
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-        return await _respond(server, request, body, arm, arm.text_ids(prompt), body.max_tokens, chat=False)
+        return await _respond(server, request, body, arm, arm.text_ids(prompt), body.max_tokens, chat=False,
+                              conversation=prompt)
 
 
 async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: list[int], max_tokens: int | None,
-                   *, chat: bool, tools: bool = False):
-    job = server.job(arm, prompt_ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                     stop=body.stops(), metadata=body.metadata)
-    slot = server.admit()
+                   *, chat: bool, tools: bool = False, conversation=None):
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    job = server.job(arm, prompt_ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+                     stop=body.stops(), metadata=body.metadata, rid=rid, conversation=conversation)
+    slot = server.admit()
     created, obj = int(time.time()), "chat.completion" if chat else "text_completion"
     headers = {"x-rlvr-arm": arm.key}
     model = body.model
