@@ -120,6 +120,17 @@ def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
             assert sum(c.mask) == sum(t.end - t.start for t in c.turns if t.role == "assistant")
             worst = max(worst, float((ref[i, : len(c.token_ids)][mask] - torch.tensor(c.logprobs)[mask]).abs().max()))
         assert worst < 1e-4, worst  # vLLM's fidelity bound (test_sampled_token_logprobs_match_transformers_in_fp32)
+        # an agent program through the rollout endpoint (the OpenAI SDK), sampled by vLLM: within the same bound
+        import sdk_agents
+        from test_agents_endpoint import check_token_exact, episodes
+
+        from rlvr.envs.host import ProcessHost
+        host = ProcessHost(1)
+        engine.episodes = episodes(host, sdk_agents.chat)
+        out = engine.generate(PROBLEMS[:2], SamplingParams(group_size=2, temperature=1.0, max_new_tokens=12))
+        host.shutdown()
+        assert all("env_error" not in c.env_info and sum(t.role == "assistant" for t in c.turns) == 3 for c in out)
+        check_token_exact(model, tok, out, tol=1e-4)
     finally:
         from rlvr.rollout.episodes import SINGLE_TURN
         engine.episodes = SINGLE_TURN
