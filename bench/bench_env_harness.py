@@ -53,7 +53,8 @@ def isolation(reps: int) -> dict:
     from rlvr.config import load_config
     from rlvr.records import Problem
     from rlvr.rollout import SamplingParams
-    from rlvr.rollout.episodes import episode_spec, run_episodes
+    from rlvr.assembly import episode_spec
+    from rlvr.rollout.episodes import run_episodes
 
     cases = {"frozenlake": (["env.name=frozenlake", "task.name=frozenlake"], "R"),
              "tools": (["env.name=tools", "env.tools=[calculator]", "env.tool_format=compact"],

@@ -203,7 +203,8 @@ def test_held_out_evaluation_of_an_environment_reports_its_mean_return(tmp_path)
     from rlvr.models import load_model
     from rlvr.models.tiny import save_tiny
     from rlvr.rewards import build_reward
-    from rlvr.rollout.episodes import episode_spec, run_episodes
+    from rlvr.assembly import episode_spec
+    from rlvr.rollout.episodes import run_episodes
     from rlvr.tasks.games import FrozenLakeTask, shortest_path
 
     cfg = load_config("configs/frozenlake.yaml")

@@ -10,7 +10,8 @@ import sdk_agents
 import torch
 from helpers import CHATML, chatty_tiny
 
-from rlvr.agents import AgentProgram, AgentSpec
+from rlvr.agents import AgentSpec
+from rlvr.envs import AgentProgram
 from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost
 from rlvr.records import Problem

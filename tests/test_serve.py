@@ -19,7 +19,8 @@ openai = pytest.importorskip("openai")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from rlvr.cli.serve import listen, open_server  # noqa: E402
+from rlvr.cli.serve import open_server  # noqa: E402
+from rlvr.serve.app import listen  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.configlib import ConfigError  # noqa: E402
 from rlvr.serve.app import build_app  # noqa: E402

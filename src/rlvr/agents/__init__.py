@@ -20,18 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlvr.envs import Environment, StepResult, register_env
-
-
-@register_env("agent")
-class AgentProgram(Environment):
-    """The registry's entry for env.name=agent: its reward component; the program drives its episodes."""
-
-    components: ClassVar[dict[str, float]] = {"agent": 1.0}
-    settings_keys = frozenset()
-
-    def step(self, assistant_turn: str) -> StepResult:
-        raise RuntimeError("an agent program's episodes are run by rlvr.agents.run_agent_episodes, never stepped")
+from rlvr.envs import AgentProgram
 
 
 @dataclass
@@ -46,6 +35,11 @@ class AgentSpec:
     @property
     def name(self) -> str:
         return getattr(self.fn, "name", None) or getattr(self.fn, "__qualname__", "agent")
+
+    def run(self, sampler, problems, params, spec, *, group_offset: int = 0):
+        """G episodes per problem of the program (rlvr.agents.episodes): what run_episodes does for it."""
+        from rlvr.agents.episodes import run_agent_episodes
+        return run_agent_episodes(sampler, problems, params, spec, group_offset=group_offset)
     endpoint: Any = field(default=None, repr=False)
     """Started on the first rollout (rlvr.agents.endpoint.Endpoint)."""
 
@@ -86,7 +80,4 @@ class FileFunction:
 
 
 
-def run_agent_episodes(sampler, problems, params, spec, *, group_offset: int = 0):
-    """G episodes per problem of the agent program (rlvr.agents.episodes)."""
-    from rlvr.agents.episodes import run_agent_episodes as run
-    return run(sampler, problems, params, spec, group_offset=group_offset)
+__all__ = ["AgentProgram", "AgentSpec", "FileFunction", "agent_spec"]

@@ -31,6 +31,7 @@ from fastapi import FastAPI
 
 from rlvr.agents.session import Session
 from rlvr.serve.anthropic_api import MessagesRequest
+from rlvr.serve.app import listen
 from rlvr.serve.anthropic_api import chat_messages as anthropic_messages
 from rlvr.serve.errors import APIError, install_handlers
 from rlvr.serve.openai_api import ChatRequest, CompletionRequest, chat_messages
@@ -98,7 +99,6 @@ class Endpoint:
     def __init__(self, tool_format: str = "hermes") -> None:
         import uvicorn
 
-        from rlvr.cli.serve import listen
 
         self.tool_format = tool_format
         self.pump = Pump()

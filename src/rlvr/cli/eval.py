@@ -103,7 +103,8 @@ def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
     from rich.progress import Progress
 
     from rlvr.evaluate import score_problems
-    from rlvr.rollout import build_engine, episode_spec
+    from rlvr.assembly import episode_spec
+    from rlvr.rollout import build_engine
 
     path = model_dir(path)
     model, tokenizer = inference_model(cfg, path)

@@ -71,7 +71,8 @@ class _Setup:
 
     def engine(self, model=None):
         """The run's rollout engine (rollout.engine) on `model` (default: the loaded policy)."""
-        from rlvr.rollout import build_engine, episode_spec
+        from rlvr.assembly import episode_spec
+        from rlvr.rollout import build_engine
 
         return build_engine(self.cfg.rollout, self.model if model is None else model, self.tokenizer,
                             episodes=episode_spec(self.cfg))

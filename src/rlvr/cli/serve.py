@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -129,18 +128,6 @@ def open_server(cfg, model: str, model_b: str | None = None, split: float | None
     return Server(arms, scfg, reward=build_reward(cfg.reward), split=split if model_b else 0.0, api_keys=keys)
 
 
-def listen(host: str, port: int) -> socket.socket:
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        raise ConfigError(f"serve.host/serve.port: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-    sock.listen(2048)
-    return sock
-
-
 def run(args) -> int:
     if args.host is not None:
         args.overrides = [*args.overrides, f"serve.host={args.host}"]
@@ -149,7 +136,7 @@ def run(args) -> int:
     cfg = config_from_args(args)
     import uvicorn
 
-    from rlvr.serve.app import build_app
+    from rlvr.serve.app import build_app, listen
 
     sock = listen(cfg.serve.host, cfg.serve.port)  # before loading: a taken port fails in a second
     server = open_server(cfg, args.model, args.model_b, args.split)

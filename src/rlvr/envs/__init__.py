@@ -113,7 +113,18 @@ class ToolUse(Environment):
         return StepResult(messages, info={"tool_calls": described})
 
 
-ENVS: dict[str, type[Environment]] = {"single_turn": SingleTurn, "tools": ToolUse}
+class AgentProgram(Environment):
+    """env.name=agent: a program of the user's drives each episode through an API (rlvr.agents); this
+    entry names its reward component (a reward it returns) and is never stepped."""
+
+    components: ClassVar[dict[str, float]] = {"agent": 1.0}
+    settings_keys = frozenset()
+
+    def step(self, assistant_turn: str) -> StepResult:
+        raise RuntimeError("an agent program's episodes are run by rlvr.agents, never stepped")
+
+
+ENVS: dict[str, type[Environment]] = {"single_turn": SingleTurn, "tools": ToolUse, "agent": AgentProgram}
 
 
 def episode_returns(completions) -> list[float]:
@@ -141,8 +152,6 @@ def env_class(name: str) -> type[Environment]:
     """The class env.name names: a registered name, a built-in gymnasium adapter, or 'module:Class'."""
     if name not in ENVS and name in ("frozenlake", "breakout"):
         importlib.import_module("rlvr.envs.gym")  # registers them (imports gymnasium)
-    if name not in ENVS and name == "agent":
-        importlib.import_module("rlvr.agents")  # registers it
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
@@ -152,7 +161,7 @@ def env_class(name: str) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")
         return cls
-    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'agent', 'frozenlake', 'breakout'}))}) "
+    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'frozenlake', 'breakout'}))}) "
                      "nor an import path 'module:Class'")
 
 
@@ -169,5 +178,5 @@ def episode_seed(problem: Problem) -> int:
     return zlib.crc32(problem.id.encode())
 
 
-__all__ = ["ENVS", "Environment", "SingleTurn", "StepResult", "ToolUse", "env_class", "env_components", "episode_seed",
+__all__ = ["ENVS", "AgentProgram", "Environment", "SingleTurn", "StepResult", "ToolUse", "env_class", "env_components", "episode_seed",
            "register_env", "schemas"]

@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 from rlvr.rollout.engine import RolloutEngine, SamplingParams, render_prompt, sampling_params
-from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, episode_spec
+from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
 from rlvr.rollout.hf import HFEngine
 from rlvr.rollout.loop import LoopEngine
 
-__all__ = ["ENGINES", "HFEngine", "LoopEngine", "RolloutEngine", "SamplingParams", "build_engine", "episode_spec", "render_prompt",
+__all__ = ["ENGINES", "HFEngine", "LoopEngine", "RolloutEngine", "SamplingParams", "build_engine", "render_prompt",
            "sampling_params"]
 
 
@@ -53,6 +53,6 @@ def build_engine(rollout, model, tokenizer, *, name: str | None = None, model_di
                  dtype: str = "float32", max_rows: int = 512, episodes: EpisodeSpec = SINGLE_TURN) -> RolloutEngine:
     """The engine `name` (default rollout.engine, a `RolloutConfig`). hf and loop sample with `model`
     itself; vllm loads `model_dir` (model may be None) and takes new weights through load_weights.
-    episodes: what its rollouts run (rlvr.rollout.episodes.episode_spec(cfg)); one turn by default."""
+    episodes: what its rollouts run (rlvr.assembly.episode_spec(cfg)); one turn by default."""
     return ENGINES[name or rollout.engine](rollout, model, tokenizer, model_dir=model_dir, seed=seed, dtype=dtype,
                                            max_rows=max_rows, episodes=episodes)

@@ -33,7 +33,7 @@ from rlvr.configlib import ConfigError
 from rlvr.envs import Environment, SingleTurn, episode_seed, schemas
 from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger, overran, record_fault
-from rlvr.envs.host import EnvHost, Handle, ProcessHost, ThreadHost
+from rlvr.envs.host import EnvHost, Handle, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn
 
 Sample = tuple[list[int], list[float], str]
@@ -73,7 +73,7 @@ class EpisodeSpec:
     faults: FaultLedger = field(default_factory=FaultLedger)
     """Counts failed episodes, logs each kind once, and stops a run whose environment always fails."""
     agent: Any = None
-    """env.name=agent: the agent program that drives each episode (rlvr.agents.AgentSpec)."""
+    """env.name=agent: the agent program that drives each episode (rlvr.agents.AgentSpec: its `run`)."""
 
 
 def _single_turn(problem: Problem) -> Environment:
@@ -82,51 +82,6 @@ def _single_turn(problem: Problem) -> Environment:
 
 SINGLE_TURN = EpisodeSpec(make_env=_single_turn, host=ThreadHost(inline=True))
 """The default: one assistant turn per trajectory (its trivial calls made in line)."""
-
-
-def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
-    """A run's episodes, from its `Config` (sections env, and reward.code for the python tool).
-    tool_host(call, timeout_s) -> ToolResult: where the tool calls run (rlvr.tools.hosted); None: here."""
-    from rlvr.envs import env_class
-
-    e = cfg.env
-    cls = env_class(e.name)
-    if e.name == "single_turn":
-        return SINGLE_TURN
-    bounds = dict(step_wait_s=e.step_wait_s, reset_timeout_s=e.reset_timeout_s, step_timeout_s=e.step_timeout_s,
-                  episode_timeout_s=e.episode_timeout_s, limits=Limits(e.max_message_chars),
-                  faults=FaultLedger(e.fail_fast))
-    if e.name == "agent":
-        from rlvr.agents import agent_spec
-        return EpisodeSpec(cls, host=ProcessHost(e.workers), agent=agent_spec(e), **bounds)
-    tools = {}
-    if e.tools:
-        from rlvr.tools import resolve_tools
-        tools = resolve_tools(e.tools, cfg.reward.code)
-        if tool_host is not None:
-            from rlvr.tools import hosted
-            tools = hosted(tools, tool_host)
-    settings = dict(e.settings)
-
-    max_turns = e.max_turns or cls.max_turns
-
-    def make_env(problem: Problem) -> Environment:
-        return cls(settings, tools=tools, tool_format=e.tool_format, tool_timeout_s=e.tool_timeout_s,
-                   max_turns=max_turns)
-
-    make_env.env_name = cls.__name__  # type: ignore[attr-defined]  # names it when its constructor fails
-
-    return EpisodeSpec(make_env, max_turns=max_turns, max_tokens=e.max_tokens, history=e.history,
-                       host=ProcessHost(e.workers) if isolation(e.isolation, cls) == "process" else ThreadHost(),
-                       **bounds)
-
-
-def isolation(setting: str, cls: type) -> str:
-    """'auto': worker processes for an environment of your own, threads for rlvr's (whose user code,
-    the tools, runs contained at each call)."""
-    if setting != "auto":
-        return setting
-    return "thread" if cls.__module__.startswith("rlvr.") else "process"
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -257,9 +212,8 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
     `env_info` has `error` and `env_error`, the kind), and is never rewarded. Every environment is
     closed at the end, however the episodes ended. Raises EnvironmentBroken when the run's first
     env.fail_fast episodes all failed the same way."""
-    if spec.agent is not None:
-        from rlvr.agents import run_agent_episodes
-        return run_agent_episodes(sampler, problems, params, spec, group_offset=group_offset)
+    if spec.agent is not None:  # a program drives the episodes (rlvr.agents)
+        return spec.agent.run(sampler, problems, params, spec, group_offset=group_offset)
     g = 1 if params.greedy else params.group_size
     renderer = Renderer(sampler.tokenizer)
     host, trajs = spec.host, []

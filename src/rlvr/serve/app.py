@@ -16,6 +16,7 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from rlvr.configlib import ConfigError
 from rlvr.records import Problem
 from rlvr.serve.ab import ABTest, ground_truth, problem_key
 from rlvr.serve.backends import Backend, GenParams
@@ -304,3 +306,15 @@ def build_app(server: Server) -> FastAPI:
     anthropic_api.add_routes(api, server)
     app.include_router(api)
     return app
+
+
+def listen(host: str, port: int) -> socket.socket:
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(f"serve.host/serve.port: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(2048)
+    return sock

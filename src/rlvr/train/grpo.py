@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rlvr.assembly import episode_spec
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
 from rlvr.configlib import RunFailed
@@ -34,7 +35,7 @@ from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
 from rlvr.rewards import build_reward
 from rlvr.envs import env_components
-from rlvr.rollout import RolloutEngine, build_engine, episode_spec
+from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
 from rlvr.tasks import build_task

@@ -81,7 +81,8 @@ class RolloutWorker(Placed):
 
     def _build(self, start: Shipped, start_path: str) -> None:
         from rlvr.models import load_policy, load_tokenizer
-        from rlvr.rollout import build_engine, episode_spec
+        from rlvr.assembly import episode_spec
+        from rlvr.rollout import build_engine
         c = self.cfg
         if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
             model, tokenizer = None, load_tokenizer(start_path)
