@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 
-import hostile
 import psutil
 import pytest
 from hypothesis import given, settings
