@@ -105,11 +105,13 @@ class ProcessHost:
         self._lock = threading.Lock()
 
     def _worker(self) -> Worker:
+        """A healthy worker for a new episode (one that overran or died stays listed until recycle kills it)."""
         with self._lock:
-            self._workers = [w for w in self._workers if not w.dead and id(w) not in self._tainted]
-            while len(self._workers) < self.size:
-                self._workers.append(Worker("env"))
-            return self._workers[next(self._turn) % len(self._workers)]
+            healthy = [w for w in self._workers if not w.dead and id(w) not in self._tainted]
+            while len(healthy) < self.size:
+                healthy.append(Worker("env"))
+                self._workers.append(healthy[-1])
+            return healthy[next(self._turn) % len(healthy)]
 
     def open(self, factory: Callable, problem, seed: int, limits: Limits) -> tuple[Handle, Future]:
         worker = self._worker()
