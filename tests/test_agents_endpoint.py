@@ -119,13 +119,13 @@ def test_rewards_async_agents_and_a_hanging_agent(chatty, host):
     def worker_pids() -> set[int]:
         return {p.pid for p in psutil.Process().children(recursive=True) if "rlvr.harness" in " ".join(p.cmdline())}
 
-    before = worker_pids()
-    spec = episodes(host, sdk_agents.hangs, timeout_s=1.0)
+    before, own = worker_pids(), ProcessHost(1)
+    spec = episodes(own, sdk_agents.hangs, timeout_s=1.0)
     spec.agent.concurrency = 1  # the second episode starts after the first overran: on a fresh worker
     out = LoopEngine(model, chat_tok, episodes=spec).generate(PROBLEMS[:1], PARAMS)
     assert [c.env_info["env_error"] for c in out] == ["timeout", "timeout"]
     assert "did not return within 1 s" in out[0].env_info["error"] and out[0].mask == [0]
-    assert worker_pids() - before <= {w.pid for w in host._workers if not w.dead}  # both hung workers killed
+    assert worker_pids() - before == set()  # both hung workers killed at the rollout's end
 
 
 def test_an_agent_in_any_language_is_a_command(chatty, host):
