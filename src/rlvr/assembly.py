@@ -55,4 +55,4 @@ def isolation(setting: str, cls: type) -> str:
     the tools, runs contained at each call)."""
     if setting != "auto":
         return setting
-    return "thread" if cls.__module__.startswith("rlvr.") else "process"
+    return "thread" if cls.__module__.startswith("rlvr.") and not cls.hosts_user_code else "process"

@@ -47,6 +47,8 @@ class Environment(ABC):
     components: ClassVar[dict[str, float]] = {}
     max_turns: ClassVar[int] = 8
     multi_turn: ClassVar[bool] = True
+    hosts_user_code: ClassVar[bool] = False
+    """rlvr's own class around user code (an adapter): env.isolation=auto runs it in worker processes."""
     settings_keys: ClassVar[frozenset[str] | None] = None
     """The env.settings keys it reads (a key it would ignore is a config error); None: any."""
 
@@ -152,6 +154,8 @@ def env_class(name: str) -> type[Environment]:
     """The class env.name names: a registered name, a built-in gymnasium adapter, or 'module:Class'."""
     if name not in ENVS and name in ("frozenlake", "breakout"):
         importlib.import_module("rlvr.envs.gym")  # registers them (imports gymnasium)
+    if name not in ENVS and name == "openenv":
+        importlib.import_module("rlvr.envs.openenv")  # registers it
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
@@ -161,7 +165,7 @@ def env_class(name: str) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")
         return cls
-    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'frozenlake', 'breakout'}))}) "
+    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'frozenlake', 'breakout', 'openenv'}))}) "
                      "nor an import path 'module:Class'")
 
 

@@ -13,7 +13,8 @@ class EnvConfig:
     name: str = "single_turn"
     """The environment of each trajectory: 'single_turn' (one assistant turn, graded by the verifier),
     'tools' (the model calls env.tools until it answers), 'frozenlake' and 'breakout' (gymnasium games,
-    rlvr.envs.gym), 'agent' (a program of your own, env.agent, talking to the policy through an
+    rlvr.envs.gym), 'openenv' (an OpenEnv environment named in env.settings, rlvr.envs.openenv),
+    'agent' (a program of your own, env.agent, talking to the policy through an
     OpenAI/Anthropic-style endpoint: rlvr.agents), or a class of your own as 'module:Class' (a subclass
     of rlvr.envs.Environment)."""
     max_turns: int = 0
