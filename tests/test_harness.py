@@ -27,7 +27,7 @@ EXPECTED = {  # behaviour -> (kind of failure, the method named), None: the epis
     "ok": None, "flood": None, "surrogate": None,
     "init_raise": ("raised", "make_hostile.__init__ raised ZeroDivisionError"), "reset_raise": ("raised", "Hostile.reset"),
     "step_raise": ("raised", "Hostile.step"), "close_raise": ("raised", "Hostile.close"),
-    "reset_hang": ("timeout", "make_hostile.reset did not answer within 1 s"), "step_hang": ("timeout", "Hostile.step"),
+    "reset_hang": ("timeout", "make_hostile.reset did not answer within 2 s"), "step_hang": ("timeout", "Hostile.step"),
     "step_spin": ("timeout", "Hostile.step"), "exit": ("exit", "Hostile.step"),
     "tuple": ("bad_result", "Hostile.step returned a tuple"), "none": ("bad_result", "Hostile.step returned None"),
     "nan": ("bad_result", "component 'score' is nan"), "inf": ("bad_result", "component 'score' is inf"),
@@ -62,7 +62,8 @@ def bounded(seconds: float, fn, *args, **kwargs):
 
 
 def spec(host, **kwargs) -> EpisodeSpec:
-    settings = {"max_turns": 2, "reset_timeout_s": 1.0, "step_timeout_s": 1.0, "episode_timeout_s": 30.0,
+    # deadlines that a well-behaved call meets even on a loaded 2-core machine, beside spinning neighbours
+    settings = {"max_turns": 2, "reset_timeout_s": 2.0, "step_timeout_s": 2.0, "episode_timeout_s": 30.0,
                 "limits": Limits(message_chars=1000), "faults": FaultLedger(0)} | kwargs
     return EpisodeSpec(hostile.make_hostile, host=host, **settings)
 
@@ -83,7 +84,7 @@ def test_every_failure_costs_only_its_own_episode(sampler, where):
     t0 = time.monotonic()
     out = bounded(30, run_episodes, sampler, problems(names), PARAMS, spec(host))
     took = time.monotonic() - t0
-    assert took < 10, took  # one reset deadline and one step deadline, not a wait per hang
+    assert took < 15, took  # one reset deadline and one step deadline, not a wait per hang
     for c in out:
         expected = EXPECTED[c.problem_id]
         if expected is None:

@@ -46,6 +46,8 @@ class Handle:
     """What open_env said: class, tools (schemas), multi_turn."""
     built: bool = False
     """Its environment was constructed (so it is closed at the end)."""
+    abandoned: bool = False
+    """A call of it overran: never called again (its worker is killed; in a thread, it is dropped)."""
 
     @property
     def name(self) -> str:
@@ -142,6 +144,7 @@ class ProcessHost:
         return _resolved(handle.worker.submit(_close_there, handle.key), "close")
 
     def abandon(self, handle: Handle) -> None:
+        handle.abandoned = True
         if handle.worker is not None:
             self._tainted.add(id(handle.worker))
 
@@ -167,6 +170,7 @@ class ThreadHost:
 
     def __init__(self, inline: bool = False) -> None:
         self._envs: dict[int, Environment] = {}
+        self._abandoned: set[int] = set()
         self.inline = inline
 
     def _call(self, fn: Callable, *args: Any) -> Future:
@@ -192,10 +196,14 @@ class ThreadHost:
         return self._call(close_env, handle.key)
 
     def abandon(self, handle: Handle) -> None:
-        self._envs.pop(handle.key, None)  # its thread runs on, unheard (rlvr's own code ends its own)
+        handle.abandoned = True  # its thread runs on, unheard (rlvr's own code ends its own)
+        self._abandoned.add(handle.key)
 
     def recycle(self) -> None:
-        pass
+        """Forget the environments that overran (one whose open answered late included)."""
+        for key in self._abandoned:
+            self._envs.pop(key, None)
+        self._abandoned.clear()
 
     def shutdown(self) -> None:
         self._envs.clear()

@@ -1,7 +1,7 @@
 """The boundary around user code: environments, tools and agent programs run where they can be
 abandoned or killed, and what they send back is checked before rlvr reads it.
 
-    worker = Worker("env")                         # a process of its own (forkserver), its own session
+    worker = Worker("env")                         # a fresh interpreter in a session of its own
     future = worker.submit(fn, *args)              # fn(*args) runs there in a thread of its own
     future.result(timeout)                         # fn's value (plain data), or CallFailed
     worker.kill()                                  # SIGKILL to its whole process group

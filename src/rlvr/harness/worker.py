@@ -78,7 +78,8 @@ class Worker:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._killed = False
         self.dead = False
-        threading.Thread(target=self._send_loop, name=f"rlvr-{name}-send", daemon=True).start()
+        self._sender = threading.Thread(target=self._send_loop, name=f"rlvr-{name}-send", daemon=True)
+        self._sender.start()
         threading.Thread(target=self._read_loop, name=f"rlvr-{name}-read", daemon=True).start()
         _LIVE.add(self)
 
@@ -119,9 +120,23 @@ class Worker:
             self._proc.wait(5)
         except subprocess.TimeoutExpired:
             pass
-        self._conn.close()
+        self._shutdown()
         self._outbox.put(None)
         self._fail_pending()
+
+    def _shutdown(self) -> None:
+        """Wake the reader with end of file (whatever holds the other end): only the reader closes the socket,
+        so no thread ever reads or closes a descriptor number another socket has been given since."""
+        try:
+            sock = socket.socket(fileno=self._conn.fileno())
+        except OSError:  # closed already
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.detach()
 
     def _gone(self) -> CallFailed:
         if self._killed:
@@ -150,24 +165,39 @@ class Worker:
                 break
 
     def _read_loop(self) -> None:
-        while True:
+        try:
+            while True:
+                try:
+                    data = self._conn.recv_bytes()
+                except (EOFError, OSError):
+                    break
+                self._deliver(data)
+        except Exception:  # noqa: BLE001 - a reply that cannot be read: the worker is not to be trusted further
+            pass
+        finally:  # the worker is gone, or of no use: end it and its sender, reap it, close the socket
             try:
-                data = self._conn.recv_bytes()
-            except (EOFError, OSError):
-                break
-            call_id, ok, payload = _plain_loads(data)  # our own envelope: plain by construction
-            with self._lock:
-                future = self._pending.pop(call_id, None)
-            if future is None:
-                continue
-            if not ok:
-                future.set_exception(CallFailed(*payload))
-                continue
-            try:
-                future.set_result(_plain_loads(payload))
-            except Exception as exc:  # noqa: BLE001
-                future.set_exception(CallFailed("bad_result", "", f"returned something that is not plain data ({exc})"))
-        self._fail_pending()
+                self._proc.wait(1)
+            except subprocess.TimeoutExpired:
+                pass
+            self._fail_pending()  # 'died' (with its exit code), unless kill() came first
+            self.kill()
+            self._sender.join(5)  # its last send has failed or finished: the descriptor is no one's now
+            self._conn.close()
+
+    def _deliver(self, data: bytes) -> None:
+        call_id, ok, payload = _plain_loads(data)  # our own envelope: plain by construction
+        with self._lock:
+            future = self._pending.pop(call_id, None)
+        if future is None or future.done():
+            return
+        if not ok:
+            kind, type_name, message = payload
+            future.set_exception(CallFailed(str(kind), str(type_name), str(message)))
+            return
+        try:
+            future.set_result(_plain_loads(payload))
+        except Exception as exc:  # noqa: BLE001
+            future.set_exception(CallFailed("bad_result", "", f"returned something that is not plain data ({exc})"))
 
 
 @atexit.register
@@ -180,6 +210,7 @@ def _kill_all() -> None:
 # --- the worker's side ------------------------------------------------------------------------
 
 def _serve(fd: int) -> None:
+    os.set_inheritable(fd, False)  # what user code starts does not hold the trainer's socket
     conn = Connection(fd)
     lock = threading.Lock()
 

@@ -226,8 +226,9 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
             for j in range(g):
                 handle, opening[len(trajs)] = host.open(spec.make_env, problem, seed, spec.limits)
                 trajs.append(_Trajectory(problem, group_offset + i, j, handle, []))
-        for t_id, outcome in _wait_all(opening, trajs, spec, "reset", spec.reset_timeout_s).items():
-            _opened(trajs[t_id], outcome, renderer)
+        opened = _wait_all(opening, trajs, spec, "reset", spec.reset_timeout_s)
+        for t_id, traj in enumerate(trajs):  # one that overran is marked already: it gets the problem's prompt
+            _opened(traj, opened.get(t_id, {}), renderer)
         _first_turns(sampler, trajs, params, g, spec)
         pending = {t_id: _step(spec, t) for t_id, t in enumerate(trajs) if t.finish is None}
         while pending:
@@ -270,17 +271,20 @@ def _step(spec: EpisodeSpec, traj: _Trajectory) -> tuple[cf.Future, float, float
 
 def _wait_all(futures: dict[int, cf.Future], trajs: list[_Trajectory], spec: EpisodeSpec, method: str,
               timeout_s: float) -> dict[int, dict]:
-    """The outcomes of calls made together, within one deadline; those that overran are marked."""
+    """The outcomes of calls made together, within one deadline; those that overran are marked. Each
+    episode is charged its own call's time."""
     t0 = time.monotonic()
+    answered: dict[int, float] = {}
+    for t_id, future in futures.items():
+        future.add_done_callback(lambda f, t_id=t_id: answered.setdefault(t_id, time.monotonic()))
     cf.wait(list(futures.values()), timeout=timeout_s)
     out = {}
     for t_id, future in futures.items():
         if future.done():
             out[t_id] = future.result()
+            trajs[t_id].env_s += answered.get(t_id, t0) - t0
         else:
             overran(trajs[t_id], spec, spec.host, method, time.monotonic() - t0)
-    for t_id in out:
-        trajs[t_id].env_s += time.monotonic() - t0
     return out
 
 
@@ -302,7 +306,7 @@ def _opened(traj: _Trajectory, outcome: dict, renderer: Renderer) -> None:
 def _close_all(trajs: list[_Trajectory], spec: EpisodeSpec) -> None:
     closing = {}
     for t_id, traj in enumerate(trajs):
-        future = spec.host.close(traj.handle) if traj.handle.built else None
+        future = spec.host.close(traj.handle) if traj.handle.built and not traj.handle.abandoned else None
         if future is not None:
             closing[t_id] = future
     for t_id, outcome in _wait_all(closing, trajs, spec, "close", spec.reset_timeout_s).items():
