@@ -17,10 +17,21 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 TAIL = 65_536
+ENV_CHARS = 100_000
+"""RLVR_PROBLEM is set for problems up to this size (Linux refuses a variable over 128 KiB)."""
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError):  # it did not read its input: nothing lost, RLVR_PROBLEM has it too
+        pass
 
 
 @dataclass(frozen=True)
@@ -38,13 +49,13 @@ class Command:
 
     def __call__(self, base_url: str, model: str, problem: dict[str, Any]) -> Any:
         text = json.dumps(problem)
-        env = {**os.environ, "RLVR_BASE_URL": base_url, "RLVR_MODEL": model, "RLVR_PROBLEM": text}
+        env = {**os.environ, "RLVR_BASE_URL": base_url, "RLVR_MODEL": model}
+        if len(text) <= ENV_CHARS:  # the kernel refuses a larger variable: the problem is on stdin anyway
+            env["RLVR_PROBLEM"] = text
         proc = subprocess.Popen(list(self.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        try:
-            proc.stdin.write(text.encode())  # type: ignore[union-attr]
-            proc.stdin.close()  # type: ignore[union-attr]
-        except BrokenPipeError:  # it did not read its input: RLVR_PROBLEM has it too
-            pass
+        # its input is written beside the reading of its output: a program that prints before it reads
+        # (or never reads) cannot stall on a full pipe
+        threading.Thread(target=_feed, args=(proc.stdin, text.encode()), daemon=True).start()
         tail = b""
         while chunk := proc.stdout.read(TAIL):  # type: ignore[union-attr]
             tail = (tail + chunk)[-TAIL:]

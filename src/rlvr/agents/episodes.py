@@ -51,7 +51,18 @@ def run_agent_episodes(sampler, problems: Sequence[Problem], params, spec, *, gr
     todo = [(i, j) for i in range(len(problems)) for j in range(g)]
     running: dict[tuple[int, int], _Episode] = {}
     done: dict[tuple[int, int], Completion] = {}
-    timeout_s = spec.episode_timeout_s
+    try:
+        _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, params, group_offset)
+    finally:
+        spec.host.recycle()
+    out = [done[(i, j)] for i in range(len(problems)) for j in range(g)]
+    spec.faults.record(out)
+    return out
+
+
+def _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, params, group_offset) -> None:
+    """Start episodes up to the concurrency bound, sample what they ask, and finish each as it ends."""
+    agent, timeout_s = spec.agent, spec.episode_timeout_s
 
     def settled() -> bool:
         now = time.monotonic()
@@ -75,10 +86,6 @@ def run_agent_episodes(sampler, problems: Sequence[Problem], params, spec, *, gr
                     spec.host.abandon(episode.handle)  # its worker is killed at the end of the rollout
                 done[key] = _completion(episode, endpoint.close(episode.sid), sampler, renderer, timeout_s,
                                         group_offset)
-    spec.host.recycle()
-    out = [done[(i, j)] for i in range(len(problems)) for j in range(g)]
-    spec.faults.record(out)
-    return out
 
 
 def _completion(episode: _Episode, session: Session, sampler, renderer: Renderer, timeout_s: float,
@@ -116,22 +123,38 @@ def outcome(value: Any) -> tuple[str | None, dict[str, float], str | None]:
     if isinstance(value, str):
         return value, {}, None
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        ok = math.isfinite(float(value))
+        try:
+            ok = math.isfinite(float(value))
+        except OverflowError:
+            ok = False
         return None, {"agent": float(value)} if ok else {}, None if ok else f"returned {value}; a reward is finite"
     if isinstance(value, dict) and set(value) <= {"answer", "reward"} and value:
         answer, reward = value.get("answer"), value.get("reward", 0.0)
-        if (answer is None or isinstance(answer, str)) and isinstance(reward, numbers.Real) and math.isfinite(reward):
+        if (answer is None or isinstance(answer, str)) and isinstance(reward, float) and math.isfinite(reward):
             return answer, {"agent": float(reward)} if "reward" in value else {}, None
     return None, {}, (f"returned {safe_text(repr(value), 80)}; return the final answer (str), a reward (a number) "
                       "or {'answer': str, 'reward': number}")
 
 
 def _run_agent(fn, base_url: str, model: str, problem: dict[str, Any]) -> Any:
-    """In the worker: the agent's call, sync or async; its value as plain data."""
+    """In the worker: the agent's call, sync or async; its value as plain data (numpy numbers as floats)."""
     result = fn(base_url, model, problem)
     if inspect.iscoroutine(result):
         result = asyncio.run(result)
-    return result if isinstance(result, (str, dict, int, float, type(None))) else repr(result)
+    return _plain(result)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, type(None))):
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return repr(value)[:80]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return repr(value)[:200]
 
 
 def _problem_dict(problem: Problem) -> dict[str, Any]:

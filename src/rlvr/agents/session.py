@@ -15,6 +15,7 @@ segment's turns are trained in the context they were sampled in.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,45 +55,57 @@ class Session:
         self.segments: list[Segment] = []
         self.last: _Reply | None = None
         self.history: list[dict[str, Any]] = []
-        self.requests = 0
+        self._pending: tuple[Segment, list[int], str] | None = None
+        """What the request being sampled adds before its sample: a new segment, or the new messages'
+        tokens on the current one (kept only once the sample is: a failed request, retried, adds nothing)."""
+        self._lock = threading.Lock()
+        self.closed = False
+        """The episode is over: a late sample is answered but not kept."""
 
     def chat_context(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
         """The token context a chat request samples from (see the module docstring)."""
-        self.requests += 1
         last, n = self.last, len(self.last.history) if self.last else 0
-        if last is not None and last.ended and len(messages) > n and messages[:n] == last.history:
-            segment = self.segments[-1]
-            new = messages[n:]
-            ids = self.renderer.continuation(new, tools, self.renderer.chat)
-            segment.append(ids, None, self.renderer.tokenizer.decode(ids), "env")
-            self.history = list(messages)
-            return segment.context + segment.tokens
-        first = messages if self.renderer.chat else "\n".join(str(m.get("content", "")) for m in messages)
-        self.segments.append(Segment(self.renderer.prompt(first, tools)))
         self.history = list(messages)
-        return list(self.segments[-1].context)
+        if last is not None and last.ended and len(messages) > n and messages[:n] == last.history:
+            ids = self.renderer.continuation(messages[n:], tools, self.renderer.chat)
+            return self._extend(ids, self.renderer.tokenizer.decode(ids))
+        first = messages if self.renderer.chat else "\n".join(str(m.get("content", "")) for m in messages)
+        return self._start(self.renderer.prompt(first, tools))
 
     def text_context(self, prompt: str) -> list[int]:
         """The token context of a text completion: the previous prompt and its completion, continued,
         extend the segment (only the new text is tokenised); anything else starts a new one."""
-        self.requests += 1
         last = self.last
         said = last.history[0]["content"] if last is not None and last.history and "text" in last.history[0] else None
-        if said is not None and prompt.startswith(said) and len(prompt) > len(said):
-            segment = self.segments[-1]
-            rest = prompt[len(said):]
-            segment.append(self.renderer.tokenizer(rest, add_special_tokens=False).input_ids, None, rest, "env")
-            self.history = [{"text": True, "content": prompt}]
-            return segment.context + segment.tokens
-        self.segments.append(Segment(self.renderer.tokenizer(prompt, add_special_tokens=False).input_ids))
         self.history = [{"text": True, "content": prompt}]
-        return list(self.segments[-1].context)
+        if said is not None and prompt.startswith(said) and len(prompt) > len(said):
+            rest = prompt[len(said):]
+            return self._extend(self.renderer.tokenizer(rest, add_special_tokens=False).input_ids, rest)
+        return self._start(self.renderer.tokenizer(prompt, add_special_tokens=False).input_ids)
+
+    def _extend(self, ids: list[int], text: str) -> list[int]:
+        segment = self.segments[-1]
+        self._pending = (segment, ids, text)
+        return segment.context + segment.tokens + ids
+
+    def _start(self, context: list[int]) -> list[int]:
+        self._pending = (Segment(context), [], "")
+        return list(context)
 
     def record(self, sample: Sample, tools: list[dict] | None) -> tuple[str, list[tuple[str, dict]], str]:
-        """Keep what was sampled; (the text outside tool calls, the calls to offered tools, finish reason)."""
+        """Keep what was sampled (after what its request added); (the text outside tool calls, the calls to
+        offered tools, finish reason)."""
         ids, logprobs, finish = sample
         text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
-        self.segments[-1].append(list(ids), list(logprobs), text, "assistant")
+        with self._lock:
+            if not self.closed and self._pending is not None:
+                segment, added, said_text = self._pending
+                if not self.segments or segment is not self.segments[-1]:
+                    self.segments.append(segment)
+                if added:
+                    segment.append(added, None, said_text, "env")
+                segment.append(list(ids), list(logprobs), text, "assistant")
+            self._pending = None
         if self.history and "text" in self.history[0]:  # a text completion: continued by prompt + this text
             self.last = _Reply([{"text": True, "content": self.history[0]["content"] + text}], finish == "stop")
             return text, [], finish
@@ -103,7 +116,10 @@ class Session:
 
     def completion(self, group: int, index: int, version: int, text: str, finish: str) -> Completion:
         """The episode as one trajectory: the first segment's prompt, every segment's tokens in turn; a
-        later segment's turns carry the context they were sampled in (trained turn by turn)."""
+        later segment's turns carry the context they were sampled in (trained turn by turn). The session
+        is closed: what a request still in flight samples is not kept."""
+        with self._lock:
+            self.closed = True
         tokens, logprobs, mask, turns = [], [], [], []
         first = self.segments[0].context if self.segments else []
         for k, segment in enumerate(self.segments):

@@ -51,8 +51,8 @@ class EnvConfig:
     OpenAI or Anthropic SDK and returns its final answer, a reward, or {'answer', 'reward'} (rlvr.agents)."""
     agent_command: str = ""
     """env.name=agent: the agent program as a command in any language (instead of env.agent), run once
-    per episode with RLVR_BASE_URL, RLVR_MODEL and RLVR_PROBLEM set; what it prints last is its
-    answer, a reward, or {"answer", "reward"} as JSON (rlvr.agents.command)."""
+    per episode with RLVR_BASE_URL and RLVR_MODEL set and the problem as JSON on its standard input;
+    what it prints last is its answer, a reward, or {"answer", "reward"} as JSON (rlvr.agents.command)."""
     agent_concurrency: int = 256
     """env.name=agent: episodes in flight at once (their requests are sampled together: once a request
     waits, the others' are gathered until each episode in flight has asked or env.step_wait_s passes

@@ -102,6 +102,7 @@ class ProcessHost:
         self._workers: list[Worker] = []
         self._sent: dict[int, set[int]] = {}  # id(worker) -> factory ids it holds
         self._tainted: set[int] = set()
+        self._unloadable: dict[int, dict] = {}  # factory id -> the fault its load ended with
         self._factories: dict[int, tuple[int, Callable]] = {}  # id(factory) -> (factory id, factory: kept alive)
         self._turn = itertools.count()
         self._lock = threading.Lock()
@@ -120,14 +121,18 @@ class ProcessHost:
         handle = Handle(next(_keys), worker, {"class": env_name(factory)})
         factory_id = self._factories.setdefault(id(factory), (len(self._factories), factory))[0]
         sent = self._sent.setdefault(id(worker), set())
+        if factory_id in self._unloadable:  # it failed to load once: it fails the same way, at once
+            return handle, _done(self._unloadable[factory_id])
         if factory_id not in sent:  # once per worker, before its first episode: the import is not the reset's time
             sent.add(factory_id)
             try:
                 worker.submit(_install, factory_id, factory).result(LOAD_TIMEOUT_S)
             except (CallFailed, FutureTimeout) as exc:
                 self._tainted.add(id(worker))
-                return handle, _done(fault("__init__", getattr(exc, "kind", "timeout"), getattr(exc, "type_name", ""),
-                                           f"the environment could not be loaded in a worker process: {exc}"))
+                self._unloadable[factory_id] = fault(
+                    "__init__", getattr(exc, "kind", "timeout"), getattr(exc, "type_name", ""),
+                    f"the environment could not be loaded in a worker process: {exc or 'no answer'}")
+                return handle, _done(self._unloadable[factory_id])
         return handle, _resolved(worker.submit(_open_there, handle.key, factory_id, problem, seed, limits), "__init__")
 
     def run(self, name: str, fn: Callable, *args: Any) -> tuple[Handle, Future]:

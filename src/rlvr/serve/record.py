@@ -61,7 +61,7 @@ class Recorder:
         if score is None and preferred is None:
             raise APIError(400, "feedback needs a score or a preferred response", param="score")
         if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
-                                  or not math.isfinite(score)):
+                                  or not _finite(score)):
             raise APIError(400, "score: a finite number", param="score")
         if preferred is not None and (not isinstance(preferred, str) or not preferred.strip()
                                       or len(preferred) > MAX_FEEDBACK_CHARS):
@@ -75,10 +75,24 @@ class Recorder:
         return {"ok": True, "response_id": body["response_id"]}
 
 
+def _finite(x: float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an integer no float holds
+        return False
+
+
 def _read(path: Path) -> list[dict[str, Any]]:
+    """The lines of a JSONL file that parse (a last line cut by a kill is passed over)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def _chat(conversation: Any, reply: str) -> list[dict[str, str]] | None:
