@@ -94,6 +94,7 @@ def test_every_failure_costs_only_its_own_episode(sampler, where):
             kind, named = expected
             assert c.env_info.get("env_error") == kind and named in c.env_info["error"], (c.problem_id, c.env_info)
             assert c.finish_reason == "env_done"
+    assert all(c.prompt_ids for c in out)  # an environment that never answered its reset: the problem's prompt
     flood = next(c for c in out if c.problem_id == "flood")
     said = flood.turns[1].info["messages"][0]["content"]
     assert len(said) < 1100 and "more characters cut" in said  # cut before it was tokenised
