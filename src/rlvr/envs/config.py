@@ -61,7 +61,8 @@ class EnvConfig:
     """Where environments run. 'process': in env.workers worker processes, so one that hangs, exits or
     crashes is killed and costs only its own episodes; 'thread': in threads of the trainer (an
     overrun is abandoned but cannot be killed; for debugging with breakpoints). 'auto': 'process' for
-    an environment of your own, 'thread' for rlvr's (their user code, the tools, runs contained)."""
+    an environment of your own (and openenv's, which runs yours), 'thread' for rlvr's (their user
+    code, the tools, runs contained)."""
     workers: int = 2
     """Worker processes of env.isolation=process; each hosts many environments, their calls in threads."""
     reset_timeout_s: float = 30.0
