@@ -32,7 +32,15 @@ def tree_cpu_s() -> float:
 
 
 def tool_workers() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "rlvr.harness.worker" in " ".join(p.cmdline())]
+    """The live harness workers under this process (an exited child not reaped yet uses nothing)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "rlvr.harness.worker" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 def test_timed_out_cpu_bound_calls_leave_nothing_running():

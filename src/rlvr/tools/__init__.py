@@ -236,9 +236,9 @@ def python_tool(sandbox_cfg) -> Tool:
             if "pool" not in state:
                 from rlvr.sandbox.verifier import CodeVerifier
                 state["pool"] = CodeVerifier(sandbox_cfg).pool  # probes isolation; refuses when required and missing
-        limit = min(timeout_s, float(sandbox_cfg.timeout_s))
-        future = state["pool"].submit("program", args["code"], [{"stdin": ""}], case_timeout_s=limit,
-                                      total_timeout_s=limit)
+        future = state["pool"].submit("program", args["code"], [{"stdin": ""}],  # reward.code's limits, or the call's
+                                      case_timeout_s=min(timeout_s, float(sandbox_cfg.case_timeout_s)),
+                                      total_timeout_s=min(timeout_s, float(sandbox_cfg.timeout_s)))
         try:
             run = future.result(timeout_s)
         except FutureTimeout:
