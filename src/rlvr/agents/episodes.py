@@ -84,13 +84,13 @@ def _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, par
                 del running[key]
                 if not episode.future.done():
                     spec.host.abandon(episode.handle)  # its worker is killed at the end of the rollout
-                done[key] = _completion(episode, endpoint.close(episode.sid), sampler, renderer, timeout_s,
+                done[key] = _completion(episode, endpoint.close(episode.sid), sampler, renderer, agent, timeout_s,
                                         group_offset)
 
 
-def _completion(episode: _Episode, session: Session, sampler, renderer: Renderer, timeout_s: float,
+def _completion(episode: _Episode, session: Session, sampler, renderer: Renderer, agent, timeout_s: float,
                 group_offset: int) -> Completion:
-    answer, components, fault = _outcome(episode, timeout_s)
+    answer, components, fault = _outcome(episode, agent, timeout_s)
     if not session.segments:  # no request: one unsampled token stands for the episode (never in the loss)
         fault = fault or ("bad_result", "", "made no request to the policy")
         session.segments.append(Segment(renderer.prompt(session.problem.prompt)))
@@ -99,14 +99,14 @@ def _completion(episode: _Episode, session: Session, sampler, renderer: Renderer
     text = answer if answer is not None else (said[-1].text if said else "")
     completion = session.completion(group_offset + episode.key[0], episode.key[1], sampler.version, text, "env_done")
     completion.env_components = components
-    episode.info = completion.env_info = {}
+    episode.info = completion.env_info = {"return": components["agent"]} if "agent" in components else {}
     if fault is not None:
         kind, type_name, message = fault
         record_fault(episode, {"method": "__call__", "kind": kind, "type": type_name, "message": message})
     return completion
 
 
-def _outcome(episode: _Episode, timeout_s: float) -> tuple[str | None, dict[str, float], tuple | None]:
+def _outcome(episode: _Episode, agent, timeout_s: float) -> tuple[str | None, dict[str, float], tuple | None]:
     """(the final answer, reward components, (kind, type, message) of a failure or None)."""
     if not episode.future.done():
         return None, {}, ("timeout", "", f"did not return within {timeout_s:g} s (env.episode_timeout_s)")
@@ -114,26 +114,39 @@ def _outcome(episode: _Episode, timeout_s: float) -> tuple[str | None, dict[str,
         value = episode.future.result()
     except CallFailed as exc:
         return None, {}, (exc.kind, exc.type_name, exc.message)
-    answer, components, wrong = outcome(value)
+    answer, components, wrong = outcome(value, agent.components)
     return answer, components, None if wrong is None else ("bad_result", "", wrong)
 
 
-def outcome(value: Any) -> tuple[str | None, dict[str, float], str | None]:
-    """(the final answer, reward components, what is wrong with the value) of an agent's return."""
+def outcome(value: Any, named: frozenset[str] = frozenset()) -> tuple[str | None, dict[str, float], str | None]:
+    """(the final answer, reward components, what is wrong with the value) of an agent's return.
+    `named`: the components besides 'agent' (its reward) that it may return."""
     if isinstance(value, str):
         return value, {}, None
+    if _finite(value):
+        return None, {"agent": float(value)}, None
+    if isinstance(value, dict) and set(value) <= {"answer", "reward", "components"} and value:
+        answer, reward, parts = value.get("answer"), value.get("reward", 0.0), value.get("components", {})
+        if (answer is None or isinstance(answer, str)) and _finite(reward) and isinstance(parts, dict) and \
+                all(_finite(v) for v in parts.values()):
+            if set(parts) - named:
+                return None, {}, (f"returned components {sorted(set(parts) - named)[:8]}; it may return "
+                                  f"{sorted(named) or 'none'}")
+            components = {str(k): float(v) for k, v in parts.items()}
+            return answer, {**components, "agent": float(reward)} if "reward" in value else components, None
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        try:
-            ok = math.isfinite(float(value))
-        except OverflowError:
-            ok = False
-        return None, {"agent": float(value)} if ok else {}, None if ok else f"returned {value}; a reward is finite"
-    if isinstance(value, dict) and set(value) <= {"answer", "reward"} and value:
-        answer, reward = value.get("answer"), value.get("reward", 0.0)
-        if (answer is None or isinstance(answer, str)) and isinstance(reward, float) and math.isfinite(reward):
-            return answer, {"agent": float(reward)} if "reward" in value else {}, None
+        return None, {}, f"returned {safe_text(repr(value), 80)}; a reward is finite"
     return None, {}, (f"returned {safe_text(repr(value), 80)}; return the final answer (str), a reward (a number) "
                       "or {'answer': str, 'reward': number}")
+
+
+def _finite(value: Any) -> bool:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _run_agent(fn, base_url: str, model: str, problem: dict[str, Any]) -> Any:

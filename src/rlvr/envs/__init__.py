@@ -156,6 +156,8 @@ def env_class(name: str) -> type[Environment]:
         importlib.import_module("rlvr.envs.gym")  # registers them (imports gymnasium)
     if name not in ENVS and name == "openenv":
         importlib.import_module("rlvr.envs.openenv")  # registers it
+    if name.startswith("verifiers:"):  # a verifiers environment's id: rlvr.envs.verifiers_hub
+        return importlib.import_module("rlvr.envs.verifiers_hub").Verifiers
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
@@ -171,7 +173,9 @@ def env_class(name: str) -> type[Environment]:
 
 def env_components(cfg) -> dict[str, float]:
     """The reward components a run's environment reports, with their default weights (a `Config`)."""
-    return dict(env_class(cfg.env.name).components)
+    cls = env_class(cfg.env.name)
+    read = getattr(cls, "components_of", None)  # a verifiers environment's: its rubric's functions
+    return read(cfg.env) if read is not None else dict(cls.components)
 
 
 def episode_seed(problem: Problem) -> int:

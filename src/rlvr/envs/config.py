@@ -15,8 +15,9 @@ class EnvConfig:
     'tools' (the model calls env.tools until it answers), 'frozenlake' and 'breakout' (gymnasium games,
     rlvr.envs.gym), 'openenv' (an OpenEnv environment named in env.settings, rlvr.envs.openenv),
     'agent' (a program of your own, env.agent, talking to the policy through an
-    OpenAI/Anthropic-style endpoint: rlvr.agents), or a class of your own as 'module:Class' (a subclass
-    of rlvr.envs.Environment)."""
+    OpenAI/Anthropic-style endpoint: rlvr.agents), 'verifiers:<id>' (a verifiers environment with
+    task.name=verifiers; env.settings are its load_environment arguments: rlvr.envs.verifiers_hub), or a
+    class of your own as 'module:Class' (a subclass of rlvr.envs.Environment)."""
     max_turns: int = 0
     """Assistant turns per trajectory; 0: the environment's own (single_turn 1, tools 4, frozenlake 12,
     breakout 64). A trajectory that reaches it ends with finish reason 'max_turns'."""
@@ -44,7 +45,8 @@ class EnvConfig:
     """After a turn, trajectories whose environment has not answered in this time (a slow tool) are
     left to catch up, and the others sample their next turn without them."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """Your environment's own settings (its `settings` attribute); the built-in ones read none."""
+    """Your environment's own settings (its `settings` attribute; a verifiers environment's
+    load_environment arguments); the built-in ones read none."""
     agent: str = ""
     """env.name=agent: the agent program, a function 'module:function' (or 'path/file.py:function') called
     as fn(base_url, model, problem) for each episode; it talks to the policy through base_url with the
@@ -108,8 +110,9 @@ def check_env(cfg) -> None:
     """A run's `env` section against the rest of its `Config` (rlvr.config.Config.validate): the
     environment exists, the task is its episode, the algorithm settings work on turns, and
     reward.weights names only components someone computes."""
-    from rlvr.envs import env_class
+    from rlvr.envs import AgentProgram, env_class, env_components
     from rlvr.rewards.config import BUILTIN_COMPONENTS
+    from rlvr.envs.verifiers_hub import TASK
 
     try:
         env = env_class(cfg.env.name)
@@ -124,10 +127,16 @@ def check_env(cfg) -> None:
                 "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
                 "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them), or an "
                 "agent with env.tool_format=compact (configs/agent_tool_arithmetic.yaml)")
-    require(cfg.env.name != "agent" or (cfg.env.credit == "trajectory" and cfg.env.history == 0), "env.credit",
+    hub = cfg.env.name.startswith("verifiers:")
+    require(hub == (cfg.task.name == TASK), "task.name",
+            "a verifiers environment's problems are its own dataset: set task.name=verifiers with "
+            "env.name=verifiers:<id>" if hub else "task.name=verifiers trains on the dataset of a verifiers "
+            "environment: set env.name=verifiers:<id>")
+    program = issubclass(env, AgentProgram)
+    require(not program or (cfg.env.credit == "trajectory" and cfg.env.history == 0), "env.credit",
             "an agent program's episodes train with env.credit=trajectory and env.history=0 (the program decides "
             "what each request sees)")
-    by_turn = cfg.env.credit == "turn" or cfg.env.history > 0 or cfg.env.name == "agent"
+    by_turn = cfg.env.credit == "turn" or cfg.env.history > 0 or program
     require(not (by_turn and cfg.algo.kl_in_reward), "algo.kl_in_reward",
             "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
             "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")
@@ -140,6 +149,7 @@ def check_env(cfg) -> None:
         extra = sorted(set(cfg.env.settings) - env.settings_keys)
         require(not extra, "env.settings", f"{cfg.env.name} reads no setting {extra} "
                 f"(it reads {sorted(env.settings_keys) or 'none'})")
-    unknown = sorted(set(cfg.reward.weights) - BUILTIN_COMPONENTS - set(env.components))
+    own = set(env_components(cfg))
+    unknown = sorted(set(cfg.reward.weights) - BUILTIN_COMPONENTS - own)
     require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
-            f"{', '.join(sorted(BUILTIN_COMPONENTS | set(env.components)))} (env.name={cfg.env.name})")
+            f"{', '.join(sorted(BUILTIN_COMPONENTS | own))} (env.name={cfg.env.name})")

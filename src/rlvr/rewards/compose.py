@@ -90,7 +90,8 @@ def env_kwargs(completions: Sequence[Any]) -> dict[str, Any]:
 
 
 class _EnvVerifier:
-    """Verifier 'env': `correct` is the episode's success, as its environment reported it."""
+    """Verifier 'env': `correct` is the episode's success, as its environment reported it; an episode
+    that reports a return and no success (a verifiers rubric's reward) is scored by its return."""
 
     def verify(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
         return self.verify_outcomes([None] * len(texts))
@@ -101,7 +102,9 @@ class _EnvVerifier:
             if o is None:  # no environment answered (the batch's first turns were all cut): no success
                 out.append(RewardResult(0.0, {"correct": 0.0}, info={"return": None, "no_outcome": True}))
             else:
-                value = 1.0 if o[1].get("success") else 0.0
+                info = o[1]
+                value = float(info["return"]) if "success" not in info and "return" in info else \
+                    1.0 if info.get("success") else 0.0
                 out.append(RewardResult(value, {"correct": value}, info={"return": o[1].get("return")}))
         return out
 

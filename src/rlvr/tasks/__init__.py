@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr.envs.verifiers_hub import TASK as VERIFIERS  # task.name=verifiers: the environment's rows
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.code import CodeTask
 from rlvr.tasks.tool_arithmetic import ToolArithmeticTask
@@ -26,7 +27,7 @@ def data_paths(cfg) -> list[str]:
             from rlvr.configlib import ConfigError
             raise ConfigError(f"task.name: {cfg.task.name!r} and data.files are both set; put every file in data.files")
         return list(cfg.data.files)
-    return [] if builtin_names(cfg.task.name) else [cfg.task.name]
+    return [] if builtin_names(cfg.task.name) or cfg.task.name == VERIFIERS else [cfg.task.name]
 
 
 def teacher_solution(problem, error_rate: float, rng):
@@ -55,6 +56,8 @@ def build_task(cfg, *, tokenizer=None, on_event=None):
     paths = data_paths(cfg)
     if paths:
         return _file_task(cfg, paths, tokenizer, on_event)
+    if t.name == VERIFIERS:
+        return _verifiers_task(cfg, tokenizer, on_event)
     names = builtin_names(t.name) or []  # not a data file (data_paths): one or more built-in tasks
     eval_size = max(t.eval_size, cfg.eval.n)
     tasks = {n: _builtin(n, cfg, eval_size) for n in names}
@@ -109,6 +112,22 @@ def _file_task(cfg, paths: list[str], tokenizer, on_event):
         limit_prompts(task, tokenizer, d.max_prompt_tokens, d.on_long_prompt, on_event)
     if on_event:
         on_event("data_loaded", files=[str(p) for p in paths], **task.describe())
+    return task
+
+
+def _verifiers_task(cfg, tokenizer, on_event):
+    """The rows of a verifiers environment: its eval dataset held out, else data.eval_size of its rows."""
+    from rlvr.envs import verifiers_hub
+    from rlvr.tasks.mix import FileTask
+    from rlvr.tasks.prompts import limit_prompts
+
+    chat = tokenizer is None or getattr(tokenizer, "chat_template", None) is not None
+    train, held_out = verifiers_hub.problems(cfg.env, chat)
+    task = FileTask(train, mix={}, eval_size=cfg.data.eval_size, seed=cfg.seed, held_out=held_out)
+    if tokenizer is not None:
+        limit_prompts(task, tokenizer, cfg.data.max_prompt_tokens, cfg.data.on_long_prompt, on_event)
+    if on_event:
+        on_event("data_loaded", files=[cfg.env.name], **task.describe())
     return task
 
 

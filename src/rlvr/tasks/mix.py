@@ -33,11 +33,17 @@ def _allocate(total: int, counts: dict[str, int]) -> dict[str, int]:
 
 
 class FileTask:
-    def __init__(self, problems: list[Problem], *, mix: dict[str, float], eval_size: int, seed: int):
+    def __init__(self, problems: list[Problem], *, mix: dict[str, float], eval_size: int, seed: int,
+                 held_out: list[Problem] | None = None):
+        """held_out: records held out already (a data set's own eval split); else eval_size are drawn."""
         self.seed = seed
         by_source: dict[str, list[Problem]] = {}
         for p in problems:
             by_source.setdefault(p.source, []).append(p)
+        if held_out is not None:
+            self._eval, self.train = list(held_out), by_source
+            self.weights = self._weights(mix)
+            return
         if eval_size >= len(problems):
             raise DataError(f"data.eval_size={eval_size} but there are only {len(problems)} records; "
                             f"lower data.eval_size so some are left to train on")

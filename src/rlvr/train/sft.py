@@ -31,7 +31,7 @@ from rlvr.models.loading import load_tokenizer
 from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.rollout.engine import render_prompt
-from rlvr.tasks import build_task, data_paths, needs_code_chars, needs_tool_tags, teacher_solution
+from rlvr.tasks import VERIFIERS, build_task, data_paths, needs_code_chars, needs_tool_tags, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 from rlvr.train.parallel import train_device
@@ -163,6 +163,8 @@ def demonstrations(cfg: Config, task) -> tuple[list[Problem], list, dict[str, in
     problems, or the training records of data files that carry a worked solution (at most
     sft.examples, drawn with the seed; held-out records never). Records without one are counted."""
     s = cfg.sft
+    if cfg.task.name == VERIFIERS:  # an environment's rows carry no worked solution
+        return [], [], {"examples": 0}
     if not data_paths(cfg):
         problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), s.examples))
         rng = random.Random(f"teacher-{cfg.seed}")
@@ -207,7 +209,7 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
         log.warning("cold-start SFT: %s", describe(counts))
     if not problems:
         log.warning("cold-start SFT skipped: no training record of %s carries a worked solution",
-                    ", ".join(data_paths(cfg)))
+                    ", ".join(data_paths(cfg)) or cfg.env.name)
         return None
     torch.manual_seed(cfg.seed)
     model, tokenizer = load_model(base, "float32")  # fp32 master weights (model.dtype: compute)

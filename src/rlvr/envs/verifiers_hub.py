@@ -1,0 +1,168 @@
+"""Prime Intellect's `verifiers` environments: their data, rollout and rubric against rlvr's policy.
+
+    env.name=verifiers:reverse-text task.name=verifiers     # env.settings: load_environment's arguments
+
+`vf.load_environment(id, **env.settings)` builds the environment (its package installed, as
+`prime env install` or `pip install` puts it). Its dataset is the task: each row a problem (held
+out: its eval dataset, else data.eval_size rows drawn as for a data file). Each episode runs the
+environment's own rollout (`Environment.run_rollout`: single-turn, multi-turn, its tools and
+parsers) with a client pointed at the episode's session on rlvr's endpoint, so the trajectory is
+the tokens rlvr sampled (rlvr.agents); its rubric scores it. The rubric's reward (its weighted sum)
+is the outcome: `correct` (verifier 'env' reads it as the episode's score); each rubric function
+is a component of the same name, logged as `reward/<name>/mean` (weight 0 by default, since
+`correct` already holds it: `reward.weights.<name>` adds one on top).
+
+It is user code: loading and rollouts run in harness workers (the environments' bounds apply), and
+the trainer reads back plain data only. verifiers' classic API is used (`verifiers<0.4`; 0.4 kept
+it but requires openai<3). A rubric that scores whole groups at once sees one rollout at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import threading
+from unittest import mock
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rlvr.envs import AgentProgram
+from rlvr.records import Problem
+
+PREFIX = "verifiers:"
+LOAD_TIMEOUT_S = 300.0
+SOURCE = "verifiers"
+TASK = "verifiers"
+"""task.name=verifiers: the rows of the environment env.name=verifiers:<id> names."""
+POLICY_ERRORS = frozenset({"InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
+                           "ToolParseError"})
+"""verifiers errors that are the policy's doing (an empty or malformed reply, a context overrun): the
+episode is a sample, scored as its rubric scored it; any other error fails the episode (invalid, counted)."""
+
+
+def is_verifiers(env_name: str) -> bool:
+    return env_name.startswith(PREFIX)
+
+
+class Verifiers(AgentProgram):
+    """env.name=verifiers:<id>: episodes run by rlvr.agents with the program `Rollout`."""
+
+    components: ClassVar[dict[str, float]] = {}
+    settings_keys = None
+    hosts_user_code = True
+
+    @staticmethod
+    def components_of(env_cfg) -> dict[str, float]:
+        return components(env_cfg)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The agent program of a verifiers environment: one rollout and its rubric per episode."""
+
+    env_id: str
+    args: str
+    """load_environment's keyword arguments as JSON (what travels to the workers)."""
+
+    @property
+    def name(self) -> str:
+        return self.env_id
+
+    def __call__(self, base_url: str, model: str, problem: dict[str, Any]) -> dict[str, Any]:
+        import verifiers as vf
+
+        os.environ.setdefault("RLVR_API_KEY", "rlvr")
+        client = vf.ClientConfig(api_base_url=base_url, api_key_var="RLVR_API_KEY", max_retries=0)
+        row = problem["metadata"]["verifiers_row"]
+        out = asyncio.run(_loaded(self.env_id, self.args).run_rollout(row, client, model, {}))
+        error = out.get("error")
+        if error and error.get("error") not in POLICY_ERRORS:
+            raise RuntimeError(f"{self.env_id}'s rollout failed: {error.get('error')}: {error.get('message')}")
+        return {"reward": out["reward"], "components": dict(out.get("metrics") or {})}
+
+
+_LOADING = threading.Lock()
+
+
+@functools.cache
+def _loaded(env_id: str, args: str):
+    """The environment, loaded once per worker process. A worker's calls run in threads, where
+    `signal.signal` raises: the teardown handlers verifiers installs for SIGINT and SIGTERM are left
+    out (a worker is killed, not interrupted)."""
+    import verifiers as vf
+
+    with _LOADING, mock.patch("signal.signal"):
+        return vf.load_environment(env_id, **json.loads(args))
+
+
+def describe(env_id: str, args: str) -> dict[str, Any]:
+    """In a worker: the environment's rubric functions and its rows, as plain data."""
+    env = _loaded(env_id, args)
+    names = env.rubric._get_reward_func_names()  # a RubricGroup's too (its own funcs, weights are its parts')
+    weights = env.rubric._get_reward_weights()
+
+    def rows(dataset) -> list[dict[str, Any]] | None:
+        return None if dataset is None else [json.loads(json.dumps(dict(r), default=str)) for r in dataset]
+
+    return {"components": dict(zip(names, map(float, weights))), "train": rows(env.get_dataset()),
+            "eval": rows(env.build_eval_dataset())}
+
+
+@functools.cache
+def description(env_name: str, settings: str) -> dict[str, Any]:
+    """The environment's rubric and rows, loaded in a harness worker (its import and load_environment
+    are user code) that is then ended. A failure is a config error naming the environment."""
+    from rlvr.configlib import ConfigError
+    from rlvr.harness import CallFailed, Worker
+
+    env_id = env_name[len(PREFIX):]
+    worker = Worker("verifiers")
+    try:
+        return worker.submit(describe, env_id, settings).result(LOAD_TIMEOUT_S)
+    except CallFailed as exc:
+        raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load ({exc.kind}: {exc.type_name} "
+                          f"{exc.message}); install its package (`prime env install {env_id}` or pip) and check "
+                          "env.settings against its load_environment arguments") from None
+    except TimeoutError:
+        raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load in {LOAD_TIMEOUT_S:g} s") from None
+    finally:
+        worker.kill()
+
+
+def _settings(env_cfg) -> str:
+    return json.dumps(env_cfg.settings, sort_keys=True, default=str)
+
+
+def components(env_cfg) -> dict[str, float]:
+    """The rubric's functions as components, weight 0 (their weighted sum is `correct`)."""
+    return {name: 0.0 for name in description(env_cfg.name, _settings(env_cfg))["components"]}
+
+
+def program(env_cfg) -> Rollout:
+    return Rollout(env_cfg.name[len(PREFIX):], _settings(env_cfg))
+
+
+def problems(env_cfg, chat: bool = True) -> tuple[list[Problem], list[Problem] | None]:
+    """(training problems, held-out problems or None: drawn from the training rows). chat=False (a
+    tokenizer without a chat template): prompts as their messages' text, as rlvr.agents.session
+    renders a chat request for such a model."""
+    found = description(env_cfg.name, _settings(env_cfg))
+    to_problems = functools.partial(_problems, env_cfg.name[len(PREFIX):], chat)
+    return to_problems(found["train"], "train"), None if found["eval"] is None else to_problems(found["eval"], "eval")
+
+
+def _problems(env_id: str, chat: bool, rows: list[dict[str, Any]], split: str) -> list[Problem]:
+    return [Problem(id=f"{env_id}/{split}/{r.get('example_id', i)}", prompt=_prompt(r.get("prompt"), chat),
+                    answer=None if r.get("answer") is None else str(r["answer"]), source=SOURCE, verifier="env",
+                    metadata={"verifiers_row": r}) for i, r in enumerate(rows)]
+
+
+def _prompt(prompt: Any, chat: bool) -> str | list[dict[str, Any]]:
+    """What rlvr shows where it needs the prompt itself (samples, an episode that never asked); the
+    rollout sends its own."""
+    if isinstance(prompt, str):
+        return prompt
+    messages = [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in prompt or []]
+    return messages if chat else "\n".join(str(m["content"]) for m in messages)
