@@ -66,6 +66,8 @@ def test_a_verifiers_environment_needs_its_task_and_loads_contained():
         load_config(None, ["env.name=verifiers:no_such_env", HUB[1]])
     with pytest.raises(ConfigError, match="'vf_arith' did not load .*unexpected keyword"):
         load_config(None, [*HUB, "env.settings.oops=1"])
+    with pytest.raises(ConfigError, match=r"functions \['correct'\] would replace rlvr's components"):
+        load_config(None, [*HUB, "env.settings.clash=true"])
     with pytest.raises(ConfigError, match=r"unknown component\(s\) \['nope'\]"):
         load_config(None, [*HUB, "reward.weights.nope=1"])
     cfg = load_config(None, [*HUB, "reward.weights.exact=0.5", "env.settings.n=8"])  # load_environment(n=8)

@@ -41,7 +41,12 @@ class FlakyInfra(vf.SingleTurnEnv):
         return await super().get_model_response(state, prompt, **kwargs)
 
 
-def load_environment(n: int = 64, seed: int = 0, flaky: bool = False) -> vf.Environment:
-    rubric = vf.Rubric(funcs=[exact, brief], weights=[1.0, 0.2])
+def correct(completion, answer) -> float:
+    """`exact` under a name rlvr keeps for its own component (load_environment(clash=True))."""
+    return exact(completion, answer)
+
+
+def load_environment(n: int = 64, seed: int = 0, flaky: bool = False, clash: bool = False) -> vf.Environment:
+    rubric = vf.Rubric(funcs=[correct if clash else exact, brief], weights=[1.0, 0.2])
     return (FlakyInfra if flaky else vf.SingleTurnEnv)(dataset=Dataset.from_list(_rows(n, seed)),
                             eval_dataset=Dataset.from_list(_rows(16, seed + 1)), rubric=rubric)

@@ -9,7 +9,7 @@ environment's) with the session's base URL, a model name and the problem (a dict
 answer, metadata). The agent talks to the policy only through that URL, with the ordinary SDKs
 (`OpenAI(base_url=base_url, api_key="rlvr")`, `Anthropic(base_url=...)` without the `/v1`), and
 returns its final answer (a str, graded by the problem's verifier), a reward (a number: the
-`agent` component and the episode's return), or a dict with `answer` and/or `reward`. A function may be async. The
+`agent` component), or a dict with `answer` and/or `reward`. A function may be async. The
 trajectory is built from the tokens the endpoint sampled (rlvr.agents.session): token-exact, the
 loss on sampled tokens only, behaviour log-probs per token.
 """
@@ -33,6 +33,8 @@ class AgentSpec:
     model: str = "policy"
     components: frozenset[str] = frozenset()
     """Reward components it may return besides its reward (a verifiers rubric's functions)."""
+    scores: bool = False
+    """Its reward is the episode's score: `correct` for verifier 'env' (a verifiers rubric's reward)."""
 
     @property
     def name(self) -> str:
@@ -53,7 +55,7 @@ def agent_spec(env_cfg) -> AgentSpec:
     if env_cfg.name.startswith("verifiers:"):
         from rlvr.envs import verifiers_hub
         return AgentSpec(verifiers_hub.program(env_cfg), env_cfg.agent_concurrency, env_cfg.tool_format,
-                         components=frozenset(verifiers_hub.components(env_cfg)))
+                         components=frozenset(verifiers_hub.components(env_cfg)), scores=True)
     if env_cfg.agent_command:
         from rlvr.agents.command import Command
         return AgentSpec(Command.parse(env_cfg.agent_command), env_cfg.agent_concurrency, env_cfg.tool_format)

@@ -80,7 +80,8 @@ class Pump:
                 budget = min(a.max_tokens, params.max_new_tokens, limit - len(a.context))
                 if budget < 1:
                     a.future.set_exception(ValueError(f"the conversation ({len(a.context)} tokens) leaves the model "
-                                                      "no position to answer in"))
+                                                      f"no position to answer in (the maximum context length is "
+                                                      f"{limit} tokens)"))
                 else:
                     by_budget.setdefault(budget, []).append(a)
             for budget, group in sorted(by_budget.items()):

@@ -99,7 +99,8 @@ def _completion(episode: _Episode, session: Session, sampler, renderer: Renderer
     text = answer if answer is not None else (said[-1].text if said else "")
     completion = session.completion(group_offset + episode.key[0], episode.key[1], sampler.version, text, "env_done")
     completion.env_components = components
-    episode.info = completion.env_info = {"return": components["agent"]} if "agent" in components else {}
+    scored = agent.scores and "agent" in components  # its reward is the episode's outcome (verifier 'env')
+    episode.info = completion.env_info = {"score": components["agent"], "return": components["agent"]} if scored else {}
     if fault is not None:
         kind, type_name, message = fault
         record_fault(episode, {"method": "__call__", "kind": kind, "type": type_name, "message": message})

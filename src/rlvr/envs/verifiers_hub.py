@@ -35,6 +35,8 @@ PREFIX = "verifiers:"
 LOAD_TIMEOUT_S = 300.0
 SOURCE = "verifiers"
 TASK = "verifiers"
+RESERVED = frozenset({"format", "correct", "process", "agent"})
+"""Component names rlvr computes itself."""
 """task.name=verifiers: the rows of the environment env.name=verifiers:<id> names."""
 POLICY_ERRORS = frozenset({"InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
                            "ToolParseError"})
@@ -75,39 +77,58 @@ class Rollout:
 
         os.environ.setdefault("RLVR_API_KEY", "rlvr")
         client = vf.ClientConfig(api_base_url=base_url, api_key_var="RLVR_API_KEY", max_retries=0)
+        env, loop = _loaded(self.env_id, self.args)
         row = problem["metadata"]["verifiers_row"]
-        out = asyncio.run(_loaded(self.env_id, self.args).run_rollout(row, client, model, {}))
+        out = asyncio.run_coroutine_threadsafe(env.run_rollout(row, client, model, {}), loop).result()
         error = out.get("error")
         if error and error.get("error") not in POLICY_ERRORS:
             raise RuntimeError(f"{self.env_id}'s rollout failed: {error.get('error')}: {error.get('message')}")
-        return {"reward": out["reward"], "components": dict(out.get("metrics") or {})}
+        names = set(env.rubric._get_reward_func_names())  # its monitors' metrics are not rewards
+        metrics = {k: v for k, v in (out.get("metrics") or {}).items() if k in names}
+        return {"reward": out["reward"], "components": metrics}
 
 
 _LOADING = threading.Lock()
+_LOADED: dict[tuple[str, str], tuple[Any, asyncio.AbstractEventLoop]] = {}
 
 
-@functools.cache
-def _loaded(env_id: str, args: str):
-    """The environment, loaded once per worker process. A worker's calls run in threads, where
-    `signal.signal` raises: the teardown handlers verifiers installs for SIGINT and SIGTERM are left
-    out (a worker is killed, not interrupted)."""
-    import verifiers as vf
+def _loaded(env_id: str, args: str) -> tuple[Any, asyncio.AbstractEventLoop]:
+    """The environment, loaded once per worker process, and the one event loop (on a thread of its
+    own) that all its rollouts run on: what it builds at load time (a judge's client) stays on one
+    loop. A worker's calls run in threads, where `signal.signal` raises: the SIGINT and SIGTERM
+    teardown handlers verifiers installs are left out (a worker is killed, not interrupted)."""
+    with _LOADING:
+        if (env_id, args) not in _LOADED:
+            import verifiers as vf
+            from verifiers.legacy.envs import environment
 
-    with _LOADING, mock.patch("signal.signal"):
-        return vf.load_environment(env_id, **json.loads(args))
+            with mock.patch.object(environment, "signal"):
+                env = vf.load_environment(env_id, **json.loads(args))
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="rlvr-verifiers-loop", daemon=True).start()
+            _LOADED[(env_id, args)] = env, loop
+        return _LOADED[(env_id, args)]
 
 
 def describe(env_id: str, args: str) -> dict[str, Any]:
     """In a worker: the environment's rubric functions and its rows, as plain data."""
-    env = _loaded(env_id, args)
-    names = env.rubric._get_reward_func_names()  # a RubricGroup's too (its own funcs, weights are its parts')
-    weights = env.rubric._get_reward_weights()
+    env, _ = _loaded(env_id, args)
+    rubric = env.rubric
+    names = rubric._get_reward_func_names()  # a RubricGroup's too (the functions of its rubrics)
+    taken = sorted(set(names) & RESERVED)
+    if taken:
+        raise ValueError(f"its rubric's functions {taken} would replace rlvr's components of the same names; "
+                         "rename them")
+    grouped = [f.__name__ for f in rubric._get_reward_funcs() if hasattr(rubric, "_is_group_func")
+               and rubric._is_group_func(f)]
+    if grouped:
+        raise ValueError(f"its rubric scores whole groups ({', '.join(grouped)}), and rlvr runs its episodes one "
+                         "at a time: not built yet")
 
     def rows(dataset) -> list[dict[str, Any]] | None:
         return None if dataset is None else [json.loads(json.dumps(dict(r), default=str)) for r in dataset]
 
-    return {"components": dict(zip(names, map(float, weights))), "train": rows(env.get_dataset()),
-            "eval": rows(env.build_eval_dataset())}
+    return {"components": names, "train": rows(env.get_dataset()), "eval": rows(env.build_eval_dataset())}
 
 
 @functools.cache
@@ -122,9 +143,8 @@ def description(env_name: str, settings: str) -> dict[str, Any]:
     try:
         return worker.submit(describe, env_id, settings).result(LOAD_TIMEOUT_S)
     except CallFailed as exc:
-        raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load ({exc.kind}: {exc.type_name} "
-                          f"{exc.message}); install its package (`prime env install {env_id}` or pip) and check "
-                          "env.settings against its load_environment arguments") from None
+        raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load ({exc.kind}): {exc.type_name}: "
+                          f"{exc.message} (env.settings are its load_environment arguments)") from None
     except TimeoutError:
         raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load in {LOAD_TIMEOUT_S:g} s") from None
     finally:
@@ -137,7 +157,7 @@ def _settings(env_cfg) -> str:
 
 def components(env_cfg) -> dict[str, float]:
     """The rubric's functions as components, weight 0 (their weighted sum is `correct`)."""
-    return {name: 0.0 for name in description(env_cfg.name, _settings(env_cfg))["components"]}
+    return dict.fromkeys(description(env_cfg.name, _settings(env_cfg))["components"], 0.0)
 
 
 def program(env_cfg) -> Rollout:

@@ -90,8 +90,8 @@ def env_kwargs(completions: Sequence[Any]) -> dict[str, Any]:
 
 
 class _EnvVerifier:
-    """Verifier 'env': `correct` is the episode's success, as its environment reported it; an episode
-    that reports a return and no success (a verifiers rubric's reward) is scored by its return."""
+    """Verifier 'env': `correct` is the episode's success, as its environment reported it, or its
+    `score` where it reports one (a verifiers rubric's reward)."""
 
     def verify(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
         return self.verify_outcomes([None] * len(texts))
@@ -103,8 +103,7 @@ class _EnvVerifier:
                 out.append(RewardResult(0.0, {"correct": 0.0}, info={"return": None, "no_outcome": True}))
             else:
                 info = o[1]
-                value = float(info["return"]) if "success" not in info and "return" in info else \
-                    1.0 if info.get("success") else 0.0
+                value = float(info["score"]) if "score" in info else 1.0 if info.get("success") else 0.0
                 out.append(RewardResult(value, {"correct": value}, info={"return": o[1].get("return")}))
         return out
 

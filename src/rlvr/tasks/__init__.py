@@ -121,6 +121,10 @@ def _verifiers_task(cfg, tokenizer, on_event):
     from rlvr.tasks.mix import FileTask
     from rlvr.tasks.prompts import limit_prompts
 
+    if cfg.data.on_long_prompt == "truncate":
+        from rlvr.configlib import ConfigError
+        raise ConfigError("data.on_long_prompt: a verifiers environment's rollout sends its own prompt, which rlvr "
+                          "cannot cut: use skip or error")
     chat = tokenizer is None or getattr(tokenizer, "chat_template", None) is not None
     train, held_out = verifiers_hub.problems(cfg.env, chat)
     task = FileTask(train, mix={}, eval_size=cfg.data.eval_size, seed=cfg.seed, held_out=held_out)
