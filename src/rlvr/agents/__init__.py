@@ -51,9 +51,9 @@ class AgentSpec:
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
     from rlvr.configlib import ConfigError, import_object
+    from rlvr.envs import verifiers_hub
 
-    if env_cfg.name.startswith("verifiers:"):
-        from rlvr.envs import verifiers_hub
+    if verifiers_hub.is_verifiers(env_cfg.name):
         return AgentSpec(verifiers_hub.program(env_cfg), env_cfg.agent_concurrency, env_cfg.tool_format,
                          components=frozenset(verifiers_hub.components(env_cfg)), scores=True)
     if env_cfg.agent_command:

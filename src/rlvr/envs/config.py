@@ -112,7 +112,7 @@ def check_env(cfg) -> None:
     reward.weights names only components someone computes."""
     from rlvr.envs import AgentProgram, env_class, env_components
     from rlvr.rewards.config import BUILTIN_COMPONENTS
-    from rlvr.envs.verifiers_hub import TASK
+    from rlvr.envs.verifiers_hub import TASK, is_verifiers
 
     try:
         env = env_class(cfg.env.name)
@@ -127,7 +127,7 @@ def check_env(cfg) -> None:
                 "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
                 "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them), or an "
                 "agent with env.tool_format=compact (configs/agent_tool_arithmetic.yaml)")
-    hub = cfg.env.name.startswith("verifiers:")
+    hub = is_verifiers(cfg.env.name)
     require(hub == (cfg.task.name == TASK), "task.name",
             "a verifiers environment's problems are its own dataset: set task.name=verifiers with "
             "env.name=verifiers:<id>" if hub else "task.name=verifiers trains on the dataset of a verifiers "

@@ -24,9 +24,9 @@ import functools
 import json
 import os
 import threading
-from unittest import mock
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from unittest import mock
 
 from rlvr.envs import AgentProgram
 from rlvr.records import Problem
@@ -46,6 +46,11 @@ episode is a sample, scored as its rubric scored it; any other error fails the e
 
 def is_verifiers(env_name: str) -> bool:
     return env_name.startswith(PREFIX)
+
+
+def id_of(env_name: str) -> str:
+    """The environment's id in env.name=verifiers:<id>."""
+    return env_name[len(PREFIX):]
 
 
 class Verifiers(AgentProgram):
@@ -138,15 +143,15 @@ def description(env_name: str, settings: str) -> dict[str, Any]:
     from rlvr.configlib import ConfigError
     from rlvr.harness import CallFailed, Worker
 
-    env_id = env_name[len(PREFIX):]
+    name = id_of(env_name)
     worker = Worker("verifiers")
     try:
-        return worker.submit(describe, env_id, settings).result(LOAD_TIMEOUT_S)
+        return worker.submit(describe, name, settings).result(LOAD_TIMEOUT_S)
     except CallFailed as exc:
-        raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load ({exc.kind}): {exc.type_name}: "
+        raise ConfigError(f"env.name: verifiers environment {name!r} did not load ({exc.kind}): {exc.type_name}: "
                           f"{exc.message} (env.settings are its load_environment arguments)") from None
     except TimeoutError:
-        raise ConfigError(f"env.name: verifiers environment {env_id!r} did not load in {LOAD_TIMEOUT_S:g} s") from None
+        raise ConfigError(f"env.name: verifiers environment {name!r} did not load in {LOAD_TIMEOUT_S:g} s") from None
     finally:
         worker.kill()
 
@@ -161,7 +166,7 @@ def components(env_cfg) -> dict[str, float]:
 
 
 def program(env_cfg) -> Rollout:
-    return Rollout(env_cfg.name[len(PREFIX):], _settings(env_cfg))
+    return Rollout(id_of(env_cfg.name), _settings(env_cfg))
 
 
 def problems(env_cfg, chat: bool = True) -> tuple[list[Problem], list[Problem] | None]:
@@ -169,12 +174,12 @@ def problems(env_cfg, chat: bool = True) -> tuple[list[Problem], list[Problem] |
     tokenizer without a chat template): prompts as their messages' text, as rlvr.agents.session
     renders a chat request for such a model."""
     found = description(env_cfg.name, _settings(env_cfg))
-    to_problems = functools.partial(_problems, env_cfg.name[len(PREFIX):], chat)
+    to_problems = functools.partial(_problems, id_of(env_cfg.name), chat)
     return to_problems(found["train"], "train"), None if found["eval"] is None else to_problems(found["eval"], "eval")
 
 
-def _problems(env_id: str, chat: bool, rows: list[dict[str, Any]], split: str) -> list[Problem]:
-    return [Problem(id=f"{env_id}/{split}/{r.get('example_id', i)}", prompt=_prompt(r.get("prompt"), chat),
+def _problems(name: str, chat: bool, rows: list[dict[str, Any]], split: str) -> list[Problem]:
+    return [Problem(id=f"{name}/{split}/{r.get('example_id', i)}", prompt=_prompt(r.get("prompt"), chat),
                     answer=None if r.get("answer") is None else str(r["answer"]), source=SOURCE, verifier="env",
                     metadata={"verifiers_row": r}) for i, r in enumerate(rows)]
 
