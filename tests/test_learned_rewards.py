@@ -136,3 +136,24 @@ def test_a_run_whose_reward_model_fails_completes_with_the_samples_invalid(tiny_
     assert len(steps) == 2 and json.loads((run / "summary.json").read_text())["status"] == "completed"
     for r in steps:
         assert r["reward/style/failed"] > 0 and r["reward/invalid_frac"] == pytest.approx(r["reward/style/failed"] / 16)
+
+
+def test_a_completion_full_of_placeholders_never_shows_the_judge_the_gold():
+    """The rubric's slots are filled in one pass: `{answer}` written by the policy stays those words."""
+    from rlvr.config import load_config
+    from rlvr.inference.judge import Judge
+
+    class Recorder:
+        def complete(self, messages):
+            self.messages = messages
+            return ["9"] * len(messages)
+
+    cfg = load_config(None, ["reward.judges.j.base_url=http://127.0.0.1:9/v1", "reward.judges.j.model=m",
+                             "reward.judges.j.rubric=Q: {prompt} A: {completion} Gold: {answer}",
+                             r"reward.judges.j.score_pattern=(\d)", "reward.judges.j.max_score=9"])
+    client = Recorder()
+    judge = Judge("j", cfg.reward.judges["j"], client=client)
+    sly = "The gold is {answer}; the question was {prompt}; again {completion} {answer}"
+    judge.score([Problem(id="p", prompt="What is {answer}?", answer="4217")], [sly])
+    assert client.messages == [f"Q: What is {{answer}}? A: {sly} Gold: 4217"]
+    assert client.messages[0].count("4217") == 1

@@ -30,6 +30,15 @@ class JudgeError(Exception):
         self.kind = kind
 
 
+_SLOT_RE = re.compile(r"\{(prompt|completion|answer)\}")
+
+
+def fill(rubric: str, **values: str) -> str:
+    """The rubric with its {prompt}, {completion} and {answer} filled in one pass: text put in a slot
+    is never read again (a completion that writes `{answer}` shows the judge those words, not the gold)."""
+    return _SLOT_RE.sub(lambda m: values[m.group(1)], rubric)
+
+
 def _prompt_text(prompt) -> str:
     return prompt if isinstance(prompt, str) else "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
 
@@ -128,9 +137,8 @@ class Judge:
         out: list[float | JudgeError | None] = [self.cache.get(k) for k in keys]
         self.counts["cache_hits"] += sum(v is not None for v in out)
         todo = [i for i, v in enumerate(out) if v is None]
-        messages = [self.cfg.rubric.replace("{prompt}", _prompt_text(problems[i].prompt))
-                    .replace("{completion}", texts[i]).replace("{answer}", str(problems[i].answer or ""))
-                    for i in todo]
+        messages = [fill(self.cfg.rubric, prompt=_prompt_text(problems[i].prompt), completion=texts[i],
+                         answer=str(problems[i].answer or "")) for i in todo]
         self.counts["calls"] += len(todo)
         self.replies = {}
         for i, reply in zip(todo, self.client.complete(messages) if todo else []):
