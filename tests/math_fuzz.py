@@ -9,7 +9,8 @@ can say "never credited" or "always credited" without trusting the verifier:
   percent, units, `x =`, Unicode digits) is credited against any other notation of it;
 - a different value is never credited;
 - appending a second, different candidate (any separator, Latin or CJK, in or out of
-  the box) never turns 0 into 1;
+  the box) never turns 0 into 1; nor does any character of Unicode's punctuation and symbol
+  categories standing between the two values (drawn from the categories, not from a list);
 - a relation other than `=` never scores 1;
 - the verdict is the same under whitespace, wrapper and padding changes;
 - a percentage off by 100x is never credited; units convert within a dimension and never across;
@@ -19,6 +20,7 @@ can say "never credited" or "always credited" without trusting the verifier:
 
 from __future__ import annotations
 
+import unicodedata
 from fractions import Fraction
 
 from hypothesis import strategies as st
@@ -159,6 +161,28 @@ def second_candidate_never_helps(verifier, case) -> str | None:
     return f"{text!r} credited against gold {g!r}" if credited(r) else None
 
 
+def _foreign(ch: str) -> bool:
+    """Punctuation or a symbol that normalises to no ASCII character, letter, digit or space (NFKC
+    folds fullwidth `＋` to `+`, an operator: not a separator)."""
+    norm = unicodedata.normalize("NFKC", ch)
+    return not any(c.isascii() or c.isalnum() or c.isspace() for c in norm)
+
+
+UNICODE_SEPARATORS = st.lists(st.characters(categories=("Pd", "Po", "Pc", "Pi", "Pf", "Ps", "Pe", "Sm", "So", "Sk",
+                                                        "Sc")).filter(_foreign), min_size=1, max_size=2).map("".join)
+
+
+def any_character_between_values_is_several(verifier, case) -> str | None:
+    (v, w), sep, first, spaced = case
+    if w in (0, 1, -1, v * v, v):
+        return None  # an operator could join them into the gold (17∗1, 289⁄17): not a hedge
+    pad = " " if spaced else ""
+    right, wrong = number(v), number(w)
+    pair = f"{right}{pad}{sep}{pad}{wrong}" if first else f"{wrong}{pad}{sep}{pad}{right}"
+    r = judge(verifier, right, boxed(pair))
+    return f"{pair!r} credited against gold {right!r}" if credited(r) else None
+
+
 def relation_never(verifier, case) -> str | None:
     v, rel = case
     text = boxed(rel.replace("{v}", number(v)))
@@ -217,6 +241,9 @@ PROPERTIES = {
     "different_value_never": (different_value_never, st.tuples(two_values(), st.integers(0, 20), st.integers(0, 20))),
     "second_candidate_never_helps": (second_candidate_never_helps,
                                      st.tuples(two_values(), st.sampled_from(SEPARATORS), st.booleans(), st.booleans())),
+    "any_character_between_values_is_several": (any_character_between_values_is_several,
+                                                st.tuples(st.tuples(st.integers(2, 10 ** 6), integers), UNICODE_SEPARATORS,
+                                                          st.booleans(), st.booleans())),
     "relation_never": (relation_never, st.tuples(values, st.sampled_from(RELATIONS))),
     "invariant_under_wrappers": (invariant_under_wrappers, st.tuples(two_values(), st.sampled_from(WRAPPERS),
                                                                      st.sampled_from(PADDING), st.booleans())),

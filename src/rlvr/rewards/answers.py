@@ -14,6 +14,8 @@ to golds and predictions alike and decided without looking at the gold:
 - **A relation that is not equality** (`\\ne` `<` `\\le` `\\in` ≠ ≤ "not" "at least" 不 大于 ...):
   never equal to a value; only a gold that is itself a relation or an interval compares with it.
 - **Hedge words** ("maybe", "one of", 可能): several answers in disguise.
+- **Values no operator joins** (`17〜23`, `17→23`, `17|23`): several answers, whatever stands
+  between them (rlvr.rewards.hedges).
 - **Units** are read with pint and compared, never dropped (see rlvr.rewards.units);
   scale words multiply (`6 thousand`, `3万`); a word after a number that is no unit is
   allowed only as a count label naming what the problem counts (`12 apples` where the
@@ -33,6 +35,7 @@ from fractions import Fraction
 
 from rlvr.rewards.canonical import SPACES_RE, canonical
 from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, brace_pairs
+from rlvr.rewards.hedges import several_values
 from rlvr.rewards.units import cjk_unit, parse_unit
 
 RELATION = "relation"
@@ -427,6 +430,8 @@ def _analyse(answer: str, ctx: Context, trusted: bool) -> Parsed:
     parts = split_candidates(content if content is not None else flat)
     if parts is None or "\\boxed" in flat or "\\fbox" in flat:  # nested too deep, or boxes left inside
         return Parsed(flag=PARSE_FAILED, relation=relation)
+    if not trusted and any(several_values(p) for p in parts):  # `17〜23`: joined by no operator
+        return Parsed(flag=MULTIPLE_ANSWERS, relation=relation)
     cands: list[Cand] = []
     for part in parts:
         expanded = _expand_pm(part)
