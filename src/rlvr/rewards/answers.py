@@ -338,7 +338,7 @@ def _quantity(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | st
     value, suffix = _split_suffix(part)
     if suffix and unit is None and _value_end_ok(value):
         glued = not (spaced or part[len(value):len(value) + 1].isspace())
-        got = _read_suffix(value, suffix, ctx, trusted, glued)
+        got = _read_suffix(value, suffix, ctx, trusted, glued, spaced)
         if isinstance(got, str):
             return got
         if got is not None:
@@ -346,9 +346,12 @@ def _quantity(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | st
     return _checked(Cand(part, unit), trusted)
 
 
-def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bool) -> Cand | str | None:
+def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bool,
+                 in_text: bool = False) -> Cand | str | None:
     """What trails a number: scale words, then a unit or a count label. None: it is mathematics
-    (`2x`, `3 y`), not a quantity; WORDS: words that are neither."""
+    (`2x`, `3 y`), not a quantity; WORDS: words that are neither. A label is a word the prompt
+    uses, or (`in_text`: written in `\\text{}`) a short noun phrase that says nothing more
+    (`2 \\text{ apples}`, `12 \\text{ square units}`: the MATH convention math-verify follows)."""
     if re.match(r"[\u3400-\u9fff]", suffix):
         return _cjk_suffix(value, suffix, ctx, trusted)
     words = suffix.split()
@@ -364,9 +367,16 @@ def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bo
     alpha = re.findall(r"[A-Za-zµμΩ]+", rest)
     if all(len(w) == 1 for w in alpha) or (glued and scale == 1 and not trusted):
         return None  # single letters, or letters glued to the number: variables (2x, 3ab)
-    if trusted or all(_forms(w) & ctx.words for w in alpha):
+    if trusted or all(_forms(w) & ctx.words for w in alpha) or (in_text and _noun_phrase(rest, alpha)):
         return Cand(value, None, scale)
     return WORDS
+
+
+def _noun_phrase(rest: str, alpha: list[str]) -> bool:
+    """One to three plain words, none that could change what the number states (`is`, `not`, `more`,
+    `or`, `maybe`, ... : _STOP_LABELS)."""
+    return 1 <= len(alpha) <= 3 and " ".join(alpha) == rest and all(
+        len(w) > 1 and w.lower() not in _STOP_LABELS and w.lower() not in _SCALE_WORDS for w in alpha)
 
 
 def _checked(c: Cand, trusted: bool) -> Cand | str:

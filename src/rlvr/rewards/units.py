@@ -6,7 +6,8 @@
 
 pint knows far more than answers use, and many of its names are English words or
 single letters that an answer means otherwise (`in`, `at`, `a`, `e`, `pi`, `k`):
-such a name is a unit here only when written out (`inch`, `year`). Currencies are
+such a name is a unit here only when written out (`inch`, `year`), and only the units of
+CURATED count at all (`points`, `cats`, `units` are words). Currencies are
 units of their own dimension each (no exchange rates); Chinese unit names are read
 through a table. The registry loads once per process (under a second), and only
 when an answer has something that could be a unit.
@@ -54,6 +55,20 @@ _SYMBOLS = {  # written as pint's canonical names, so a percent needs no registr
     "°F": "degree_Fahrenheit", "℃": "degree_Celsius", "℉": "degree_Fahrenheit"}
 _UNIT_TEXT_RE = re.compile(r"[A-Za-zµμΩ°][A-Za-z0-9µμΩ°_ ^/*·.()\-]{0,47}")
 _ATOM_RE = re.compile(r"[A-Za-zµμΩ°_]+")
+_PREFIXED = {f"{prefix}{base}" for prefix in ("", "kilo", "centi", "milli", "micro", "nano", "deci", "mega", "giga")
+             for base in ("meter", "gram", "second", "liter", "joule", "watt", "volt", "ampere", "pascal", "hertz",
+                          "newton", "mole", "calorie", "byte", "watt_hour")}
+CURATED = frozenset(_PREFIXED | {
+    "minute", "hour", "day", "week", "month", "year", "decade", "century", "metric_ton", "tonne",
+    "inch", "foot", "yard", "mile", "nautical_mile", "light_year", "astronomical_unit", "pound", "ounce", "ton",
+    "short_ton", "long_ton", "stone", "gallon", "quart", "pint", "cup", "teaspoon", "tablespoon", "fluid_ounce",
+    "acre", "hectare", "are", "degree", "radian", "revolution", "turn", "kelvin", "degree_Celsius",
+    "degree_Fahrenheit", "mile_per_hour", "kilometer_per_hour", "knot", "horsepower", "atmosphere", "bar", "bit",
+    "percent", "permille", "dollar", "cent", "yuan", "jiao", "euro", "pound_sterling", "jin", "mu"})
+"""The units an answer may carry: physical quantities a problem measures, currencies and percent, by
+pint's canonical names (a prefixed name counts as one). Any other name pint would read (`point`,
+`centitechnical_atmosphere` for `cats`, `micronit` for `units`, `tonne_of_oil_equivalent` for `toes`)
+is a word, left to the word rule (rlvr.rewards.answers)."""
 IDENTITY: Plan = (1, 0, False)
 """The plan of two values in the same unit (plain ints: the common case compares fast)."""
 PERCENT_LIKE = {"percent", "permille"}
@@ -96,8 +111,8 @@ def parse_unit(text: str, spaced: bool = True) -> str | None:
         unit = registry().parse_units(text)
     except Exception:  # pint raises many kinds for text that is not a unit
         return None
-    if unit.dimensionless and str(unit) not in ("degree", "radian", "percent", "permille", "turn"):
-        return None  # `5 bits`, `3 dozen` and friends: counts, not units
+    if not all(name in CURATED for name in unit._units):
+        return None  # `points`, `cats` (centi-technical-atmospheres), `units`: words, not units
     return str(unit)
 
 
