@@ -9,7 +9,9 @@ the string it evaluates to, so a peer's over-escaped `\\\\boxed` stays a double 
 
 - huggingface/Math-Verify @ 5d148cfaaf99214c2e4ffb4bc497ab042c592a7a:
   tests/test_all.py, test_numina_cases.py, test_open_thoughts.py, test_yujianll.py,
-  test_boxed.py, test_strict.py (compare_strings / parse+verify; 205 cases)
+  test_boxed.py, test_strict.py (205 cases; their compare_strings parses with
+  LatexExtractionConfig(boxed_match_priority=0) and/or ExprExtractionConfig, some tests latex-only
+  or expr-only, float_rounding=6, strict=True: kept, and scored below with math-verify's defaults)
 - NVIDIA/NeMo-Skills @ 0b012df8a09cd4730d31b16e90a0d8f13d145fb8:
   tests/test_math_equal.py (math_equal(a, b) and math_equal(b, a) are both asserted, so each
   pair gives two cases; non-string inputs such as 5 / 2 taken as str(), as math_equal does; 55)
@@ -20,7 +22,7 @@ the string it evaluates to, so a peer's over-escaped `\\\\boxed` stays a double 
   tests/scorer/math_cases.json and tests/scorer/test_math.py (the math() scorer: target is
   the gold, the model output the answer; 78)
 
-Left out (88 of the 442 triples found): 53 predictions that are prose with no \\boxed (they
+Left out (86 of the 440 triples found): 53 predictions that are prose with no \\boxed (they
 test the peer's free-text extraction, which rlvr deliberately does not do, not equivalence);
 1 gold that is a worked solution with no \\boxed; 8 cases under a non-default peer option
 (Math-Verify precision=2 or 5, strict=False, allow_set_relation_comp=True); 7 inspect_ai
@@ -62,7 +64,7 @@ import re
 import resource
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,14 +93,23 @@ def whole_span(s: str) -> str | None:
     return None
 
 
+def wrapping(answer: str) -> str:
+    """Which of the four wrappings `completion` gives `answer`."""
+    if _BOX_RE.search(answer):
+        return "as_is"
+    if whole_span(answer) is not None:
+        return "span_boxed"
+    return "answer_line" if _DOLLAR_RE.search(answer) else "boxed"
+
+
 def completion(answer: str) -> str:
     """The answer as a completion rlvr's extractor reads (see the module docstring)."""
-    if _BOX_RE.search(answer):
+    kind = wrapping(answer)
+    if kind == "as_is":
         return answer
-    inner = whole_span(answer)
-    if inner is not None:
-        return f"The final answer is $\\boxed{{{inner}}}$."
-    if _DOLLAR_RE.search(answer):
+    if kind == "span_boxed":
+        return f"The final answer is $\\boxed{{{whole_span(answer)}}}$."
+    if kind == "answer_line":
         return f"The final answer is {answer}."
     return f"The final answer is $\\boxed{{{answer}}}$."
 
@@ -237,11 +248,12 @@ def main() -> None:
         for e in lists[key]:
             print(f"  {e['id']}: gold {short(e['gold'], 70)!r}  answer {short(e['answer'])!r}  [{e['rlvr_why']}]"
                   + ("" if key != "rlvr_false_positives" else f"  math-verify credits: {e['math_verify_credited']}"))
-    print(f"\nrlvr {rl_s:.1f} s, math-verify {mv_s:.1f} s for {len(rows)} cases")
+    wraps = dict(Counter(wrapping(c["answer"]) for c in cases))
+    print(f"\nrlvr {rl_s:.1f} s, math-verify {mv_s:.1f} s for {len(rows)} cases; completions: {wraps}")
 
     if args.json:
         out = {"data": str(args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data),
-               "cases": len(rows), "seconds": {"rlvr": round(rl_s, 2), "math_verify": round(mv_s, 2)},
+               "cases": len(rows), "wrapping": wraps, "seconds": {"rlvr": round(rl_s, 2), "math_verify": round(mv_s, 2)},
                "table": table, "lists": {k: v for k, v in lists.items()},
                "verdicts": [{"id": r["id"], "expected": r["expected"], "rlvr": r["rlvr"]["credited"],
                              "rlvr_why": r["rlvr"]["why"], "math_verify": r["math_verify"]["credited"],

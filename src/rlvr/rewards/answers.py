@@ -190,7 +190,7 @@ _STOP_LABELS = {
     "half", "halves", "third", "thirds", "quarter", "quarters", "tenth", "tenths", "hundredth", "hundredths",
     "thousandth", "thousandths", "negative", "minus", "plus", "percent", "point", "answer", "final", "total",
     "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}
-_LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+)\s*=\s*(?=\S)")
+_LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+|(?:m\s*)?\\angle\s*[A-Z]{1,3})\s*=\s*(?=\S)")
 _WORD_RE = re.compile(r"(?<![\dA-Za-z])[A-Za-z]{2,}|[\u3400-\u9fff]")  # a word, not letters glued to a number (2xy)
 _LONG_DIGITS_RE = re.compile(r"\d{1001}")
 # two values with only a space between (`12 15`, `1 \frac{1}{3}`): two answers, a product, a mixed number?
@@ -382,7 +382,7 @@ def _noun_phrase(rest: str, alpha: list[str]) -> bool:
 def _checked(c: Cand, trusted: bool) -> Cand | str:
     """A value with digits may not carry words (`maybe 12`); a value without digits is text
     (`\\text{(B)}`, `Monday`), which math-verify compares."""
-    text = _LHS_RE.sub("", c.text) if re.search(r"\d", c.text) else c.text  # `Area = 12` states 12
+    text = _LHS_RE.sub("", c.text) if re.search(r"\d", c.text) else c.text  # `Area = 12`, `\angle APC = 74` state a value
     if not text or _LONG_DIGITS_RE.search(text) or _too_large(text):
         return PARSE_FAILED
     digits = bool(re.search(r"\d", text))

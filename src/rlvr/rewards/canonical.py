@@ -11,9 +11,15 @@ from rlvr.rewards.extract import brace_pairs, clean_answer, find_boxed
 
 _CHAR_MAP = str.maketrans({
     "²": "^2", "³": "^3", "¹": "^1", "⁄": "/", "−": "-", "‐": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ",
-    "√": "\\sqrt", "π": "\\pi ", "∞": "\\infty ", "±": "\\pm ", "∓": "\\mp ", "∶": ":",
+    "√": "\\sqrt", "π": "\\pi ", "∞": "\\infty ", "∅": "\\emptyset ", "±": "\\pm ", "∓": "\\mp ", "∶": ":",
     "\u200b": "", "\u200c": "", "\u200d": "", "\u200e": "", "\u200f": "", "\u2060": "", "\ufeff": "", "\u00ad": ""})
 _LATEX_SUBS = [
+    (re.compile(r",\\!\s*(?=\d{3}(?!\d))"), ","),  # `11,\! 111,\! 100`: MATH's thousands
+    (re.compile(r"\\varnothing(?![a-zA-Z])"), "\\\\emptyset "),
+    # a matrix in brackets: `\left[\begin{array}{cc}...\end{array}\right]`, `\begin{bmatrix}` -> pmatrix
+    (re.compile(r"(?:\\left)?[\[(]\s*\\begin\{array\}\{[lcr| ]*\}"), "\\\\begin{pmatrix}"),
+    (re.compile(r"\\end\{array\}\s*(?:\\right)?[\])]"), "\\\\end{pmatrix}"),
+    (re.compile(r"\\(begin|end)\{[bB]?matrix\}"), r"\\\1{pmatrix}"),  # not vmatrix: a determinant
     (re.compile(r"\\!|\\left(?![a-zA-Z])\.?|\\right(?![a-zA-Z])\.?|\\[bB]ig+[lr]?(?![a-zA-Z])|\\displaystyle|\\limits"), ""),
     (re.compile(r"\\[dt]frac(?![a-zA-Z])"), "\\\\frac"),
     (re.compile(r"\{,\}"), ","),
@@ -90,12 +96,17 @@ def _drop_invisible(s: str) -> str:
     return "".join(out)
 
 
+_CJK_PERCENT_RE = re.compile(r"(百|千)分之\s*(-?\d+(?:\.\d+)?)")
+
+
 def canonical(s: str) -> str:
     """One spelling for what renders the same: Unicode forms (fullwidth, superscripts,
     invisible characters), LaTeX spacing and sizing, thousands separators (`12,\\!345`,
-    `1{,}000`), `1e-3`, degree signs, and Python syntax (`3**(1/3)`)."""
+    `11,\\! 111`, `1{,}000`), `1e-3`, degree signs, `\\varnothing` and `∅` as `\\emptyset`, a
+    matrix in any brackets as `pmatrix`, `百分之20` as `20\\%`, and Python syntax (`3**(1/3)`)."""
     if not s.isascii():  # every key of _CHAR_MAP is non-ASCII, and NFKC leaves ASCII alone
         s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
+        s = _CJK_PERCENT_RE.sub(lambda m: m.group(2) + ("\\%" if m.group(1) == "百" else "‰"), s)  # 百分之20: 20%
     if "\\" in s or "{" in s:
         s = _drop_invisible(s)
         for pattern, repl in _LATEX_SUBS:

@@ -30,9 +30,9 @@ from sympy import And, Basic, Eq, Float
 from sympy.core.relational import Relational
 
 from rlvr.rewards.answers import Cand, Parsed, judge
-from rlvr.rewards.fastpath import cand_equal, scaled
+from rlvr.rewards.fastpath import cand_equal, readings, scaled
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
-from rlvr.rewards.units import plans, preload
+from rlvr.rewards.units import preload
 
 _original_numeric_eq = grader.sympy_numeric_eq
 _original_compare_relational = grader.sympy_compare_relational
@@ -141,7 +141,7 @@ def _equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float, flags: list[s
     verdict = cand_equal(gold, pred, rel_tol, abs_tol) if fast else None
     if verdict is not None:
         return verdict
-    if not plans(gold.unit, pred.unit):
+    if not readings(gold, pred):
         return False
     _tolerance = Tolerance(rel_tol, abs_tol, gold.decimals)
     g = parse_answer(gold.text)
@@ -156,7 +156,7 @@ def _equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float, flags: list[s
     if isinstance(q[0], Basic) and _false_numeric_equality(q[0]):
         flags.append("false_equation")
         return False
-    for plan in plans(gold.unit, pred.unit):
+    for plan in readings(gold, pred):
         mul, add, inexact = scaled(plan, gold, pred)
         value = q[0]
         if (mul, add) != (1, 0):

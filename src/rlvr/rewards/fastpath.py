@@ -19,7 +19,7 @@ from math import isqrt
 
 from rlvr.rewards.answers import Cand, text_key
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
-from rlvr.rewards.units import IDENTITY, Plan, plans
+from rlvr.rewards.units import IDENTITY, PERCENT_LIKE, Plan, plans
 
 _NUM_RE = re.compile(r"^(-?)(?:(\d{1,1000})(\.\d{1,1000})?|(\d{1,1000})/(\d{1,1000})|\\[dt]?frac\{(\d{1,1000})\}\{(\d{1,1000})\}"
                      r"|\.(\d{1,1000}))$")
@@ -225,6 +225,19 @@ def scaled(plan: Plan, gold: Cand, pred: Cand) -> Plan:
     return Fraction(mul) * pred.scale / gold.scale, Fraction(add) / gold.scale, inexact
 
 
+_AT_LEAST_ONE_RE = re.compile(r"-?[1-9]\d*(?:\.\d+)?")
+
+
+def readings(gold: Cand, pred: Cand) -> tuple[Plan, ...]:
+    """The unit readings of a pred against a gold (rlvr.rewards.units.plans), with one rule on values:
+    a percentage is read as written against a bare gold only when that gold is a plain number of at
+    least 1 (`25%` for `25`, MATH's convention; `0.2%` is never `0.2`, as math-verify holds)."""
+    out = plans(gold.unit, pred.unit)
+    if gold.unit is None and pred.unit in PERCENT_LIKE and not _AT_LEAST_ONE_RE.fullmatch(gold.text):
+        return tuple(p for p in out if p != IDENTITY)
+    return out
+
+
 def cand_equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float) -> bool | None:
     """Equal under some reading of their units (rlvr.rewards.units.plans), decided here; None
     when a reading needs math-verify. No reading at all (different dimensions): False.
@@ -233,7 +246,7 @@ def cand_equal(gold: Cand, pred: Cand, rel_tol: float, abs_tol: float) -> bool |
         return gold.textual and pred.textual and gold.unit == pred.unit and text_key(gold.text) == text_key(pred.text)
     tol = Tolerance(rel_tol, abs_tol, gold.decimals)
     out: bool | None = False
-    for plan in plans(gold.unit, pred.unit):
+    for plan in readings(gold, pred):
         v = fast_equal(gold.text, pred.text, tol, scaled(plan, gold, pred))
         if v:
             return True

@@ -180,8 +180,8 @@ def plans(gold: str | None, pred: str | None) -> tuple[Plan, ...]:
     - both have units: pred converted into the gold's unit; none across dimensions;
     - a bare pred against a gold with a unit: the pred is in the gold's unit (the question
       named it); against a percentage also as a plain number (`0.2` for `20%`);
-    - a pred with a unit against a bare gold: the number as written, except a percentage,
-      which is its value (`20%` is 0.2, never 20).
+    - a pred with a unit against a bare gold: the number as written; a percentage also as its
+      value (`25%` for a gold `25`, the MATH convention, or `0.25`).
     """
     one = IDENTITY
     if gold == pred:
@@ -193,5 +193,5 @@ def plans(gold: str | None, pred: str | None) -> tuple[Plan, ...]:
             if gold in PERCENT_LIKE else (one,)
     assert pred is not None
     if pred in PERCENT_LIKE:
-        return ((Fraction(1, 100) if pred == "percent" else Fraction(1, 1000), Fraction(0), False),)
+        return (one, (Fraction(1, 100) if pred == "percent" else Fraction(1, 1000), Fraction(0), False))
     return (one,)
