@@ -124,7 +124,9 @@ def split_candidates(s: str) -> list[str] | None:
 
 
 def _set_content(s: str) -> str | None:
-    """`\\{a, b\\}` (the whole answer) -> `a, b`."""
+    """`\\{a, b\\}` (the whole answer) -> `a, b`; `{a, b}` too (a set whose braces lost their backslash)."""
+    if s.startswith("{") and "," in s and brace_pairs(s).get(0) == len(s):
+        return s[1:-1]
     if s.startswith("\\{") and s.endswith("\\}"):
         depth = 0
         for m in re.finditer(r"\\[{}]", s):
@@ -169,7 +171,8 @@ def stated_decimals(text: str) -> int | None:
 
 # --- quantities: value, unit, scale, label -------------------------------------------------
 
-_TEXT_CMD_RE = re.compile(r"\\(?:text|mathrm|textrm|mbox|textit|mathit|operatorname|textnormal|mathsf|textsf|rm)\s*\{")
+_TEXT_CMD_RE = re.compile(r"\\(?:text|mathrm|textrm|mbox|textit|mathit|operatorname|textnormal|mathsf|textsf|rm"
+                          r"|textbf|textup|emph)\s*\{")
 _PERCENT_RE = re.compile(r"(?:\\%|%|‰)$")
 _CURRENCY_RE = re.compile(r"^(-?)\s*(\\\$|\$|US\$|¥|€|£)\s*")
 _QTY_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\\.|[A-Za-zµμΩ]+|[\u3400-\u9fff]+|\d+|\s+|.", re.DOTALL)
@@ -191,6 +194,8 @@ _STOP_LABELS = {
     "thousandth", "thousandths", "negative", "minus", "plus", "percent", "point", "answer", "final", "total",
     "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}
 _LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+|(?:m\s*)?\\angle\s*[A-Z]{1,3})\s*=\s*(?=\S)")
+_ENVIRONMENT_RE = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}")
+_RHS_VAR_RE = re.compile(r"(?<=\S)\s*=\s*[A-Za-z]$")
 _WORD_RE = re.compile(r"(?<![\dA-Za-z])[A-Za-z]{2,}|[\u3400-\u9fff]")  # a word, not letters glued to a number (2xy)
 _LONG_DIGITS_RE = re.compile(r"\d{1001}")
 # two values with only a space between (`12 15`, `1 \frac{1}{3}`): two answers, a product, a mixed number?
@@ -382,11 +387,13 @@ def _noun_phrase(rest: str, alpha: list[str]) -> bool:
 def _checked(c: Cand, trusted: bool) -> Cand | str:
     """A value with digits may not carry words (`maybe 12`); a value without digits is text
     (`\\text{(B)}`, `Monday`), which math-verify compares."""
-    text = _LHS_RE.sub("", c.text) if re.search(r"\d", c.text) else c.text  # `Area = 12`, `\angle APC = 74` state a value
+    text = c.text
+    if re.search(r"\d", text):  # `Area = 12`, `\angle APC = 74`, `2 = x` state a value
+        text = _RHS_VAR_RE.sub("", _LHS_RE.sub("", text)) if text.count("=") == 1 else _LHS_RE.sub("", text)
     if not text or _LONG_DIGITS_RE.search(text) or _too_large(text):
         return PARSE_FAILED
     digits = bool(re.search(r"\d", text))
-    if digits and not trusted and _SPACED_DIGITS_RE.search(text):  # `12 15`: two answers, a product, or one number?
+    if digits and not trusted and _SPACED_DIGITS_RE.search(_ENVIRONMENT_RE.sub(" ", text)):  # `12 15`: two answers, a product, or one number?
         return PARSE_FAILED
     words = any(w.lower() not in _MATH_WORDS for w in _WORD_RE.findall(_COMMANDS_RE.sub(" ", text)))
     if words and digits and not trusted:

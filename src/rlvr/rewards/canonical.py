@@ -25,7 +25,7 @@ _LATEX_SUBS = [
     (re.compile(r"\{,\}"), ","),
     (re.compile(r"\^\{?\\circ\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])"), "°"),
 ]
-_SPACING_RE = re.compile(r"\\(?:,|;|:| )|\\q?quad(?![a-zA-Z])")
+_SPACING_RE = re.compile(r"\\\\|\\(?:,|;|:| )|\\q?quad(?![a-zA-Z])")  # `\\` (a matrix's new row) stays
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\\,)\d{3})+(?![\d,])(?!\.\d*,)"
                            r"|(?<![\d.,] )(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,]| \d)")  # 12,345 12\,345 12 345
 _SCI_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
@@ -96,6 +96,34 @@ def _drop_invisible(s: str) -> str:
     return "".join(out)
 
 
+_ASSIGNMENT_RE = re.compile(r"\s*([A-Za-z])\s*=\s*([^,;=<>]+?)\s*")
+
+
+def _assignments_as_tuples(s: str) -> str:
+    """`p=5,q=2;p=7,q=2` -> `(5,2),(7,2)`: solutions written as assignments of the same variables
+    (two or more each, in groups split by `;`) are tuples ordered by variable name."""
+    groups = s.split(";")
+    rows = []
+    for group in groups:
+        pairs = [_ASSIGNMENT_RE.fullmatch(x) for x in group.split(",")]
+        if not all(pairs) or len(pairs) < 2:
+            return s
+        names = [m.group(1) for m in pairs]
+        if len(set(names)) != len(names):
+            return s
+        rows.append(dict(m.groups() for m in pairs))
+    if any(sorted(r) != sorted(rows[0]) for r in rows):
+        return s
+    return ",".join("(" + ",".join(r[k] for k in sorted(r)) + ")" for r in rows)
+
+
+def _thousands(s: str, m: re.Match) -> str:
+    """`12,345` -> `12345`, except a pair in brackets (`(12,102)`: an interval's ends)."""
+    if m.start() > 0 and s[m.start() - 1] in "([" and s[m.end():m.end() + 1] in (")", "]"):
+        return m.group(0)
+    return re.sub(r"\\,|[, ]", "", m.group(0))
+
+
 _CJK_PERCENT_RE = re.compile(r"(百|千)分之\s*(-?\d+(?:\.\d+)?)")
 
 
@@ -103,7 +131,8 @@ def canonical(s: str) -> str:
     """One spelling for what renders the same: Unicode forms (fullwidth, superscripts,
     invisible characters), LaTeX spacing and sizing, thousands separators (`12,\\!345`,
     `11,\\! 111`, `1{,}000`), `1e-3`, degree signs, `\\varnothing` and `∅` as `\\emptyset`, a
-    matrix in any brackets as `pmatrix`, `百分之20` as `20\\%`, and Python syntax (`3**(1/3)`)."""
+    matrix in any brackets as `pmatrix`, `百分之20` as `20\\%`, assignments as tuples (`p=5,q=2;p=7,q=2`
+    as `(5,2),(7,2)`), and Python syntax (`3**(1/3)`)."""
     if not s.isascii():  # every key of _CHAR_MAP is non-ASCII, and NFKC leaves ASCII alone
         s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
         s = _CJK_PERCENT_RE.sub(lambda m: m.group(2) + ("\\%" if m.group(1) == "百" else "‰"), s)  # 百分之20: 20%
@@ -112,15 +141,18 @@ def canonical(s: str) -> str:
         for pattern, repl in _LATEX_SUBS:
             s = pattern.sub(repl, s)
     if "," in s or " " in s:
-        s = _THOUSANDS_RE.sub(lambda m: re.sub(r"\\,|[, ]", "", m.group(0)), s)  # before `\,` is a space
+        s = _THOUSANDS_RE.sub(lambda m: _thousands(s, m), s)  # before `\,` is a space
     if "\\" in s:
-        s = _SPACING_RE.sub(" ", s)
+        s = _SPACING_RE.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s)
+        s = s[:-1] if s.endswith("\\") and not s.endswith("\\\\") else s  # `185\`: a stray backslash
     if "e" in s or "E" in s:
         s = _SCI_RE.sub(r"\1\\times 10^{\2}", s)
     if "~" in s:
         s = _TILDE_SPACE_RE.sub(" ", s)
     if _PROGRAM_RE.search(s):
         s = _program_to_latex(s)
+    if "=" in s and "," in s:
+        s = _assignments_as_tuples(s)
     return SPACES_RE.sub(" ", s).strip()
 
 

@@ -51,7 +51,8 @@ _CJK_UNITS = {  # longest first when read
 _CJK_UNIT_RE = re.compile("|".join(sorted(map(re.escape, _CJK_UNITS), key=len, reverse=True)))
 _SYMBOLS = {  # written as pint's canonical names, so a percent needs no registry
     "$": "dollar", "\\$": "dollar", "US$": "dollar", "¥": "yuan", "￥": "yuan", "€": "euro", "£": "pound_sterling",
-    "%": "percent", "\\%": "percent", "‰": "permille", "°": "degree", "°C": "degree_Celsius",
+    "%": "percent", "\\%": "percent", "percent": "percent", "per cent": "percent", "pct": "percent",
+    "percentage": "percent", "‰": "permille", "°": "degree", "°C": "degree_Celsius",
     "°F": "degree_Fahrenheit", "℃": "degree_Celsius", "℉": "degree_Fahrenheit"}
 _UNIT_TEXT_RE = re.compile(r"[A-Za-zµμΩ°][A-Za-z0-9µμΩ°_ ^/*·.()\-]{0,47}")
 _ATOM_RE = re.compile(r"[A-Za-zµμΩ°_]+")
