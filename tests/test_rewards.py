@@ -131,6 +131,20 @@ def test_process_scores_grounded_steps_and_takes_the_weakest():
     assert process_score("<think>x=3, no arithmetic here</think>", p) == (0.0, 0)
 
 
+def test_a_step_is_grounded_only_by_what_it_uses_and_restating_the_prompt_earns_nothing():
+    p = Problem(id="p", prompt="What is 12+345?", answer="357")  # digits 1 and 2 in the prompt
+    assert process_score("<think>1+1=2</think>", p) == (0.0, 1)  # no column of 12 and 345 holds 1 and 1
+    assert process_score("<think>2+1=3</think>", p) == (0.0, 1)  # two digits of the same number
+    assert process_score("<think>2+5=7</think>", p) == (1.0, 1)  # the units column
+    m = Problem(id="m", prompt="482193*39=", answer="18805527")
+    assert process_score("<think>482193*9=4339737, 482193*3=1446579</think>", m) == (1.0, 2)  # partial products
+    assert process_score("<think>3*9=27</think>", m) == (1.0, 1)  # the units digits, as long multiplication starts
+    assert process_score("<think>4*4=16</think>", m) == (0.0, 1)  # digits of the prompt that no column pairs
+    r = Problem(id="r", prompt="We know that 6*7=42. What is 42+8?", answer="50")
+    assert process_score("<think>6*7=42</think><answer>50</answer>", r) == (0.0, 0)  # the prompt's own fact
+    assert process_score("<think>6 * 7 = 42, 42+8=50</think><answer>50</answer>", r) == (1.0, 1)
+
+
 def shouting(steps, problem):
     """A process scorer of one's own (reward.process.scorer=test_rewards:shouting): a step in capitals
     is wrong, a step without letters is not checkable."""

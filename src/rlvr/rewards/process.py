@@ -9,15 +9,18 @@ component cannot be earned by writing no work at all.
 The built-in scorer, 'arithmetic', takes each worked equality as a step: `12+345: 2+5=7, 1+4=5,
 0+3=3` has three, all true. Only arithmetic on numbers is checked (exact, with fractions); a step
 that uses variables is not counted either way. A true step earns 1 only when it works on this
-problem: every operand is a number of the prompt, one of its digits (column arithmetic), or
-something an earlier step produced (a carry), or a 0 padding a short column beside one of those;
-`1+1=2` or `0+0=0` written into any answer is true but grounded in nothing, and scores 0. Any other scorer is a function 'module:name' taking
+problem with what it actually uses: numbers of the prompt or results of earlier steps, or the two
+digits of one column of the prompt's numbers (a short number padded with 0; carries from earlier
+results beside them), or a number of the prompt times a digit of another (a partial product).
+`1+1=2` or `0+0=0` written into any answer is true but grounded in nothing, and scores 0, whatever
+digits the prompt holds; an equality the prompt states already is not a step at all. Any other scorer is a function 'module:name' taking
 (steps, problem), the steps being the reasoning's non-empty lines.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
 import re
 from fractions import Fraction
@@ -51,33 +54,67 @@ def _value(expr: str) -> Fraction | None:
 
 
 _INT_RE = re.compile(r"\d+(?:\.\d+)?")
+_OPERATION_RE = re.compile(r"\d\s*[-+*/×÷·]")
 
 
-def _numbers(text: str) -> set[str]:
-    """The numbers of `text` and their digits (what column arithmetic works on)."""
-    found = _INT_RE.findall(text)
-    return set(found) | {d for n in found for d in n if d.isdigit()}
+def _digits(number: str) -> set[str]:
+    return {d for d in number if d.isdigit()}
+
+
+def _columns(numbers: list[str]) -> set[tuple[str, str]]:
+    """The digit pairs that column arithmetic on two of `numbers` meets (place by place, a short
+    number padded with 0): `12` and `345` give (2, 5), (1, 4), (0, 3)."""
+    whole = [n for n in dict.fromkeys(numbers) if n.isdigit()]
+    out = set()
+    for i, a in enumerate(whole):
+        for b in whole[i + 1:]:
+            width = max(len(a), len(b))
+            out |= {tuple(sorted(p)) for p in zip(a.zfill(width), b.zfill(width))}
+    return out
+
+
+def _grounded(operands: list[str], wholes: set[str], carries: set[str], columns: set[tuple[str, str]],
+              prompt_digits: set[str]) -> bool:
+    """Whether a step works on this problem: its operands are quantities of the prompt or results of
+    earlier steps, or the two digits one column of the prompt's numbers holds (with carries from
+    earlier results), or a number of the prompt times one digit of another (a partial product)."""
+    nonzero = [x for x in operands if float(x) != 0]
+    if not nonzero:
+        return False
+    if all(x in wholes for x in nonzero):
+        return True
+    for i, j in itertools.combinations(range(len(operands)), 2):  # a column's two digits, the rest carries
+        others = [x for k, x in enumerate(operands) if k not in (i, j)]
+        if tuple(sorted((operands[i], operands[j]))) in columns and all(x in carries for x in others):
+            return True
+    return len(operands) == 2 and any(x in wholes for x in operands) and any(x in prompt_digits for x in operands)
 
 
 def arithmetic_steps(reasoning: str, prompt: str = "") -> list[float]:
     """One score per checked equality (adjacent sides of a chain with an operator on one side):
-    1 when true and grounded (its operands come from the prompt or earlier steps), else 0."""
-    known = _numbers(prompt)
+    1 when true and grounded (see _grounded), else 0. An equality the prompt states already is
+    not a step: restating it earns nothing, though its result may ground later steps."""
+    numbers = _INT_RE.findall(prompt)
+    wholes, carries, columns = set(numbers), set(), _columns(numbers)
+    prompt_digits = {d for n in numbers for d in _digits(n)}
+    stated = re.sub(r"\s+", "", prompt)
     scores = []
     for m in _CHAIN_RE.finditer(reasoning):
         sides = m.group(0).split("=")
         for a, b in zip(sides, sides[1:]):
-            if not re.search(r"\d\s*[-+*/×÷·]", a + "|" + b):
+            if not _OPERATION_RE.search(a + "|" + b):
                 continue
             va, vb = _value(a), _value(b)
             if va is None or vb is None:
                 continue
-            worked = a if re.search(r"\d\s*[-+*/×÷·]", a) else b  # the side with the operation
-            operands = set(_INT_RE.findall(worked))
-            nonzero = {x for x in operands if float(x) != 0}  # a 0 pads a short column, beside a real operand
-            grounded = bool(nonzero) and nonzero <= known
-            scores.append(1.0 if va == vb and grounded else 0.0)
-            known |= _numbers(a) | _numbers(b)
+            worked = a if _OPERATION_RE.search(a) else b  # the side with the operation
+            if re.sub(r"\s+", "", f"{a}={b}") not in stated:
+                grounded = _grounded(_INT_RE.findall(worked), wholes, carries, columns, prompt_digits)
+                scores.append(1.0 if va == vb and grounded else 0.0)
+            for side in (a, b):
+                found = _INT_RE.findall(side)
+                wholes |= set(found)
+                carries |= {d for n in found for d in _digits(n)}
     return scores
 
 
