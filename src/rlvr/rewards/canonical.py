@@ -124,18 +124,56 @@ def _thousands(s: str, m: re.Match) -> str:
     return re.sub(r"\\,|[, ]", "", m.group(0))
 
 
-_CJK_PERCENT_RE = re.compile(r"(百|千)分之\s*(-?\d+(?:\.\d+)?)")
+_CJK_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CJK_UNITS = {"十": 10, "百": 100, "千": 1000}
+_CJK_NUMERAL = "[零〇一二两三四五六七八九十百千万亿]+"
+_CJK_PERCENT_RE = re.compile(rf"(百|千)分之\s*(-?\d+(?:\.\d+)?|{_CJK_NUMERAL})")
+_CJK_WHOLE_RE = re.compile(rf"(负)?({_CJK_NUMERAL})")
+
+
+def cjk_number(text: str) -> int | None:
+    """`二十` -> 20, `三千零五` -> 3005, `一万两千` -> 12000; None when `text` is not a numeral."""
+    total, section, digit = 0, 0, None
+    for ch in text:
+        if ch in "零〇" and digit is None:  # `三千零五`: a place left empty
+            continue
+        if ch in _CJK_DIGITS:
+            if digit is not None:  # `二三`: digits read one by one are no numeral here
+                return None
+            digit = _CJK_DIGITS[ch]
+        elif ch in _CJK_UNITS:
+            section += (1 if digit is None else digit) * _CJK_UNITS[ch]
+            digit = None
+        elif ch in "万亿":
+            total = (total + section + (digit or 0)) * (10_000 if ch == "万" else 100_000_000)
+            section, digit = 0, None
+        else:
+            return None
+    return total + section + (digit or 0)
+
+
+def _cjk_numerals(s: str) -> str:
+    """A whole answer written in Chinese numerals, or a percent after 百分之, in digits."""
+    m = _CJK_WHOLE_RE.fullmatch(s.strip())
+    if m and (m.group(2)[0] == "十" or set(m.group(2)) & set(_CJK_DIGITS)) and (n := cjk_number(m.group(2))) is not None:
+        return f"-{n}" if m.group(1) else str(n)
+    return _CJK_PERCENT_RE.sub(lambda m: _as_digits(m.group(2)) + ("\\%" if m.group(1) == "百" else "‰"), s)
+
+
+def _as_digits(text: str) -> str:
+    n = cjk_number(text) if not text[-1].isdigit() else None
+    return text if n is None else str(n)
 
 
 def canonical(s: str) -> str:
     """One spelling for what renders the same: Unicode forms (fullwidth, superscripts,
     invisible characters), LaTeX spacing and sizing, thousands separators (`12,\\!345`,
     `11,\\! 111`, `1{,}000`), `1e-3`, degree signs, `\\varnothing` and `∅` as `\\emptyset`, a
-    matrix in any brackets as `pmatrix`, `百分之20` as `20\\%`, assignments as tuples (`p=5,q=2;p=7,q=2`
+    matrix in any brackets as `pmatrix`, `百分之20` and `百分之二十` as `20\\%`, `二十` as `20`, assignments as tuples (`p=5,q=2;p=7,q=2`
     as `(5,2),(7,2)`), and Python syntax (`3**(1/3)`)."""
     if not s.isascii():  # every key of _CHAR_MAP is non-ASCII, and NFKC leaves ASCII alone
         s = unicodedata.normalize("NFKC", s.translate(_CHAR_MAP)).translate(_CHAR_MAP)
-        s = _CJK_PERCENT_RE.sub(lambda m: m.group(2) + ("\\%" if m.group(1) == "百" else "‰"), s)  # 百分之20: 20%
+        s = _cjk_numerals(s)  # 百分之20, 百分之二十: 20%; 二十: 20
     if "\\" in s or "{" in s:
         s = _drop_invisible(s)
         for pattern, repl in _LATEX_SUBS:
