@@ -143,6 +143,9 @@ def test_a_step_is_grounded_only_by_what_it_uses_and_restating_the_prompt_earns_
     r = Problem(id="r", prompt="We know that 6*7=42. What is 42+8?", answer="50")
     assert process_score("<think>6*7=42</think><answer>50</answer>", r) == (0.0, 0)  # the prompt's own fact
     assert process_score("<think>6 * 7 = 42, 42+8=50</think><answer>50</answer>", r) == (1.0, 1)
+    s = Problem(id="s", prompt="If 12+3=15, what is 15*2?", answer="30")
+    assert process_score("<think>2+3=1</think>", s) == (0.0, 1)  # inside a stated equality, still a (false) step
+    assert process_score("<think>15*1=15, 15-15=0, 15*0=0</think>", s) == (0.0, 0)  # true whatever the numbers
 
 
 def shouting(steps, problem):

@@ -36,7 +36,7 @@ from fractions import Fraction
 from rlvr.rewards.canonical import SPACES_RE, canonical
 from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, brace_pairs
 from rlvr.rewards.hedges import several_values
-from rlvr.rewards.units import cjk_unit, parse_unit
+from rlvr.rewards.units import cjk_unit, names_a_unit, parse_unit
 
 RELATION = "relation"
 WORDS = "words"
@@ -62,6 +62,9 @@ class Cand:
     textual: bool = False
     """Words, not mathematics (`Monday`, `\\text{no solution}`): compared as text (case, spaces and
     brackets aside), here, never by math-verify (whose parser reads words as products of symbols)."""
+    label: bool = False
+    """Words after the value were read as a label (what it counts) and dropped: such a value is never
+    read in a gold's unit (`5 \\text{ leagues}` is not `5 km`, `5 \\text{ grand}` not `\\$5`)."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,13 @@ _CJK_SCALE = {"十": 10, "百": 100, "千": 1000, "万": 10 ** 4, "亿": 10 ** 8
 _CLASSIFIERS = set("个只本人名件条张辆棵头块次份位朵支匹间座颗把根台双岁页道题分盒箱瓶杯袋包枝粒片首部架艘层")
 _MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "lg", "exp", "sqrt", "det", "gcd", "lcm",
                "mod", "max", "min", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "pi", "infty", "inf"}
+_COUNT_WORDS = {"unit", "units", "square units", "sq units", "square unit"}
 _STOP_LABELS = {
+    "twice", "double", "triple", "quadruple", "factorial", "reciprocal", "inverse", "dozens", "gross", "score",
+    "scores", "lakh", "lakhs", "crore", "crores", "bn", "mn", "ish", "excluded", "excluding", "alternatively",
+    "approx", "approximately", "about", "around", "nearly", "roughly", "almost", "pct", "percentage", "permille",
+    "basis", "ppm", "ppb", "grand", "cubic", "square", "degrees", "radians", "times", "fold", "power", "root",
+    "roots", "else", "otherwise", "instead", "also", "too", "respectively",
     "is", "are", "was", "were", "be", "been", "not", "no", "none", "wrong", "incorrect", "false", "true", "right",
     "correct", "maybe", "perhaps", "possibly", "probably", "likely", "or", "and", "but", "either", "neither",
     "nor", "than", "more", "less", "fewer", "least", "most", "at", "over", "under", "above", "below", "exactly",
@@ -195,7 +204,7 @@ _STOP_LABELS = {
     "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}
 _LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+|(?:m\s*)?\\angle\s*[A-Z]{1,3})\s*=\s*(?=\S)")
 _ENVIRONMENT_RE = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}")
-_RHS_VAR_RE = re.compile(r"(?<=\S)\s*=\s*[A-Za-z]$")
+_RHS_VAR_RE = re.compile(r"(?<=\S)\s*=\s*(?![ei]$)[A-Za-z]$")  # not e or i: constants
 _WORD_RE = re.compile(r"(?<![\dA-Za-z])[A-Za-z]{2,}|[\u3400-\u9fff]")  # a word, not letters glued to a number (2xy)
 _LONG_DIGITS_RE = re.compile(r"\d{1001}")
 # two values with only a space between (`12 15`, `1 \frac{1}{3}`): two answers, a product, a mixed number?
@@ -327,7 +336,7 @@ def _cjk_suffix(value: str, suffix: str, ctx: Context, trusted: bool) -> Cand | 
     if rest[0] in _CLASSIFIERS:
         rest = rest[1:]
     if not rest or trusted or rest in ctx.text:  # `12个`, `12个苹果` where the prompt says 苹果
-        return Cand(value, None, scale)
+        return Cand(value, None, scale, label=not trusted and suffix != "")
     return WORDS
 
 
@@ -372,16 +381,22 @@ def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bo
     alpha = re.findall(r"[A-Za-zµμΩ]+", rest)
     if all(len(w) == 1 for w in alpha) or (glued and scale == 1 and not trusted):
         return None  # single letters, or letters glued to the number: variables (2x, 3ab)
-    if trusted or all(_forms(w) & ctx.words for w in alpha) or (in_text and _noun_phrase(rest, alpha)):
+    if trusted:
         return Cand(value, None, scale)
+    if all(_forms(w) & ctx.words for w in alpha) or (in_text and _noun_phrase(rest, alpha)):
+        return Cand(value, None, scale, label=True)
     return WORDS
 
 
 def _noun_phrase(rest: str, alpha: list[str]) -> bool:
-    """One to three plain words, none that could change what the number states (`is`, `not`, `more`,
-    `or`, `maybe`, ... : _STOP_LABELS)."""
-    return 1 <= len(alpha) <= 3 and " ".join(alpha) == rest and all(
-        len(w) > 1 and w.lower() not in _STOP_LABELS and w.lower() not in _SCALE_WORDS for w in alpha)
+    """A count word (`units`, `square units`), or one to three plain words that name no unit of
+    pint's whole registry (`leagues`, `arcminutes`, `ppm`) and none that could change what the
+    number states (`is`, `not`, `more`, `twice`, `fifths`, `maybe`, ...: _STOP_LABELS)."""
+    if rest.lower() in _COUNT_WORDS:
+        return True
+    return 1 <= len(alpha) <= 3 and " ".join(alpha) == rest and not names_a_unit(rest) and all(
+        len(w) > 1 and w.lower() not in _STOP_LABELS and w.lower() not in _SCALE_WORDS
+        and not w.lower().endswith(("th", "ths")) for w in alpha)
 
 
 def _checked(c: Cand, trusted: bool) -> Cand | str:

@@ -132,21 +132,27 @@ _CJK_WHOLE_RE = re.compile(rf"(负)?({_CJK_NUMERAL})")
 
 
 def cjk_number(text: str) -> int | None:
-    """`二十` -> 20, `三千零五` -> 3005, `一万两千` -> 12000; None when `text` is not a numeral."""
-    total, section, digit = 0, 0, None
+    """`二十` -> 20, `三千零五` -> 3005, `一亿二千万` -> 120000000; None when `text` is not one numeral
+    (`二三`, `二十三十`: digits or places that repeat or rise within a group)."""
+    groups = {"亿": 10 ** 8, "万": 10 ** 4}
+    total, section, digit, last_place, last_group = 0, 0, None, None, None
     for ch in text:
         if ch in "零〇" and digit is None:  # `三千零五`: a place left empty
             continue
         if ch in _CJK_DIGITS:
-            if digit is not None:  # `二三`: digits read one by one are no numeral here
+            if digit is not None:
                 return None
             digit = _CJK_DIGITS[ch]
         elif ch in _CJK_UNITS:
-            section += (1 if digit is None else digit) * _CJK_UNITS[ch]
-            digit = None
-        elif ch in "万亿":
-            total = (total + section + (digit or 0)) * (10_000 if ch == "万" else 100_000_000)
-            section, digit = 0, None
+            place = _CJK_UNITS[ch]
+            if last_place is not None and place >= last_place:
+                return None
+            section, digit, last_place = section + (1 if digit is None else digit) * place, None, place
+        elif ch in groups:
+            if last_group is not None and groups[ch] >= last_group or section + (digit or 0) == 0:
+                return None
+            total += (section + (digit or 0)) * groups[ch]
+            section, digit, last_place, last_group = 0, None, None, groups[ch]
         else:
             return None
     return total + section + (digit or 0)

@@ -229,9 +229,12 @@ _AT_LEAST_ONE_RE = re.compile(r"-?[1-9]\d*(?:\.\d+)?")
 
 
 def readings(gold: Cand, pred: Cand) -> tuple[Plan, ...]:
-    """The unit readings of a pred against a gold (rlvr.rewards.units.plans), with one rule on values:
-    a percentage is read as written against a bare gold only when that gold is a plain number of at
-    least 1 (`25%` for `25`, MATH's convention; `0.2%` is never `0.2`, as math-verify holds)."""
+    """The unit readings of a pred against a gold (rlvr.rewards.units.plans), and two rules more: a
+    value whose words were read as a label has none against a gold with a unit; a percentage is read
+    as written against a bare gold only when that gold is a plain number of at least 1 (`25%` for
+    `25`, MATH's convention; `0.2%` is never `0.2`, as math-verify holds)."""
+    if pred.label and gold.unit is not None:  # what the label names is not the gold's unit
+        return ()
     out = plans(gold.unit, pred.unit)
     if gold.unit is None and pred.unit in PERCENT_LIKE and not _AT_LEAST_ONE_RE.fullmatch(gold.text):
         return tuple(p for p in out if p != IDENTITY)

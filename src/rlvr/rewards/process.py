@@ -12,8 +12,9 @@ that uses variables is not counted either way. A true step earns 1 only when it 
 problem with what it actually uses: numbers of the prompt or results of earlier steps, or the two
 digits of one column of the prompt's numbers (a short number padded with 0; carries from earlier
 results beside them), or a number of the prompt times a digit of another (a partial product).
-`1+1=2` or `0+0=0` written into any answer is true but grounded in nothing, and scores 0, whatever
-digits the prompt holds; an equality the prompt states already is not a step at all. Any other scorer is a function 'module:name' taking
+`1+1=2` or `0+0=0` written into any answer is true but grounded in nothing, and scores 0 unless a
+column of the prompt's numbers holds those digits; an equality the prompt states already, and one
+true whatever the numbers (`12*1=12`, `12-12=0`), is not a step at all. Any other scorer is a function 'module:name' taking
 (steps, problem), the steps being the reasoning's non-empty lines.
 """
 
@@ -55,6 +56,8 @@ def _value(expr: str) -> Fraction | None:
 
 _INT_RE = re.compile(r"\d+(?:\.\d+)?")
 _OPERATION_RE = re.compile(r"\d\s*[-+*/×÷·]")
+MAX_COLUMN_OPERANDS = 6
+"""A column step adds two digits and its carries; more operands than this is no column step."""
 
 
 def _digits(number: str) -> set[str]:
@@ -83,11 +86,36 @@ def _grounded(operands: list[str], wholes: set[str], carries: set[str], columns:
         return False
     if all(x in wholes for x in nonzero):
         return True
-    for i, j in itertools.combinations(range(len(operands)), 2):  # a column's two digits, the rest carries
-        others = [x for k, x in enumerate(operands) if k not in (i, j)]
-        if tuple(sorted((operands[i], operands[j]))) in columns and all(x in carries for x in others):
-            return True
+    if len(operands) <= MAX_COLUMN_OPERANDS:  # a column's two digits, the rest carries
+        for i, j in itertools.combinations(range(len(operands)), 2):
+            if tuple(sorted((operands[i], operands[j]))) in columns and \
+                    all(x in carries for k, x in enumerate(operands) if k not in (i, j)):
+                return True
     return len(operands) == 2 and any(x in wholes for x in operands) and any(x in prompt_digits for x in operands)
+
+
+def _trivial(operands: list[str], value: Fraction, worked: str) -> bool:
+    """True whatever the numbers: `12*1=12`, `12+0=12`, `12-12=0`, `12*0=0` (not a step of any work)."""
+    values = [Fraction(x) for x in operands]
+    product = any(op in worked for op in "*/×÷·")
+    if product and (1 in values and value in values or 0 in values and value == 0):
+        return True
+    if 0 in values and value in values and any(len(x) > 1 for x in operands if float(x) != 0):
+        return True  # `12+0=12`; `0+3=3` pads a short column
+    return value == 0 and "-" in worked and len(values) == 2 and values[0] == values[1]  # `12-12=0`
+
+
+def _key(a: str, b: str) -> str:
+    return re.sub(r"\s+", "", f"{a}={b}")
+
+
+def _equalities(text: str) -> set[str]:
+    """The equalities `text` states, each as its two sides (whole expressions, not substrings)."""
+    out = set()
+    for m in _CHAIN_RE.finditer(re.sub(r"\.(?=\s|$)", " ", text)):  # `6*7=42.` ends a sentence
+        sides = m.group(0).split("=")
+        out |= {_key(a, b) for a, b in zip(sides, sides[1:])}
+    return out
 
 
 def arithmetic_steps(reasoning: str, prompt: str = "") -> list[float]:
@@ -97,7 +125,7 @@ def arithmetic_steps(reasoning: str, prompt: str = "") -> list[float]:
     numbers = _INT_RE.findall(prompt)
     wholes, carries, columns = set(numbers), set(), _columns(numbers)
     prompt_digits = {d for n in numbers for d in _digits(n)}
-    stated = re.sub(r"\s+", "", prompt)
+    stated = _equalities(prompt)
     scores = []
     for m in _CHAIN_RE.finditer(reasoning):
         sides = m.group(0).split("=")
@@ -108,8 +136,9 @@ def arithmetic_steps(reasoning: str, prompt: str = "") -> list[float]:
             if va is None or vb is None:
                 continue
             worked = a if _OPERATION_RE.search(a) else b  # the side with the operation
-            if re.sub(r"\s+", "", f"{a}={b}") not in stated:
-                grounded = _grounded(_INT_RE.findall(worked), wholes, carries, columns, prompt_digits)
+            operands = _INT_RE.findall(worked)
+            if _key(a, b) not in stated and not (va == vb and _trivial(operands, va, worked)):
+                grounded = _grounded(operands, wholes, carries, columns, prompt_digits)
                 scores.append(1.0 if va == vb and grounded else 0.0)
             for side in (a, b):
                 found = _INT_RE.findall(side)

@@ -117,6 +117,17 @@ def parse_unit(text: str, spaced: bool = True) -> str | None:
     return str(unit)
 
 
+@functools.lru_cache(maxsize=4096)
+def names_a_unit(text: str) -> bool:
+    """Whether pint's whole registry reads `text` as a unit (curated or not): such words are never a
+    mere label (`5 \\text{ leagues}` says more than 5)."""
+    try:
+        registry().parse_units(text.strip())
+    except Exception:  # pint raises many kinds for text that is not a unit
+        return False
+    return True
+
+
 def _exact(x: float) -> tuple[Fraction, bool]:
     """A pint factor as a Fraction, and whether it is inexact (more digits than a defined factor has)."""
     r = repr(float(x))
@@ -194,5 +205,6 @@ def plans(gold: str | None, pred: str | None) -> tuple[Plan, ...]:
             if gold in PERCENT_LIKE else (one,)
     assert pred is not None
     if pred in PERCENT_LIKE:
-        return (one, (Fraction(1, 100) if pred == "percent" else Fraction(1, 1000), Fraction(0), False))
+        value = (Fraction(1, 100) if pred == "percent" else Fraction(1, 1000), Fraction(0), False)
+        return (one, value) if pred == "percent" else (value,)  # as written: MATH's percent only
     return (one,)
