@@ -203,6 +203,8 @@ _STOP_LABELS = {
     "thousandth", "thousandths", "negative", "minus", "plus", "percent", "point", "answer", "final", "total",
     "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}
 _LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+|(?:m\s*)?\\angle\s*[A-Z]{1,3})\s*=\s*(?=\S)")
+_UNBRACED_ROOT_RE = re.compile(r"\\sqrt\s*\\")
+"""`\\sqrt\\sqrt 2`: a root of a command without braces, which math-verify reads as 2."""
 _ENVIRONMENT_RE = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}")
 _RHS_VAR_RE = re.compile(r"(?<=\S)\s*=\s*(?![ei]$)[A-Za-z]$")  # not e or i: constants
 _WORD_RE = re.compile(r"(?<![\dA-Za-z])[A-Za-z]{2,}|[\u3400-\u9fff]")  # a word, not letters glued to a number (2xy)
@@ -405,7 +407,7 @@ def _checked(c: Cand, trusted: bool) -> Cand | str:
     text = c.text
     if re.search(r"\d", text):  # `Area = 12`, `\angle APC = 74`, `2 = x` state a value
         text = _RHS_VAR_RE.sub("", _LHS_RE.sub("", text)) if text.count("=") == 1 else _LHS_RE.sub("", text)
-    if not text or _LONG_DIGITS_RE.search(text) or _too_large(text):
+    if not text or _LONG_DIGITS_RE.search(text) or _too_large(text) or _UNBRACED_ROOT_RE.search(text):
         return PARSE_FAILED
     digits = bool(re.search(r"\d", text))
     if digits and not trusted and _SPACED_DIGITS_RE.search(_ENVIRONMENT_RE.sub(" ", text)):  # `12 15`: two answers, a product, or one number?
