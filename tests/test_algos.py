@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rlvr.algos import (
+    decoupled_advantages,
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
     AdvantageEstimator,
@@ -80,6 +81,22 @@ def test_advantages_match_naive_loop(estimator, scale, g):
     torch.testing.assert_close(
         group_advantages(rewards, g, estimator=estimator, scale=scale), torch.tensor(expected), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_decoupled_advantages_match_the_naive_loop_per_part(estimator, scale):
+    """Each part's advantage on its own, weighted; unscaled it is the advantage of the summed reward."""
+    gen, g = torch.Generator().manual_seed(3), 4
+    rule = torch.randint(0, 2, (5 * g,), generator=gen).float()  # (N,)
+    rule[:g] = 0.0  # a group the verifier does not tell apart
+    learned = torch.rand(5 * g, generator=gen) * 0.05  # (N,) small variation everywhere
+    adv = decoupled_advantages(rule, {"rm": (0.3, learned)}, g, estimator=estimator, scale=scale)
+    expected = [a + 0.3 * b for a, b in zip(naive_advantages(rule.tolist(), g, estimator, scale, 1e-6),
+                                            naive_advantages(learned.tolist(), g, estimator, scale, 1e-6))]
+    torch.testing.assert_close(adv, torch.tensor(expected), rtol=1e-5, atol=1e-5)
+    if scale == "none":
+        torch.testing.assert_close(adv, group_advantages(rule + 0.3 * learned, g, estimator=estimator, scale=scale))
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo"])

@@ -105,6 +105,9 @@ class RewardResult:
     An invalid sample is excluded from the loss and counted, never fatal."""
     error: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    rules_total: float | None = None
+    """The total before learned components (reward models, judges) were added to it, whose
+    advantages are taken apart (rlvr.algos.decoupled_advantages); None: the total is all rules."""
 
     @classmethod
     def invalid(cls, error: str, components: dict[str, float] | None = None) -> "RewardResult":

@@ -28,6 +28,7 @@ LossSettings of a run from its config.
 from rlvr.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
     ADVANTAGE_SCALES,
+    decoupled_advantages,
     group_advantages,
     grpo_baseline,
     rloo_baseline,
@@ -58,6 +59,7 @@ __all__ = [
     "RatioLevel",
     "RolloutIS",
     "choose",
+    "decoupled_advantages",
     "group_advantages",
     "grpo_baseline",
     "kl_estimate",

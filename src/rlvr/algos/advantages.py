@@ -13,6 +13,12 @@ advantage_i = (r_i - baseline_i) / denominator
 A group whose rewards are all equal carries no signal: its advantages are
 exactly zero whatever the estimator, scale or eps (never 0/0 = NaN, never a
 rounding residue like 1e-9 / 1e-6).
+
+Learned components (reward models, judges) are decoupled (`decoupled_advantages`,
+after GDPO, arXiv 2601.05242): each gets an advantage of its own, weighted, beside
+the advantage of the rest of the reward. Scaled together, a group whose verifier
+reward is constant is left with the learned component's small variation alone, and
+dividing by its std gives it the full advantage whatever its weight.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, choose, look
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ADVANTAGE_SCALES",
+    "decoupled_advantages",
     "group_advantages",
     "grpo_baseline",
     "rloo_baseline",
@@ -144,3 +151,21 @@ def group_advantages(
     advantages = centred / denominator_fn(grouped, eps)  # (M, G)
     advantages = torch.where(flat, torch.zeros_like(advantages), advantages)  # (M, G)
     return advantages.reshape(-1)  # (N,)
+
+
+def decoupled_advantages(rewards: Tensor, parts: dict[str, tuple[float, Tensor]], group_size: int,
+                         **kwargs) -> Tensor:
+    """Advantages (N,) of a reward made of `rewards` (N,) and weighted parts, each part's taken on its own.
+
+    parts: {name: (weight, values (N,))}, the reward being rewards + the sum of weight * values.
+    The advantage is group_advantages(rewards) + the sum of weight * group_advantages(values), each
+    with the same estimator, scale and eps (`kwargs`; noise goes to the first only). With scale
+    "none" it equals the advantage of the summed reward (both estimators are linear); with "group"
+    a part moves the advantage by its weight in standard units of its own, whatever the rest of the
+    reward does in the group.
+    """
+    advantages = group_advantages(rewards, group_size, **kwargs)  # (N,)
+    kwargs.pop("noise_std", None), kwargs.pop("generator", None)
+    for weight, values in parts.values():
+        advantages = advantages + weight * group_advantages(values, group_size, **kwargs)  # (N,)
+    return advantages

@@ -118,8 +118,16 @@ class LearnedReward:
     def weights(self) -> dict[str, float]:
         return getattr(self.rules, "weights", {})
 
+    @property
+    def learned_weights(self) -> dict[str, float]:
+        """Each learned component's weight in the total (its advantage is taken on its own:
+        rlvr.algos.decoupled_advantages)."""
+        return {name: m.cfg.weight for name, m in self.models.items()}
+
     def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids=None, **kwargs) -> list[RewardResult]:
         results = self.rules.score(problems, texts, group_ids=group_ids, **kwargs)
+        for r in results:
+            r.rules_total = r.total
         for name, m in self.models.items():
             try:
                 scores: list[Any] = m.score(problems, texts)

@@ -186,11 +186,6 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     # the first run and every later one (SFT cached) sample the same
     seed_everything(cfg.seed, par.rank)
     ui.banner(cfg, cfg.run_dir, str(start_path))
-    if par.main and (cfg.reward.models or cfg.reward.judges) and cfg.algo.scale == "group":
-        ui.warn("learned rewards with algo.scale=group: in a group whose verifier reward is constant the learned "
-                "component alone varies, and dividing by its std gives it the full advantage whatever its weight "
-                "(measured: correctness 22% -> 3%; docs/benchmarks.md, Learned rewards); algo.scale=none keeps "
-                "the weights as given")
     model, tokenizer = load_policy(cfg.model, start_path, device=par.device)  # dtype, checkpointing, LoRA; a resume loads its weights below
     policy = model
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded

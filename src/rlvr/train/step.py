@@ -16,7 +16,9 @@ What the algorithm settings (`AlgoConfig`) change here, in order:
 3. KL in the reward (`kl_in_reward`): beta * summed per-token KL of each
    completion (behaviour vs reference log-probs) is subtracted from its reward
    before advantages, so the loss gets beta = 0.
-4. advantages: `group_advantages` with the configured estimator, scale, noise.
+4. advantages: `group_advantages` with the configured estimator, scale, noise; learned
+   components (reward models, judges) each get theirs on their own, weighted
+   (`decoupled_advantages`), so that their weight means what it says in every group.
 
 Invalid samples (the reward could not be computed) are counted, logged by the
 caller, and masked out of the loss; their reward is replaced by their group's
@@ -32,7 +34,7 @@ from typing import Protocol
 
 import torch
 
-from rlvr.algos import group_advantages, kl_reward_penalty, overlong_penalty, zero_variance_groups
+from rlvr.algos import decoupled_advantages, kl_reward_penalty, overlong_penalty, zero_variance_groups
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
@@ -104,6 +106,12 @@ class _Samples:
         return torch.tensor([r.total for r in self.results], dtype=torch.float32)  # (N,)
 
     @property
+    def rule_rewards(self) -> torch.Tensor:
+        """(N,) the totals without their learned components (RewardResult.rules_total)."""
+        return torch.tensor([r.total if r.rules_total is None else r.rules_total for r in self.results],
+                            dtype=torch.float32)  # (N,)
+
+    @property
     def valid(self) -> torch.Tensor:
         return torch.tensor([r.valid for r in self.results], dtype=torch.bool)  # (N,)
 
@@ -114,6 +122,15 @@ def fill_invalid(rewards: torch.Tensor, valid: torch.Tensor, group_size: int) ->
     v = valid.view(-1, group_size)  # (M, G)
     mean = (r * v).sum(1, keepdim=True) / v.sum(1, keepdim=True).clamp(min=1)  # (M, 1)
     return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
+
+
+def learned_parts(results: list[RewardResult], valid: torch.Tensor, group_size: int,
+                  learned: dict[str, float]) -> dict[str, tuple[float, torch.Tensor]]:
+    """{name: (weight, values (N,))} of the learned components in the results' totals, invalid
+    values filled as the totals are (`decoupled_advantages`' parts)."""
+    return {name: (w, fill_invalid(torch.tensor([r.components.get(name, 0.0) if r.valid else 0.0 for r in results],
+                                                dtype=torch.float32), valid, group_size))
+            for name, w in learned.items() if w}
 
 
 def length_shaping(completions: list[Completion], algo: AlgoConfig, max_new_tokens: int) -> torch.Tensor:
@@ -191,7 +208,8 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
         "rollout/shortfall_groups": float(need),
         **getattr(reward, "metrics", dict)(),  # sandbox throughput and timeout rate under training load
     }
-    out = _shape(batch, ref, algo, params, times, credit, getattr(reward, "weights", {})) if n_kept else _empty()
+    out = _shape(batch, ref, algo, params, times, credit, getattr(reward, "weights", {}),
+                 getattr(reward, "learned_weights", {})) if n_kept else _empty()
     if par.sharded and algo.noise_std > 0:  # advantage noise comes from each rank's own stream: take rank 0's
         out.advantages = par.broadcast(out.advantages)
     out.metrics = {**metrics, **out.metrics, **times}
@@ -205,9 +223,11 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
 
 
 def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times: dict[str, float],
-           credit: str = "trajectory", weights: dict[str, float] | None = None) -> StepBatch:
+           credit: str = "trajectory", weights: dict[str, float] | None = None,
+           learned: dict[str, float] | None = None) -> StepBatch:
     """Reference log-probs, reward shaping, loss mask and advantages of the kept groups; trajectories
-    that train turn by turn get their sequences (rlvr.train.trajectories) and the reference scores those."""
+    that train turn by turn get their sequences (rlvr.train.trajectories) and the reference scores those.
+    learned: the learned components' weights, by name (their advantages are taken on their own)."""
     g = params.group_size
     t0 = time.time()
     by_turn = any(split_by_turn(c, credit) for c in batch.completions)
@@ -222,10 +242,12 @@ def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times
         kl_penalty = kl_reward_penalty(old_logp, ref_logp[:, : old_logp.shape[1]], token_mask, beta=algo.beta,
                                        kind=algo.kl_estimator)  # (N,)
     shaped = fill_invalid(task - kl_penalty, valid, g)  # (N,)
-    advantages = group_advantages(shaped, g, estimator=algo.advantage, scale=algo.scale, eps=algo.eps,
-                                  noise_std=algo.noise_std)  # (N,)
+    parts = learned_parts(batch.results, valid, g, learned or {})
+    rest = fill_invalid(batch.rule_rewards + overlong - kl_penalty, valid, g) if parts else shaped  # (N,)
+    advantages = decoupled_advantages(rest, parts, g, estimator=algo.advantage, scale=algo.scale, eps=algo.eps,
+                                      noise_std=algo.noise_std)  # (N,)
     mask = loss_mask(batch, algo)  # (N,)
-    view = training_view(batch.completions, advantages, mask, shaped, credit=credit, weights=weights or {},
+    view = training_view(batch.completions, advantages, mask, rest, credit=credit, weights=weights or {},
                          group_size=g, scale=algo.scale, eps=algo.eps)
     if view is not None and ref is not None:
         t0 = time.time()
