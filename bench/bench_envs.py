@@ -1,13 +1,17 @@
 """The agent tasks measured: tool_arithmetic and FrozenLake before/after on held-out problems (paired
-test), and Breakout's mean episode return against a random policy's, rising over training.
+test), Breakout's mean episode return against a random policy's, rising over training, and the
+inverted pendulum's held-out returns before and after against a random policy's on the same seeds.
 
-    .venv/bin/python bench/bench_envs.py [--tasks tool_arithmetic,frozenlake,breakout] [--json bench/envs_results.json]
+    .venv/bin/python bench/bench_envs.py [--tasks tool_arithmetic,frozenlake,breakout,inverted_pendulum] [--json bench/envs_results.json]
 
 Each task is a plain `rlvr train --config configs/<task>.yaml` in a fresh interpreter (its cold start
 included, cached under .cache/sft like any run); the figures come from its run directory:
 summary.json's eval_before/eval_after/eval_change (exact McNemar on the same held-out problems), and
 for Breakout metrics.jsonl's rollout/episode_return_mean per step, plotted with the random policy's
-mean return over the same episodes (one ball, env.max_turns turns) as bench/breakout_return.png.
+mean return over the same episodes (one ball, env.max_turns turns) as bench/breakout_return.png. For
+the pendulum, eval.jsonl's per-episode returns (greedy, held-out seeds) at the first and last
+evaluation and a uniformly random force's on the same seeds, paired (sign-flip test), and the
+sampled return per step as bench/inverted_pendulum_return.png.
 """
 
 from __future__ import annotations
@@ -53,7 +57,52 @@ def random_breakout(episodes: int, turns: int, seed: int = 0) -> list[float]:
     return out
 
 
+def random_pendulum(seeds: list[int], turns: int, seed: int = 0) -> list[float]:
+    """Returns of a policy that pushes with a uniformly random force in [-3, 3], on these seeds."""
+    from rlvr.envs.control import InvertedPendulum
+    from rlvr.records import Problem
+
+    rng, out = random.Random(seed), []
+    for s in seeds:
+        env = InvertedPendulum(max_turns=turns)
+        env.reset(Problem(id=str(s), prompt=""), s)
+        for _ in range(turns):
+            if env.step(f"{rng.uniform(-3, 3):+.1f}").done:
+                break
+        out.append(env.total)
+        env.close()
+    return out
+
+
+def pendulum_figures(run_dir: Path, metrics: list[dict]) -> dict:
+    """Held-out greedy returns at the first and last evaluation, a random policy's on the same seeds,
+    paired sign-flip tests; the learning curve plotted."""
+    from rlvr.config import load_config
+    from rlvr.stats import paired_bootstrap, sign_flip_p
+
+    rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    first, last = min(r["step"] for r in rows), max(r["step"] for r in rows)
+    before = {r["id"]: r["return"] for r in rows if r["step"] == first}
+    after = {r["id"]: r["return"] for r in rows if r["step"] == last}
+    ids = sorted(before)
+    turns = load_config(ROOT / "configs" / "inverted_pendulum.yaml").env.max_turns
+    rand = random_pendulum([int(i.rsplit(":", 1)[1]) for i in ids], turns)
+    a, b = [before[i] for i in ids], [after[i] for i in ids]
+    out = {"episodes": len(ids), "turns": turns, "return_before": sum(a) / len(a), "return_after": sum(b) / len(b),
+           "return_random": sum(rand) / len(rand),
+           "after_vs_before": {"diff_ci95": paired_bootstrap(a, b)[1:], "sign_flip_p": sign_flip_p(a, b)},
+           "after_vs_random": {"diff_ci95": paired_bootstrap(rand, b)[1:], "sign_flip_p": sign_flip_p(rand, b)},
+           "success_after": sum(x >= turns for x in b) / len(b), "success_before": sum(x >= turns for x in a) / len(a)}
+    plot_returns(metrics, out["return_random"], ROOT / "bench" / "inverted_pendulum_return.png",
+                 "InvertedPendulum (MuJoCo) as text: the tiny model", f"steps balanced (of {turns})")
+    return out
+
+
 def plot_breakout(metrics: list[dict], baseline: float, path: Path) -> None:
+    plot_returns(metrics, baseline, path, "Breakout from RAM: the tiny model, one ball per episode", "bricks per episode")
+
+
+def plot_returns(metrics: list[dict], baseline: float, path: Path, title: str, ylabel: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -69,8 +118,8 @@ def plot_breakout(metrics: list[dict], baseline: float, path: Path) -> None:
     ax.plot(steps, smooth, label=f"moving mean of {window} steps")
     ax.axhline(baseline, color="gray", linestyle="--", label=f"random policy ({baseline:.2f})")
     ax.set_xlabel("GRPO step")
-    ax.set_ylabel("bricks per episode")
-    ax.set_title("Breakout from RAM: the tiny model, one ball per episode")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -95,6 +144,8 @@ def main() -> None:
             res["return_first10"] = sum(curve[:10]) / max(1, len(curve[:10]))
             res["return_last10"] = sum(curve[-10:]) / max(1, len(curve[-10:]))
             plot_breakout(metrics, res["random_return_mean"], ROOT / "bench" / "breakout_return.png")
+        elif task == "inverted_pendulum":
+            res.update(pendulum_figures(Path(res["run_dir"]), metrics))
         else:
             calls = [m.get("eval/tool_calls_per_solved") for m in metrics if "eval/tool_calls_per_solved" in m]
             if calls:

@@ -12,6 +12,7 @@ from rlvr.config import load_config
 from rlvr.stats import (
     majority_correct,
     mcnemar_exact,
+    sign_flip_p,
     paired_bootstrap,
     pass_at_k,
     verdict,
@@ -46,6 +47,20 @@ def test_exact_mcnemar_by_hand():
     assert mcnemar_exact(0, 6) == pytest.approx(2 / 64)
     assert verdict(0.01, 0.2) == "B is better (p = 0.01 < 0.05)"
     assert verdict(0.01, -0.2).startswith("A is better") and verdict(0.2, 0.1).startswith("no significant")
+
+
+def test_sign_flip_test_by_hand_and_against_its_monte_carlo():
+    # 0/1 outcomes: the same as the exact McNemar (each discordant pair a fair coin under H0)
+    a, b = [1.0] * 2 + [0.0] * 10 + [1.0] * 5, [0.0] * 2 + [1.0] * 10 + [1.0] * 5
+    assert sign_flip_p(a, b) == pytest.approx(mcnemar_exact(2, 10))
+    assert sign_flip_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == 1.0
+    assert sign_flip_p([0.0, 0.0], [3.0, 1.0]) == pytest.approx(2 / 4)  # only (+3, +1) and (-3, -1) are as far out
+    rng = __import__("random").Random(1)
+    x = [rng.gauss(0, 1) for _ in range(20)]
+    y = [v + 0.5 + rng.gauss(0, 1) for v in x]
+    exact = sign_flip_p(x[:16], y[:16])
+    assert sign_flip_p(x[:16] + [0.0] * 4, y[:16] + [0.0] * 4) == exact  # ties carry no sign
+    assert sign_flip_p(x, y, iterations=20000) < 0.05
 
 
 def test_paired_bootstrap_against_the_normal_approximation():

@@ -241,6 +241,22 @@ class RolloutConfig:
 
 
 @dataclass
+class DistillConfig:
+    """On-policy distillation (rlvr.algos.distill): the student samples, a teacher scores its tokens."""
+    teacher: str = ""
+    """The teacher: a model directory, a hub id in the local cache, or a packaged model ('smollm2'); it
+    must share the policy's tokenizer. '' = off."""
+    coef: float = 1.0
+    """Weight of each token's reverse-KL advantage, log p_teacher - log p_student of the sampled token."""
+    rewards: bool = True
+    """Keep the verifier's advantages beside the teacher's (False: distillation alone; rewards are still
+    scored and logged)."""
+
+    def __post_init__(self) -> None:
+        require(self.coef > 0, "coef", f"must be > 0, got {self.coef}")
+
+
+@dataclass
 class AlgoConfig:
     advantage: Literal["grpo", "rloo"] = "grpo"
     scale: Literal["group", "batch", "none"] = "group"
@@ -289,6 +305,8 @@ class AlgoConfig:
     per token, or one weight per sequence."""
     rollout_is_cap: float = 2.0
     """Truncation of the rollout-correction weights."""
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    """algo.distill.teacher: a per-token reverse-KL advantage toward a teacher model on the policy's own samples."""
 
     def __post_init__(self) -> None:
         require(self.max_extra_rounds >= 0, "max_extra_rounds", f"must be >= 0, got {self.max_extra_rounds}")
@@ -533,6 +551,8 @@ class Config:
                 "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
+        require(not self.algo.distill.teacher or self.deploy.backend == "embedded", "algo.distill.teacher",
+                "distillation on Ray (the teacher on the inference pool) is not built yet: use deploy.backend=embedded")
         require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges,
                 "deploy.kill_inference_at_step", "there is no inference pool to kill a worker of: it runs only with "
                 "algo.beta > 0 or learned rewards")

@@ -18,7 +18,7 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
              batch_size: int = 500) -> dict[str, float]:
     """{"accuracy", "n", "format", "len_mean", "problems"} over `problems`, decoding greedily with
     `engine`, `batch_size` problems per engine call; "problems" is each one's {"id", "source",
-    "correct"} (for paired tests); with several sources also "by_source" (accuracy of each); for agents
+    "correct"} (for paired tests; and "return" where the episodes' environment reports returns); with several sources also "by_source" (accuracy of each); for agents
     "tool_calls_per_solved", "tool_calls_mean" and "return_mean" (rlvr.envs.episode_returns)."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     completions = [c for start in range(0, len(problems), batch_size)
@@ -39,8 +39,10 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_
         out["tool_calls_per_solved"] = sum(solved) / len(solved) if solved else 0.0
         out["tool_calls_mean"] = sum(calls) / n
     returns = episode_returns(completions)
-    if returns:  # environments: the mean episode return beside the success rate
+    if returns:  # environments: the mean episode return beside the success rate, and each episode's
         out["return_mean"] = sum(returns) / len(returns)
+        for row, ret in zip(out["problems"], returns):
+            row["return"] = ret
     sources = sorted({p.source for p in problems})
     if len(sources) > 1:
         out["by_source"] = {s: sum(ok for p, ok in zip(problems, passes) if p.source == s) /

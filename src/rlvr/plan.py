@@ -16,13 +16,14 @@ Memory per pool, from the shapes and the run's settings (bytes; GiB in the table
 - rollout (per replica): the KV cache of its rows at full length (2 x layers x kv width x bytes x
   rows x (prompt + max_new_tokens)), and its own weights unless the engine shares the trainer's
   (embedded hf/loop); vLLM's weights in its dtype;
-- inference: the reference weights (fp32; none with LoRA: the adapter is switched off) and
-  learned reward models (4 bytes per parameter);
+- inference: the reference weights (fp32; none with LoRA: the adapter is switched off), learned
+  reward models and the distillation teacher (4 bytes per parameter; the teacher's log-prob pass
+  as the reference's);
 - a process's runtime (torch, transformers, rlvr imported): RUNTIME_GB, measured on the 2-core
   CPU machine (ru_maxrss after the imports).
 
 Compute per step: 2 x params x generated tokens (rollout), 6 x params x tokens x ppo_epochs (the
-update), 2 x params x tokens per extra log-prob pass; time from stated throughputs. The GPU split
+update), 2 x params x tokens per extra log-prob pass (the teacher's with its own parameters); time from stated throughputs. The GPU split
 balances rollout and training time (they overlap on Ray) among the splits where everything fits.
 """
 
@@ -148,9 +149,10 @@ def _activation_bytes(shape: Shape, tokens: int, act_bytes: int, checkpointing: 
 
 def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, ranks: int | None = None,
          decode_tps: float | None = None, train_tflops: float | None = None,
-         reward_params: dict[str, int] | None = None) -> dict:
+         reward_params: dict[str, int] | None = None, teacher_params: int | None = None) -> dict:
     """The plan as plain data: per pool its memory terms (GiB), and the step's tokens, FLOPs, time
-    and GPU split. ranks: trainer ranks (default: train.world_size, the trainer pool's replicas, 1)."""
+    and GPU split. ranks: trainer ranks (default: train.world_size, the trainer pool's replicas, 1).
+    teacher_params: the algo.distill teacher's parameters (its weights and one log-prob pass a step)."""
     t, r, a, m = cfg.train, cfg.rollout, cfg.algo, cfg.model
     prompt = prompt_len or cfg.data.max_prompt_tokens
     seq = prompt + r.max_new_tokens
@@ -193,6 +195,9 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
         inference["reference_logits"] = no_grad_logits
     for name, count in (reward_params or {}).items():
         inference[f"reward_model_{name}"] = 4 * count
+    if teacher_params:
+        inference["teacher_weights"] = 4 * teacher_params
+        inference["teacher_logits"] = no_grad_logits
     pools = {"trainer": trainer, "rollout": rollout, "inference": inference}
     out_pools = {}
     for name, terms in pools.items():
@@ -206,7 +211,8 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     generated = rows * r.max_new_tokens
     tokens = rows * seq
     passes = (1 if recompute else 0) + (1 if a.beta > 0 else 0)
-    flops = {"rollout": 2 * p * generated, "update": 6 * p * tokens * t.ppo_epochs, "logprob_passes": 2 * p * tokens * passes}
+    flops = {"rollout": 2 * p * generated, "update": 6 * p * tokens * t.ppo_epochs,
+             "logprob_passes": 2 * (p * passes + (teacher_params or 0)) * tokens}
     times = {}
     if decode_tps:
         times["rollout_s"] = generated / decode_tps

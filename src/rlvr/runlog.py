@@ -3,8 +3,9 @@
     runs/<name>/config.yaml  metrics.jsonl  events.jsonl  samples.jsonl  eval.jsonl
                 summary.json checkpoints/   model/        tensorboard/   report.html
 
-eval.jsonl holds every held-out evaluation's outcome per problem (step, id, source, correct), so
-two evaluations of a run can be compared pair by pair.
+eval.jsonl holds every held-out evaluation's outcome per problem (step, id, source, correct, and the
+episode's return where its environment reports one), so two evaluations of a run can be compared
+pair by pair.
 
 Every file is append-only JSONL (one object per line) so a killed run
 leaves readable files; each line is flushed as it is written. Metrics also

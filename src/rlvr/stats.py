@@ -4,6 +4,8 @@
     majority_correct(answers, ok)  the most frequent extracted answer (first seen wins ties) is correct
     mcnemar_exact(b, c)            two-sided exact McNemar p-value from the discordant counts
     paired_bootstrap(a, b, ...)    mean(b - a) and its percentile interval over resampled problems
+    sign_flip_p(a, b, ...)         two-sided paired permutation test of mean(b - a) (any real outcomes:
+                                   episode returns), exact for up to 16 non-zero differences
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["majority_correct", "mcnemar_exact", "paired_bootstrap", "pass_at_k", "verdict"]
+__all__ = ["majority_correct", "mcnemar_exact", "paired_bootstrap", "pass_at_k", "sign_flip_p", "verdict"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -60,6 +62,23 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, iterations: int 
     lo = means[int(math.floor((1 - confidence) / 2 * iterations))]
     hi = means[min(iterations - 1, int(math.ceil((1 + confidence) / 2 * iterations)) - 1)]
     return sum(diffs) / n, lo, hi
+
+
+def sign_flip_p(a: Sequence[float], b: Sequence[float], *, iterations: int = 100000, seed: int = 0) -> float:
+    """Two-sided p-value of the paired sign-flip test: under H0 each pair's difference b - a is as
+    likely with either sign, so |sum of differences| is compared with its value under every (up to 16
+    non-zero differences) or `iterations` random (Monte Carlo, counting the observed one) sign flips."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples need the same, non-zero length, got {len(a)} and {len(b)}")
+    diffs = [y - x for x, y in zip(a, b) if y != x]
+    observed = abs(sum(diffs)) - 1e-9 * (1 + sum(abs(d) for d in diffs))  # ties with the observed count
+    if len(diffs) <= 16:
+        hits = sum(abs(sum(d if mask >> i & 1 else -d for i, d in enumerate(diffs))) >= observed
+                   for mask in range(2 ** len(diffs)))
+        return hits / 2 ** len(diffs)
+    rng = random.Random(seed)
+    hits = sum(abs(sum(d if rng.random() < 0.5 else -d for d in diffs)) >= observed for _ in range(iterations))
+    return (hits + 1) / (iterations + 1)
 
 
 def verdict(p_value: float, diff: float, alpha: float = 0.05) -> str:

@@ -34,6 +34,7 @@ from rlvr.algos.advantages import (
     rloo_baseline,
     zero_variance_groups,
 )
+from rlvr.algos.distill import distill_advantages, reverse_kl
 from rlvr.algos.correction import ROLLOUT_IS, logprob_mismatch, rollout_is_weights
 from rlvr.algos.kl import KL_ESTIMATORS, LOG_RATIO_CLAMP, kl_estimate, kl_reward_penalty
 from rlvr.algos.logprobs import token_logprobs
@@ -60,6 +61,7 @@ __all__ = [
     "RolloutIS",
     "choose",
     "decoupled_advantages",
+    "distill_advantages",
     "group_advantages",
     "grpo_baseline",
     "kl_estimate",
@@ -69,6 +71,7 @@ __all__ = [
     "masked_mean",
     "overlong_penalty",
     "policy_loss",
+    "reverse_kl",
     "rloo_baseline",
     "rollout_is_weights",
     "token_logprobs",

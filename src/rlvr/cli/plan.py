@@ -66,7 +66,11 @@ def run(args) -> int:
         from rlvr.train.sft import base_model_path  # 'tiny' is built locally, once
         shape = shape_of(base_model_path(cfg))
     reward_params = {name: shape_of(m.path).params for name, m in cfg.reward.models.items()}
-    kwargs = dict(prompt_len=args.prompt_len, ranks=args.ranks, reward_params=reward_params)
+    teacher = None
+    if cfg.algo.distill.teacher:
+        from rlvr.inference.reference import teacher_path
+        teacher = shape_of(teacher_path(cfg)).params
+    kwargs = dict(prompt_len=args.prompt_len, ranks=args.ranks, reward_params=reward_params, teacher_params=teacher)
     decode, tflops = args.decode_tps, args.train_tflops
     if args.measured:
         import dataclasses

@@ -8,7 +8,7 @@
 single-turn task is a trajectory of one turn on the same rollout path. `tools` runs
 the tool calls of each turn (rlvr.tools) and answers with their results, until a
 turn calls none. `frozenlake` and `breakout` adapt gymnasium environments
-(rlvr.envs.gym). A user environment is a subclass of `Environment` named by its
+(rlvr.envs.gym), `inverted_pendulum` a MuJoCo one with continuous actions (rlvr.envs.control). A user environment is a subclass of `Environment` named by its
 import path ('mypkg.envs:Maze') or registered with `@register_env("maze")`.
 
 Reward components an environment reports (its `components`, name -> default weight)
@@ -150,12 +150,17 @@ def register_env(name: str):
     return wrap
 
 
+BUILT_IN = {"frozenlake": "rlvr.envs.gym", "breakout": "rlvr.envs.gym", "inverted_pendulum": "rlvr.envs.control",
+            "openenv": "rlvr.envs.openenv"}
+"""Environments registered when their module is imported (each needs a package of the envs extra)."""
+GAMES = ("frozenlake", "breakout", "inverted_pendulum")
+"""Built-in environments whose episodes are the built-in task of the same name (rlvr.tasks.games)."""
+
+
 def env_class(name: str) -> type[Environment]:
     """The class env.name names: a registered name, a built-in gymnasium adapter, or 'module:Class'."""
-    if name not in ENVS and name in ("frozenlake", "breakout"):
-        importlib.import_module("rlvr.envs.gym")  # registers them (imports gymnasium)
-    if name not in ENVS and name == "openenv":
-        importlib.import_module("rlvr.envs.openenv")  # registers it
+    if name not in ENVS and name in BUILT_IN:
+        importlib.import_module(BUILT_IN[name])  # registers it (imports gymnasium)
     if name.startswith("verifiers:"):  # a verifiers environment's id: rlvr.envs.verifiers_hub
         return importlib.import_module("rlvr.envs.verifiers_hub").Verifiers
     if name in ENVS:
@@ -167,7 +172,7 @@ def env_class(name: str) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")
         return cls
-    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | {'frozenlake', 'breakout', 'openenv'}))}) "
+    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | set(BUILT_IN)))}) "
                      "nor an import path 'module:Class'")
 
 

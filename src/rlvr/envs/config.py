@@ -13,14 +13,14 @@ class EnvConfig:
     name: str = "single_turn"
     """The environment of each trajectory: 'single_turn' (one assistant turn, graded by the verifier),
     'tools' (the model calls env.tools until it answers), 'frozenlake' and 'breakout' (gymnasium games,
-    rlvr.envs.gym), 'openenv' (an OpenEnv environment named in env.settings, rlvr.envs.openenv),
+    rlvr.envs.gym), 'inverted_pendulum' (MuJoCo robot control, continuous actions: rlvr.envs.control), 'openenv' (an OpenEnv environment named in env.settings, rlvr.envs.openenv),
     'agent' (a program of your own, env.agent, talking to the policy through an
     OpenAI/Anthropic-style endpoint: rlvr.agents), 'verifiers:<id>' (a verifiers environment with
     task.name=verifiers; env.settings are its load_environment arguments: rlvr.envs.verifiers_hub), or a
     class of your own as 'module:Class' (a subclass of rlvr.envs.Environment)."""
     max_turns: int = 0
     """Assistant turns per trajectory; 0: the environment's own (single_turn 1, tools 4, frozenlake 12,
-    breakout 64). A trajectory that reaches it ends with finish reason 'max_turns'."""
+    breakout 64, inverted_pendulum 40). A trajectory that reaches it ends with finish reason 'max_turns'."""
     max_tokens: int = 0
     """Tokens after the prompt of a whole trajectory, sampled and appended; each turn samples at most
     rollout.max_new_tokens of what is left, and a trajectory with no room for another turn ends with
@@ -110,7 +110,7 @@ def check_env(cfg) -> None:
     """A run's `env` section against the rest of its `Config` (rlvr.config.Config.validate): the
     environment exists, the task is its episode, the algorithm settings work on turns, and
     reward.weights names only components someone computes."""
-    from rlvr.envs import AgentProgram, env_class, env_components
+    from rlvr.envs import GAMES, AgentProgram, env_class, env_components
     from rlvr.rewards.config import BUILTIN_COMPONENTS
     from rlvr.envs.verifiers_hub import TASK, is_verifiers
 
@@ -118,7 +118,7 @@ def check_env(cfg) -> None:
         env = env_class(cfg.env.name)
     except ValueError as exc:
         raise ConfigError(f"env.name: {exc}") from None
-    for game in ("frozenlake", "breakout"):
+    for game in GAMES:
         require(cfg.task.name != game or cfg.env.name == game, "env.name",
                 f"task {game} is an episode of the {game} environment: set env.name={game} (configs/{game}.yaml)")
     if "tool_arithmetic" in cfg.task.name.split("+"):

@@ -1,4 +1,5 @@
-"""Frozen reference model: per-token log-probs of completions for the KL term."""
+"""Frozen models that score the policy's completions per token: the reference for the KL term, and the
+teacher of on-policy distillation (algo.distill.teacher)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,38 @@ class ReferenceModel:
     def logprobs(self, completions: Sequence[Completion]) -> torch.Tensor:
         """(N, T) fp32, right-padded with 0."""
         return completion_logprobs(self.model, completions, self.pad_id, self.temperature, dtype=self.dtype)
+
+
+def teacher_path(cfg) -> str:
+    """The directory algo.distill.teacher names, resolved as model.name is ('smollm2', a directory, a
+    hub id in the local cache); a ConfigError naming the key when there is none."""
+    import dataclasses
+
+    from rlvr.configlib import ConfigError
+    from rlvr.models.gguf import ModelNotFound
+    from rlvr.models.loading import local_path, resolve_model
+
+    name = cfg.algo.distill.teacher
+    try:
+        return local_path(resolve_model(dataclasses.replace(cfg.model, name=name, gguf_file=None)))
+    except (ModelNotFound, OSError, ValueError) as exc:
+        raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
+
+
+def load_teacher(cfg, tokenizer, device=None) -> ReferenceModel:
+    """algo.distill.teacher as a frozen scorer on `device` (the run's); its tokenizer must be the
+    policy's, token for token, or its log-probs would score other tokens."""
+    from rlvr.configlib import ConfigError
+    from rlvr.models.loading import load_model
+
+    name, path = cfg.algo.distill.teacher, teacher_path(cfg)
+    try:
+        model, teacher_tokenizer = load_model(path)  # fp32 weights; cfg.model.dtype is the compute precision
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
+    if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(f"algo.distill.teacher: {name!r} has another tokenizer than the policy "
+                          f"({len(teacher_tokenizer)} tokens against {len(tokenizer)}, or other ids); a teacher "
+                          "scores the student's own tokens, so it must share the policy's tokenizer")
+    return ReferenceModel(model if device is None else model.to(device), tokenizer.pad_token_id,
+                          cfg.rollout.temperature, cfg.model.dtype)

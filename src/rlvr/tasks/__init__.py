@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr.envs import GAMES  # built-in tasks that are episodes of the environment of the same name
 from rlvr.envs.verifiers_hub import TASK as VERIFIERS  # task.name=verifiers: the environment's rows
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.code import CodeTask
 from rlvr.tasks.tool_arithmetic import ToolArithmeticTask
 
-BUILTIN = {"arithmetic", "code", "tool_arithmetic", "frozenlake", "breakout"}
-GAMES = ("frozenlake", "breakout")
-"""Built-in tasks that are episodes of the environment of the same name (env.name)."""
+BUILTIN = {"arithmetic", "code", "tool_arithmetic", *GAMES}
 
 
 def builtin_names(name: str) -> list[str] | None:
@@ -34,8 +33,8 @@ def teacher_solution(problem, error_rate: float, rng):
     """The cold-start demonstration of a built-in task's problem, from its imperfect teacher."""
     from rlvr.tasks import arithmetic, code, games, tool_arithmetic
 
-    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic, "frozenlake": games,
-              "breakout": games}.get(problem.source, arithmetic)
+    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic,
+              **dict.fromkeys(GAMES, games)}.get(problem.source, arithmetic)
     return module.teacher_solution(problem, error_rate, rng)
 
 
@@ -78,8 +77,8 @@ def _builtin(name: str, cfg, eval_size: int):
     if name == "tool_arithmetic":
         return ToolArithmeticTask(eval_size=eval_size, seed=cfg.seed)
     if name in GAMES:
-        from rlvr.tasks.games import BreakoutTask, FrozenLakeTask
-        return (FrozenLakeTask if name == "frozenlake" else BreakoutTask)(eval_size=eval_size, seed=cfg.seed)
+        from rlvr.tasks.games import TASKS
+        return TASKS[name](eval_size=eval_size, seed=cfg.seed)
     return CodeTask(eval_size=eval_size, seed=cfg.seed)
 
 

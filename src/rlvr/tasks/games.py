@@ -6,6 +6,10 @@
 - `breakout`: every episode starts from the same serve (ALE is deterministic), so the seeds differ in
   name only; the teacher moves the paddle under the ball, taking a random action with probability
   sft.teacher_error at each turn.
+- `inverted_pendulum`: MuJoCo's cart and pole from a start drawn by the seed (held-out seeds never
+  trained on); the teacher pushes the cart by the pole's angle plus its angular velocity (a force
+  that balances it on every seed), and with probability sft.teacher_error at each turn by a random
+  force in [-3, 3] instead (a kick that often topples it).
 
 Demonstrations are trajectories of (text, sampled) segments, as the tool task's: the teacher's
 actions and the environment's observations in between.
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from rlvr.envs.gym import draw_lake, frozenlake_map
 from rlvr.records import Problem
 
-SOURCES = ("frozenlake", "breakout")
+SOURCES = ("frozenlake", "breakout", "inverted_pendulum")
 VERSION = 2
 """Bumped whenever what the prompts or demonstrations look like changes (cached cold starts are keyed by it)."""
 
@@ -157,7 +161,61 @@ class BreakoutTask:
             yield _problem("breakout", rng.randrange(10 ** 6), "train", breakout_start())
 
 
+# --- InvertedPendulum ------------------------------------------------------------------------------
+
+def _pendulum(turns: int):
+    from rlvr.envs.control import InvertedPendulum
+
+    return InvertedPendulum(max_turns=turns)
+
+
+def pendulum_start(seed: int) -> str:
+    env = _pendulum(1)
+    try:
+        return env.reset(Problem(id="start", prompt=""), seed)
+    finally:
+        env.close()
+
+
+def pendulum_teacher(problem: Problem, error_rate: float, rng: random.Random, turns: int = 40) -> list[tuple[str, bool]]:
+    env = _pendulum(turns)
+    env.reset(problem, problem.metadata["seed"])
+    out: list[tuple[str, bool]] = []
+    try:
+        for _ in range(turns):
+            _, angle, _, w = (float(o) for o in env.obs)
+            force = rng.uniform(-3.0, 3.0) if rng.random() < error_rate else angle + w
+            move = f"{min(max(force, -3.0), 3.0):+.1f}"
+            out.append((move, True))
+            result = env.step(move)
+            if result.done:
+                break
+            out.append((result.messages[0]["content"], False))
+    finally:
+        env.close()
+    return out
+
+
+@dataclass(frozen=True)
+class PendulumTask:
+    eval_size: int = 64
+    seed: int = 0
+
+    def held_out(self) -> list[Problem]:
+        rng = random.Random(f"pendulum-heldout-{self.seed}")
+        seeds = [rng.randrange(10 ** 6, 2 * 10 ** 6) for _ in range(self.eval_size)]
+        return [_problem("inverted_pendulum", s, "eval", pendulum_start(s)) for s in seeds]
+
+    def train_stream(self, seed: int) -> Iterator[Problem]:
+        rng = random.Random(f"pendulum-train-{self.seed}-{seed}")
+        while True:
+            s = rng.randrange(10 ** 6)
+            yield _problem("inverted_pendulum", s, "train", pendulum_start(s))
+
+
+TASKS = {"frozenlake": FrozenLakeTask, "breakout": BreakoutTask, "inverted_pendulum": PendulumTask}
+TEACHERS = {"frozenlake": lake_teacher, "breakout": breakout_teacher, "inverted_pendulum": pendulum_teacher}
+
+
 def teacher_solution(problem: Problem, error_rate: float, rng: random.Random) -> list[tuple[str, bool]]:
-    if problem.source == "frozenlake":
-        return lake_teacher(problem, error_rate, rng)
-    return breakout_teacher(problem, error_rate, rng)
+    return TEACHERS[problem.source](problem, error_rate, rng)

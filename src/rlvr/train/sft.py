@@ -84,9 +84,9 @@ def _file_digest(path: Path) -> str:
 
 def task_versions(cfg: Config) -> dict[str, int]:
     """The VERSION of each built-in task of the run that has one (its demonstrations or prompts changed)."""
-    from rlvr.tasks import builtin_names, code, games, tool_arithmetic
+    from rlvr.tasks import GAMES, builtin_names, code, games, tool_arithmetic
 
-    modules = {"code": code, "tool_arithmetic": tool_arithmetic, "frozenlake": games, "breakout": games}
+    modules = {"code": code, "tool_arithmetic": tool_arithmetic, **dict.fromkeys(GAMES, games)}
     return {n: modules[n].VERSION for n in builtin_names(cfg.task.name) or [] if n in modules}
 
 

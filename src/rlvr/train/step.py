@@ -34,7 +34,7 @@ from typing import Protocol
 
 import torch
 
-from rlvr.algos import decoupled_advantages, kl_reward_penalty, overlong_penalty, zero_variance_groups
+from rlvr.algos import decoupled_advantages, distill_advantages, kl_reward_penalty, reverse_kl, overlong_penalty, zero_variance_groups
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
@@ -77,12 +77,15 @@ class StepBatch:
     view: TrainView | None = None
     """The sequences the update trains on when trajectories split by turn (rlvr.train.trajectories);
     None: one sequence per completion."""
+    token_advantages: torch.Tensor | None = None
+    """(S, T) per-token advantages of the update's sequences under on-policy distillation
+    (algo.distill.teacher, rlvr.algos.distill); None: one advantage per sequence."""
 
     def update_inputs(self) -> tuple[list[Completion], torch.Tensor, torch.Tensor]:
-        """(sequences, advantages (S,), loss mask (S,)) for policy_update and the anchor."""
-        if self.view is None:
-            return self.completions, self.advantages, self.loss_mask
-        return self.view.sequences, self.view.advantages, self.view.loss_mask
+        """(sequences, advantages (S,) or per token (S, T), loss mask (S,)) for policy_update and the anchor."""
+        seqs, adv, mask = ((self.completions, self.advantages, self.loss_mask) if self.view is None else
+                           (self.view.sequences, self.view.advantages, self.view.loss_mask))
+        return seqs, adv if self.token_advantages is None else self.token_advantages, mask
 
 
 @dataclass
@@ -171,13 +174,16 @@ def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
 
 
 def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, ref=None, par: Parallel | None = None, credit: str = "trajectory") -> StepBatch:
+                  batch_size: int, ref=None, par: Parallel | None = None, credit: str = "trajectory",
+                  teacher=None) -> StepBatch:
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
     engine: samples the completions (a `RolloutEngine`, holding the current policy's weights);
     reward: scores them (`.score(problems, texts, group_ids=...)`, rlvr.rewards.Reward or a pool);
     ref: a `ReferenceModel` (anything with `.logprobs(completions) -> (N, T)`), or None when
     algo.beta = 0; its log-probs are taken for the kept completions only and returned for the loss.
+    teacher: the algo.distill teacher (a `ReferenceModel` of the teacher's weights), or None; its
+    log-probs of the update's sequences give the per-token advantages (rlvr.algos.distill).
     par: a trainer group samples and scores each round's prompts split across its ranks, and every
     rank returns the whole batch (rlvr.train.parallel).
     """
@@ -210,6 +216,8 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
     }
     out = _shape(batch, ref, algo, params, times, credit, getattr(reward, "weights", {}),
                  getattr(reward, "learned_weights", {})) if n_kept else _empty()
+    if teacher is not None and n_kept:
+        _distill(out, teacher, algo, times)
     if par.sharded and algo.noise_std > 0:  # advantage noise comes from each rank's own stream: take rank 0's
         out.advantages = par.broadcast(out.advantages)
     out.metrics = {**metrics, **out.metrics, **times}
@@ -262,6 +270,18 @@ def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times
         metrics["actor/sequences"] = float(len(view.sequences))
     return StepBatch(batch.problems, batch.completions, batch.results, rewards, valid, shaped, mask, advantages,
                      ref_logp, metrics, view=view)
+
+
+def _distill(batch: StepBatch, teacher, algo: AlgoConfig, times: dict[str, float]) -> None:
+    """The teacher's log-probs of the update's sequences, and the per-token advantages from them."""
+    t0 = time.time()
+    seqs, adv, _ = batch.update_inputs()
+    student, tokens = behaviour_logprobs(seqs)  # (S, T)
+    teacher_logp = teacher.logprobs(seqs)[:, : student.shape[1]]  # (S, T)
+    times["time/teacher_s"] = time.time() - t0
+    d = algo.distill
+    batch.token_advantages = distill_advantages(adv, student, teacher_logp, tokens, coef=d.coef, rewards=d.rewards)
+    batch.metrics["distill/reverse_kl"] = reverse_kl(student, teacher_logp, tokens)
 
 
 def _empty() -> StepBatch:
@@ -334,6 +354,8 @@ class LocalBatches:
     """env.credit: 'turn' gives each turn of a trajectory its own advantage."""
     sampler: object | None = None
     """The trainer's sampler of the last call (a new one means a rollback or resume restored it)."""
+    teacher: object | None = None
+    """The algo.distill teacher (rlvr.inference.reference.load_teacher), or None."""
 
     @classmethod
     def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None,
@@ -346,10 +368,14 @@ class LocalBatches:
             from rlvr.models import reference_policy
             ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature,
                                  cfg.model.dtype)
+        teacher = None
+        if cfg.algo.distill.teacher:
+            from rlvr.inference.reference import load_teacher
+            teacher = load_teacher(cfg, tokenizer, next(model.parameters()).device)
         spec = cfg.rollout.speculative
         return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
                    cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par or Parallel(),
-                   credit=cfg.env.credit)
+                   credit=cfg.env.credit, teacher=teacher)
 
     def collect(self, model, sampler, step: int) -> StepBatch:
         sync_s = 0.0
@@ -360,7 +386,7 @@ class LocalBatches:
         if restored or (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
             sync_s = sync_weights(self.engine, model, step - 1, step, self.par, force=restored)
         batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                              ref=self.ref, par=self.par, credit=self.credit)
+                              ref=self.ref, par=self.par, credit=self.credit, teacher=self.teacher)
         batch.metrics["time/weight_sync_s"] = sync_s
         if self.speculative is not None:
             self._watch_speculation(batch, step)

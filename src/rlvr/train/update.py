@@ -97,7 +97,8 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                   *, generator: torch.Generator, fault: Callable[[torch.Tensor], torch.Tensor] | None = None,
                   skip_zero_gradient: bool = True, anchor: Anchor | None = None,
                   par: Parallel | None = None) -> dict[str, float]:
-    """Apply the updates; returns averaged actor/* stats. loss_mask (N,) is 0 for excluded samples.
+    """Apply the updates; returns averaged actor/* stats. advantages: (N,), or per token (N, T) (on-policy
+    distillation). loss_mask (N,) is 0 for excluded samples.
 
     anchor: the trainer's recomputed log-probs as the ratio's denominator, and rollout-correction
     weights (default: the engine's behaviour log-probs, no correction). fault: a transform of each
@@ -146,7 +147,8 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
                 width = batch.targets.shape[1]
                 logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None] * float(real)  # (b, W); a rank's padding step counts nothing
-                loss, stats = policy_loss(logp, old_logp[micro, :width], advantages[micro], mask, s.loss,
+                adv = advantages[micro] if advantages.dim() == 1 else advantages[micro, :width]  # (b,) or (b, W)
+                loss, stats = policy_loss(logp, old_logp[micro, :width], adv, mask, s.loss,
                                           ref_logp=None if ref_logp is None else ref_logp[micro, :width],
                                           entropy=entropy,
                                           is_weights=None if is_weights is None else is_weights[micro, :width])
@@ -233,7 +235,7 @@ def _carries_gradient(advantages: torch.Tensor, loss_mask: torch.Tensor, loss: L
     no entropy term the loss of a sequence is -A * (clipped ratio) terms, so A == 0 gives exactly 0."""
     carries = loss_mask > 0  # (N,)
     if loss.beta == 0 and loss.entropy_coef == 0:
-        carries &= advantages != 0
+        carries &= (advantages != 0).reshape(len(advantages), -1).any(dim=1)  # per sequence or per token
     return carries
 
 
