@@ -13,8 +13,9 @@
    after RL, and greedy correctness before and after with its paired test (from summary.json).
 
 The full size runs step 4 three ways from the same cold start and reward model (reused from
---root when there): without the reward model (the control), with it under the default group-std
-advantage scaling, and with it under `algo.scale=none` (Dr. GRPO). tests/test_learned_rewards.py
+--root when there): without the reward model (the control), with it at the defaults (group-std
+advantage scaling, the reward model's advantage decoupled from the verifier's), and with it under
+`algo.scale=none` (Dr. GRPO). tests/test_learned_rewards.py
 runs the pipeline at a smaller size.
 """
 
@@ -122,8 +123,9 @@ VARIANTS = {
     "group_scale": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}"],
     "no_scale": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}", "algo.scale=none"],
 }
-"""The full size's RL runs: no reward model; with it, advantages scaled by the group std (the
-default); with it, unscaled (Dr. GRPO), so the component's weight stays the weight it was given."""
+"""The full size's RL runs: no reward model; with it at the defaults (advantages scaled by the group
+std, the learned component's taken on its own: rlvr.algos.decoupled_advantages); with it, unscaled
+(Dr. GRPO)."""
 
 
 SMALL = {"model": ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "train.threads=1"],

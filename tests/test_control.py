@@ -45,9 +45,8 @@ def test_the_pendulum_episode_reports_balance_success_and_invalid_turns():
     env.close()
     assert r.done and not r.info["success"] and turn < 39  # kicked over: +1 for each step but the one it fell on
     assert total["balance"] == pytest.approx(turn / 40) and total["success"] == 0 and total["invalid_action"] < 0
-    # the teacher balances every held-out start; kicking at random it topples on some
+    # the teacher balances every held-out start; pushing the wrong way (its misconception) it topples
     for p in held:
         demo = pendulum_teacher(p, 0.0, random.Random(0))
         assert sum(1 for _, sampled in demo if sampled) == 40
-    kicked = [pendulum_teacher(p, 1.0, random.Random(0)) for p in PendulumTask(eval_size=8).held_out()]
-    assert any(sum(1 for _, sampled in d if sampled) < 40 for d in kicked)
+        assert sum(1 for _, sampled in pendulum_teacher(p, 1.0, random.Random(0)) if sampled) < 40

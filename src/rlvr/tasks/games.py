@@ -7,9 +7,9 @@
   name only; the teacher moves the paddle under the ball, taking a random action with probability
   sft.teacher_error at each turn.
 - `inverted_pendulum`: MuJoCo's cart and pole from a start drawn by the seed (held-out seeds never
-  trained on); the teacher pushes the cart by the pole's angle plus its angular velocity (a force
-  that balances it on every seed), and with probability sft.teacher_error at each turn by a random
-  force in [-3, 3] instead (a kick that often topples it).
+  trained on); the teacher pushes the cart by the pole's angular velocity, to one decimal (a force
+  that balances it on every seed), except that with probability sft.teacher_error it has a
+  misconception for the whole episode: it pushes the other way, and the pole falls.
 
 Demonstrations are trajectories of (text, sampled) segments, as the tool task's: the teacher's
 actions and the environment's observations in between.
@@ -180,12 +180,12 @@ def pendulum_start(seed: int) -> str:
 def pendulum_teacher(problem: Problem, error_rate: float, rng: random.Random, turns: int = 40) -> list[tuple[str, bool]]:
     env = _pendulum(turns)
     env.reset(problem, problem.metadata["seed"])
+    wrong_way = rng.random() < error_rate
     out: list[tuple[str, bool]] = []
     try:
         for _ in range(turns):
-            _, angle, _, w = (float(o) for o in env.obs)
-            force = rng.uniform(-3.0, 3.0) if rng.random() < error_rate else angle + w
-            move = f"{min(max(force, -3.0), 3.0):+.1f}"
+            w = min(max(float(env.obs[3]), -3.0), 3.0)
+            move = f"{-w if wrong_way else w:+.1f}"
             out.append((move, True))
             result = env.step(move)
             if result.done:
