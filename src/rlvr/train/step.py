@@ -34,7 +34,8 @@ from typing import Protocol
 
 import torch
 
-from rlvr.algos import decoupled_advantages, distill_advantages, kl_reward_penalty, reverse_kl, overlong_penalty, zero_variance_groups
+from rlvr.algos import (decoupled_advantages, distill_advantages, kl_reward_penalty, overlong_penalty, reverse_kl,
+                         zero_variance_groups)
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
@@ -216,10 +217,10 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
     }
     out = _shape(batch, ref, algo, params, times, credit, getattr(reward, "weights", {}),
                  getattr(reward, "learned_weights", {})) if n_kept else _empty()
-    if teacher is not None and n_kept:
-        _distill(out, teacher, algo, times)
     if par.sharded and algo.noise_std > 0:  # advantage noise comes from each rank's own stream: take rank 0's
         out.advantages = par.broadcast(out.advantages)
+    if teacher is not None and n_kept:  # from the advantages every rank shares
+        _distill(out, teacher, algo, times)
     out.metrics = {**metrics, **out.metrics, **times}
     out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
     out.sampler_position = sampler.position
