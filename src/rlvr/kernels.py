@@ -1,18 +1,21 @@
-"""The same CPU kernels on every x86-64 machine with AVX2: ATen's and oneDNN's dispatch pinned to AVX2.
+"""The same CPU arithmetic on every x86-64 machine with AVX2: ATen's, oneDNN's and MKL's kernels pinned.
 
 torch on the CPU computes with whatever its libraries pick for the processor: ATen's vectorised
 kernels (AVX2 or AVX-512), oneDNN's, and MKL's GEMM kernels (by instruction set and by vendor).
-Each choice rounds differently, and 500 cold-start SFT steps amplify one ulp into another
-checkpoint: the same seed started at 25.4% held-out accuracy on one 2-core machine and 23.2% on
-another. This pins the first two before torch loads:
+Each choice rounds differently, and 1,000 cold-start SFT steps amplify one ulp into another
+checkpoint: the default run's seed 0 went 22.6% -> 78.0% on an AMD EPYC and 18.0% -> 35.6% on an
+Intel Xeon with AVX-512. This pins all three before torch loads:
 
     ATEN_CPU_CAPABILITY=avx2   ATen's kernel dispatch
     ONEDNN_MAX_CPU_ISA=AVX2    oneDNN's
+    MKL_CBWR=COMPATIBLE        MKL's: the one kernel set it runs alike on every vendor and ISA
 
-On an AVX2 machine that is what torch picks anyway; on an AVX-512 machine it trades some speed
-for the AVX2 numbers. MKL's choice is not pinned yet: MKL_CBWR=AVX2 (its reproducibility mode)
-changes the numbers of a training run even on an AVX2 machine, so pinning it means re-measuring
-every figure. A value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves both alone.
+MKL's other reproducibility modes do not reach across vendors: on an AMD CPU MKL ignores every
+MKL_CBWR value but COMPATIBLE and runs its AMD path, and an Intel CPU's `AVX2,STRICT` still differs
+from that path on small products (a 32x9x41 attention GEMM). With COMPATIBLE, 100 SFT steps give
+bit-identical weights on an AMD EPYC and on the same CPU with MKL dispatching as on an Intel
+AVX-512 host (bench/bench_arithmetic.py). The cost is MKL's fastest kernels (measured there). A
+value already in the environment is kept, and RLVR_NATIVE_KERNELS=1 leaves all three alone.
 
 `start_as_rlvr` makes these pins, asks torch's allocator for huge pages (`use_huge_pages`) and makes
 glibc's malloc keep freed memory for reuse (`keep_freed_memory`), as the `rlvr` command does before
@@ -26,7 +29,7 @@ import os
 import platform
 from collections.abc import MutableMapping
 
-PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
 
 
 def has_flag(flag: str, cpuinfo: str | None = None) -> bool:
