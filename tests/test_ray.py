@@ -295,11 +295,15 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     # the rollout, reward and inference workers run where the driver's files (the run directory, the
     # cold start, a reward model) are hidden under empty mounts: what they load comes through the
     # object store (rlvr.deploy.ray.shipping); the trainer owns the run directory and writes it. The
-    # reward model is a learned reward, scored on the inference pool beside the reference.
+    # reward model is a learned reward, scored on the inference pool beside the reference and the
+    # distillation teacher, whose log-probs there equal the embedded run's.
     import sys
+
+    from rlvr.models.tiny import save_tiny
 
     driver = tmp_path / "driver"
     tiny_reward_model(driver / "rm")
+    save_tiny(driver / "teacher", hidden=32, layers=2, heads=2, seed=7)
     hidden = f"{driver}:{sft_dir}"
     hide = Path(__file__).with_name("hide_paths.sh")
     env = {"py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
@@ -313,12 +317,16 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     assert ray.get(probe.look.remote()) == [[], []]  # the pools' view: nothing of the driver's
     ray.kill(probe)
     envs = [f"deploy.pools.{m}.runtime_env={json.dumps(env)}" for m in ("rollout", "reward", "inference")]
-    cfg = load_config(None, TINY + [f"run.dir={driver / 'run'}", f"sft.cache_dir={sft_dir}", "deploy.backend=ray",
-                                    "train.steps=2", "ckpt.every=0", "algo.beta=0.04", *envs,
-                                    f"reward.models.rm.path={driver / 'rm'}", "reward.models.rm.weight=0.1"])
+    common = [f"sft.cache_dir={sft_dir}", "train.steps=2", "ckpt.every=0", "algo.beta=0.04",
+              f"reward.models.rm.path={driver / 'rm'}", "reward.models.rm.weight=0.1",
+              f"algo.distill.teacher={driver / 'teacher'}"]
+    cfg = load_config(None, TINY + [f"run.dir={driver / 'run'}", "deploy.backend=ray", *envs, *common])
     assert run(cfg)["status"] == "completed"
     steps = [r for r in rows(driver / "run", "metrics") if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
+    assert train(load_config(None, TINY + [f"run.dir={tmp_path / 'embedded'}", *common]))["status"] == "completed"
+    embedded = [r["distill/reverse_kl"] for r in rows(tmp_path / "embedded", "metrics") if "reward/mean" in r]
+    assert [r["distill/reverse_kl"] for r in steps] == pytest.approx(embedded, rel=1e-5) and embedded[0] != 0
     assert all(r["actor/kl"] >= 0 and r["reward/invalid_frac"] == 0 for r in steps)
     # the learned reward, scored on the inference pool beside the reference, and compared with the verifier
     assert all(r["reward/rm/failed"] == 0 and r["reward/rm/std"] > 0 and "reward/rm/raw_mean" in r for r in steps)

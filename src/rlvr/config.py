@@ -551,11 +551,9 @@ class Config:
                 "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
-        require(not self.algo.distill.teacher or self.deploy.backend == "embedded", "algo.distill.teacher",
-                "distillation on Ray (the teacher on the inference pool) is not built yet: use deploy.backend=embedded")
-        require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges,
-                "deploy.kill_inference_at_step", "there is no inference pool to kill a worker of: it runs only with "
-                "algo.beta > 0 or learned rewards")
+        require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges
+                or self.algo.distill.teacher, "deploy.kill_inference_at_step", "there is no inference pool to kill a "
+                "worker of: it runs only with algo.beta > 0, learned rewards or a distillation teacher")
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
             require(self.train.world_size in (0, trainers), "train.world_size",

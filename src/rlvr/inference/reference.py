@@ -41,20 +41,28 @@ def teacher_path(cfg) -> str:
         raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
 
 
-def load_teacher(cfg, tokenizer, device=None) -> ReferenceModel:
-    """algo.distill.teacher as a frozen scorer on `device` (the run's); its tokenizer must be the
-    policy's, token for token, or its log-probs would score other tokens."""
+def check_teacher_tokenizer(name: str, teacher_tokenizer, tokenizer) -> None:
+    """A ConfigError naming algo.distill.teacher unless the teacher's tokenizer is the policy's, token
+    for token: a teacher scores the student's own tokens."""
     from rlvr.configlib import ConfigError
-    from rlvr.models.loading import load_model
 
-    name, path = cfg.algo.distill.teacher, teacher_path(cfg)
-    try:
-        model, teacher_tokenizer = load_model(path)  # fp32 weights; cfg.model.dtype is the compute precision
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
     if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ConfigError(f"algo.distill.teacher: {name!r} has another tokenizer than the policy "
                           f"({len(teacher_tokenizer)} tokens against {len(tokenizer)}, or other ids); a teacher "
                           "scores the student's own tokens, so it must share the policy's tokenizer")
+
+
+def load_teacher(cfg, tokenizer, device=None, path: str | None = None) -> ReferenceModel:
+    """algo.distill.teacher as a frozen scorer on `device` (the run's), from `path` (default: where
+    the name resolves; an inference worker passes its node's copy); its tokenizer must be the policy's."""
+    from rlvr.configlib import ConfigError
+    from rlvr.models.loading import load_model
+
+    name = cfg.algo.distill.teacher
+    try:
+        model, teacher_tokenizer = load_model(path or teacher_path(cfg))  # fp32; cfg.model.dtype computes
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
+    check_teacher_tokenizer(name, teacher_tokenizer, tokenizer)
     return ReferenceModel(model if device is None else model.to(device), tokenizer.pad_token_id,
                           cfg.rollout.temperature, cfg.model.dtype)

@@ -171,13 +171,15 @@ class RewardWorker(Placed):
 
 class InferenceWorker(Placed):
     """The inference module on its pool's device: frozen reference log-probs of completions (when
-    algo.beta > 0) and the learned rewards (`reward.models`, `reward.judges`), each loaded on first use."""
+    algo.beta > 0), the distillation teacher's (algo.distill.teacher) and the learned rewards
+    (`reward.models`, `reward.judges`), each loaded on first use."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
         _set_up(threads)
         self.cfg = cfg
         self.ref = None
         self.start_key: str | None = None
+        self.teacher = None
         self.learned: dict | None = None
 
     def pid(self) -> int:
@@ -195,6 +197,17 @@ class InferenceWorker(Placed):
                                       self.cfg.model.dtype)
             self.start_key = start.key
         return _reply(t0, logp=self.ref.logprobs(completions))
+
+    def teacher_logprobs(self, start: Shipped, teacher: Shipped, completions: Sequence[Completion]) -> dict:
+        """The teacher's log-probs of the completions, from this node's copy of its directory (the
+        trainer checked its tokenizer against the policy's, `start`)."""
+        t0 = time.time()
+        if self.teacher is None:
+            from rlvr.inference.reference import load_teacher
+            from rlvr.models.loading import load_tokenizer
+            tokenizer = load_tokenizer(materialize(start))
+            self.teacher = load_teacher(self.cfg, tokenizer, pool_device()[1], path=str(materialize(teacher)))
+        return _reply(t0, logp=self.teacher.logprobs(completions))
 
     def _learned(self, shipped: dict[str, Shipped] | None = None) -> dict:
         """The learned components, built on first use from this node's copies of their directories

@@ -3,7 +3,8 @@
     ray.init (local, or deploy.address) -> placement groups (deploy.pools)
       rollout  x N  RolloutWorker    policy copies, sample shards of each batch; the environments
       reward   x R  RewardWorker     rule rewards / sandbox on CPU cores; the environments' tool calls
-      inference x 1 InferenceWorker  reference log-probs (algo.beta > 0), learned rewards (reward.models/judges)
+      inference x 1 InferenceWorker  reference log-probs (algo.beta > 0), learned rewards (reward.models/judges),
+                                   the distillation teacher's log-probs (algo.distill.teacher)
       trainer  x 1  TrainerActor     the embedded GRPO loop, batches collected on the actors above
                (x N with train.strategy=fsdp: one process group, the policy sharded across it)
 
@@ -39,7 +40,7 @@ def resolved(cfg: Config) -> Config:
 
 
 def modules(cfg: Config) -> list[str]:
-    inference = cfg.algo.beta > 0 or cfg.reward.models or cfg.reward.judges
+    inference = cfg.algo.beta > 0 or cfg.reward.models or cfg.reward.judges or cfg.algo.distill.teacher
     return ["rollout", "reward", "trainer"] + (["inference"] if inference else [])
 
 

@@ -85,17 +85,29 @@ class _RemoteReference:
         """The components' weights, for per-turn credit (env.credit=turn)."""
 
     def logprobs(self, completions) -> torch.Tensor:
-        src, workers = self.source, self.source.workers["inference"]
-        parts = shards(len(completions), len(workers))
-        calls = [lambda j=j, a=a, b=b: workers[j].logprobs.remote(src.start, completions[a:b])
-                 for j, (a, b) in enumerate(parts)]
-        refs = [call() for call in calls]
-        src.inject_kill("inference", getattr(src.collecting, "step", None))
-        outs = [src.get("inference", j, refs[j], calls[j])["logp"] for j in range(len(parts))]
-        out = torch.zeros(len(completions), max(o.shape[1] for o in outs))  # (N, T)
-        for (a, b), o in zip(parts, outs):
-            out[a:b, : o.shape[1]] = o
-        return out
+        return self.source.logprobs_on_pool(lambda w, part: w.logprobs.remote(self.source.start, part), completions)
+
+
+class _RemoteTeacher:
+    """The distillation teacher's `.logprobs`, answered by the inference pool (algo.distill.teacher)."""
+
+    def __init__(self, source: "RayBatchSource") -> None:
+        self.source = source
+        self.shipped: Shipped | None = None  # the teacher's directory, shipped once from the trainer's node
+
+    def prepare(self, start_path: str) -> None:
+        """Check the teacher's tokenizer against the policy's here, on the trainer (a ConfigError naming
+        the key before any worker loads it), and ship its directory."""
+        from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
+        from rlvr.models.loading import load_tokenizer
+
+        path = teacher_path(self.source.cfg)
+        check_teacher_tokenizer(self.source.cfg.algo.distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
+        self.shipped = ship(path)
+
+    def logprobs(self, completions) -> torch.Tensor:
+        src = self.source
+        return src.logprobs_on_pool(lambda w, part: w.teacher_logprobs.remote(src.start, self.shipped, part), completions)
 
 
 def learned_dirs(cfg) -> dict[str, Shipped]:
@@ -216,6 +228,7 @@ class RayBatchSource:
             learned = {**cfg.reward.models, **cfg.reward.judges}
             self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
         self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
+        self.teacher = _RemoteTeacher(self) if cfg.algo.distill.teacher else None
         self.start_path: str | None = None
         self.start: Shipped | None = None
         self.learned_dirs: dict[str, Shipped] | None = None
@@ -261,6 +274,8 @@ class RayBatchSource:
             from rlvr.train.grpo import starting_point
             self.start_path = str(starting_point(self.cfg, RunConsole(False)))
             self.start = ship(self.start_path)  # the workers load it from the object store, not by path
+            if self.teacher is not None:
+                self.teacher.prepare(self.start_path)
             if self.cfg.rollout.speculative.method != "none":
                 self._check_speculation()
         version = step - 1  # updates applied so far
@@ -307,7 +322,20 @@ class RayBatchSource:
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
         self.collecting.step = step
         return collect_batch(RemoteEngine(self, handle, step), sampler, self.reward, self.params, self.algo,
-                             batch_size=self.batch_size, ref=self.ref, credit=self.cfg.env.credit)
+                             batch_size=self.batch_size, ref=self.ref, credit=self.cfg.env.credit, teacher=self.teacher)
+
+    def logprobs_on_pool(self, call, completions) -> torch.Tensor:
+        """(N, T) log-probs of `completions`, sharded over the inference pool: call(worker, shard) -> ref."""
+        workers = self.workers["inference"]
+        parts = shards(len(completions), len(workers))
+        calls = [lambda j=j, a=a, b=b: call(workers[j], completions[a:b]) for j, (a, b) in enumerate(parts)]
+        refs = [c() for c in calls]
+        self.inject_kill("inference", getattr(self.collecting, "step", None))
+        outs = [self.get("inference", j, refs[j], calls[j])["logp"] for j in range(len(parts))]
+        out = torch.zeros(len(completions), max(o.shape[1] for o in outs))  # (N, T)
+        for (a, b), o in zip(parts, outs):
+            out[a:b, : o.shape[1]] = o
+        return out
 
     def _drop_ahead(self) -> None:
         if not self.ahead:
