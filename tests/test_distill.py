@@ -30,10 +30,10 @@ def test_distill_advantages_by_hand():
 def test_a_student_moves_toward_its_teacher_and_bad_teachers_are_config_errors(tiny_overrides, tmp_path, capsys):
     """Distilling alone from a teacher of the same tokenizer (a tiny model of other weights): the
     reverse KL of the student's samples to it falls; a teacher that does not load, of another
-    tokenizer, or on Ray is refused before the first step with the key named."""
+    tokenizer is refused before the first step with the key named."""
     save_tiny(tmp_path / "teacher", hidden=32, layers=2, heads=2, seed=7)
     overrides = [*tiny_overrides, "train.steps=12", "train.lr=2e-3", f"algo.distill.teacher={tmp_path / 'teacher'}",
-                 "algo.distill.rewards=false"]
+                 "algo.distill.rewards=false", "alerts.reward_collapse_frac=0"]  # a random teacher: reward falls
     assert main(["train", *overrides]) == 0
     run = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("run.dir="))
     rows = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
@@ -50,8 +50,6 @@ def test_a_student_moves_toward_its_teacher_and_bad_teachers_are_config_errors(t
         assert "algo.distill.teacher" in err and message in err, err
     from rlvr.config import load_config
     from rlvr.configlib import ConfigError
-    with pytest.raises(ConfigError, match="algo.distill.teacher: distillation on Ray"):
-        load_config(None, ["algo.distill.teacher=x", "deploy.backend=ray"])
     with pytest.raises(ConfigError, match="algo.distill.coef: must be > 0"):
         load_config(None, ["algo.distill.coef=0"])
 
