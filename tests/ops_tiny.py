@@ -12,6 +12,8 @@ OPS_TINY = [
     "sft.steps=80", "sft.batch_size=16", "sft.examples=1000", "sft.lr=1e-2", "sft.warmup=20", "sft.teacher_error=0.0",
     "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=32",
     "eval.n=8", "eval.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false",
+    # every group trains and at the temperature set: the tests time and check one step's batch as sampled
+    "algo.filter_zero_std=false", "rollout.auto_temperature.when=never",
 ]
 
 

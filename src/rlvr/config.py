@@ -201,6 +201,28 @@ class SpeculativeConfig:
 
 
 @dataclass
+class AutoTemperatureConfig:
+    """Raise the sampling temperature before RL until enough groups carry signal (rlvr.train.temperature)."""
+    when: Literal["cold_start", "always", "never"] = "cold_start"
+    """'cold_start': when RL starts from a cold-start checkpoint (`rlvr sft`, or the one `rlvr train` makes),
+    whose policy is sharp enough that many groups score alike; 'always'; 'never': rollout.temperature as set."""
+    target: float = 0.4
+    """Fraction of groups whose rules' rewards differ (reward variance) to reach. rollout.temperature is
+    measured first, then each higher one in steps of `step` up to `max`; the first that reaches the target
+    is used, else the one with the most groups with variance."""
+    step: float = 0.1
+    max: float = 1.5
+    prompts: int = 32
+    """Training problems sampled rollout.group_size times at each temperature measured."""
+
+    def __post_init__(self) -> None:
+        require(0 < self.target <= 1, "target", f"must be in (0, 1], got {self.target}")
+        require(self.step > 0, "step", f"must be > 0, got {self.step}")
+        require(self.max > 0, "max", f"must be > 0, got {self.max}")
+        require(self.prompts >= 1, "prompts", f"must be >= 1, got {self.prompts}")
+
+
+@dataclass
 class RolloutConfig:
     engine: Literal["hf", "loop", "vllm"] = "hf"
     """What samples the completions (rlvr.rollout): 'hf', transformers' generate; 'loop', rlvr's decode
@@ -220,6 +242,8 @@ class RolloutConfig:
     group_size: int = 8
     """G: completions sampled per prompt."""
     temperature: float = 1.0
+    """The sampling temperature (the lowest that rollout.auto_temperature measures)."""
+    auto_temperature: AutoTemperatureConfig = field(default_factory=AutoTemperatureConfig)
     top_p: float = 1.0
     max_new_tokens: int = 48
 
@@ -280,9 +304,11 @@ class AlgoConfig:
     kl_in_reward: bool = False
     """Fold beta * sum of per-token KL into each completion's reward before advantages (RLOO/PPO-RLHF
     style) instead of adding it to the loss; algo.kl_estimator picks the estimator (k1 is usual here)."""
-    filter_zero_std: bool = False
+    filter_zero_std: bool = True
     """Dynamic sampling (DAPO): drop groups whose rewards are all equal and sample more prompts
-    until rollout.batch_size groups with signal are collected (at most algo.max_extra_rounds more)."""
+    until rollout.batch_size groups with signal are collected (at most algo.max_extra_rounds more).
+    On by default: every update sees a full batch of groups with signal (the default run holds on
+    every seed with it, docs/benchmarks.md); false trains on every group sampled, as GRPO's paper."""
     max_extra_rounds: int = 3
     """Extra sampling rounds per step for algo.filter_zero_std; a batch still short after them
     trains on the groups it has and logs the shortfall."""

@@ -45,6 +45,7 @@ from rlvr.train.sft import base_model_path, describe, run_sft, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
 from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, sync_weights
+from rlvr.train.temperature import auto_temperature
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
 
 
@@ -300,7 +301,12 @@ def train(cfg: Config, ui: RunConsole | None = None,
         torch.set_num_threads(threads)
     run = None
     try:
+        picked = None
+        if make_source is None:  # (the Ray driver picks the temperature before its actors take the config)
+            cfg, picked = auto_temperature(cfg, ui, functools.partial(starting_point, cfg, RunConsole(False)), par)
         run, state = open_run(cfg, ui, make_source, par)
+        if picked is not None:
+            run.log.event("temperature_picked", **picked)
         return _train(run, state)
     except SystemExit as exc:  # a run that did not complete never exits 0, whoever called sys.exit
         raise RunFailed(f"sys.exit({exc.code!r}) was called by user code run in the trainer's process (a reward "

@@ -231,6 +231,30 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
     return out
 
 
+def group_signal(engine: RolloutEngine, problems: list[Problem], reward, params: SamplingParams,
+                 algo: AlgoConfig) -> tuple[float, float]:
+    """Sample each problem G times and score the completions as a step does: the fraction of groups
+    whose rewards differ (the groups an update learns from) and the mean reward."""
+    g = params.group_size
+    samples = _sample_round(engine, _Fixed(problems), reward, params, len(problems),
+                            {"time/rollout_s": 0.0, "time/reward_s": 0.0}, Parallel())
+    flat = zero_variance_groups(task_rewards(samples, algo, params.max_new_tokens, g), g)  # (M,)
+    return 1.0 - float(flat.float().mean()), float(samples.rewards.mean())
+
+
+@dataclass
+class _Fixed:
+    """A sampler over a given list of problems."""
+
+    problems: list[Problem]
+    position: int = 0
+
+    def take(self, n: int) -> list[Problem]:
+        out = self.problems[self.position: self.position + n]
+        self.position += n
+        return out
+
+
 def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times: dict[str, float],
            credit: str = "trajectory", weights: dict[str, float] | None = None,
            learned: dict[str, float] | None = None) -> StepBatch:

@@ -16,10 +16,14 @@ checkpoint (ckpt.resume=auto), up to deploy.trainer_restarts times.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 
 from rlvr.config import Config, ConfigError
+from rlvr.console import RunConsole
+from rlvr.train.grpo import starting_point
+from rlvr.train.temperature import auto_temperature
 
 _MISSING = "deploy.backend=ray needs Ray: pip install 'rlvr[ray]' (or pip install 'ray>=2.30')"
 
@@ -51,7 +55,8 @@ def run(cfg: Config) -> dict:
     from rlvr.deploy.ray import actors
     from rlvr.deploy.ray.pools import Placement, required
 
-    cfg = resolved(cfg)
+    cfg, picked = auto_temperature(resolved(cfg), RunConsole(cfg.run.progress),
+                                   functools.partial(starting_point, cfg, RunConsole(False)))
     d = cfg.deploy
     used = modules(cfg)
     own_cluster = not ray.is_initialized()
@@ -77,7 +82,7 @@ def run(cfg: Config) -> dict:
                 extra = (workers["reward"],) if m == "rollout" and cfg.env.tools else ()
                 workers[m] = [remote.options(**placement.options(m, j)).remote(cfg, threads(m), *extra)
                               for j in range(d.pools[m].replicas)]
-        pending: list[dict] = []
+        pending: list[dict] = [{"kind": "temperature_picked", **picked}] if picked else []
         run_cfg = cfg
         for attempt in range(d.trainer_restarts + 1):
             trainers = [actors.actor_class(actors.TrainerActor, 0).options(
