@@ -37,10 +37,13 @@ def test_the_gpu_split_and_what_does_not_fit(tmp_path, capsys):
             "train.micro_batch_size=1", "--prompt-len", "512", "--decode-tps", "2000", "--train-tflops", "300"]
     out = tmp_path / "plan.json"
     assert main(["plan", *base, "--cluster", "nodes=2,gpus=8,gpu_gb=80", "--json", str(out)]) == 0
-    split = json.loads(out.read_text())["split"]
+    written = json.loads(out.read_text())
+    split, times = written["split"], written["times"]
     assert split["fits"] and split["rollout_gpus"] + split["trainer_gpus"] + split["inference_gpus"] == 16
     assert split["trainer_rank_gb"] <= 80 and split["rollout_gpu_gb"] <= 80
     assert "split of 16 GPUs" in capsys.readouterr().out
+    # dynamic sampling (the default): up to 1 + algo.max_extra_rounds rounds of sampling a step
+    assert written["settings"]["sampling_rounds_max"] == 4 and times["rollout_worst_s"] == pytest.approx(4 * times["rollout_s"])
     assert main(["plan", *base, "--cluster", "nodes=1,gpus=2,gpu_gb=24", "--json", str(out)]) == 0
     split = json.loads(out.read_text())["split"]
     assert not split["fits"] and "GiB" in split["why"]

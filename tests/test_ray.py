@@ -30,6 +30,7 @@ TINY = [
     "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24", "train.steps=3",
     "eval.n=8", "eval.every=0", "ckpt.every=1", "train.threads=1", "run.progress=false",
     "log.tensorboard=false", "log.report=false",
+    "algo.filter_zero_std=false",  # every group sampled trains: the tests count a step's groups as sampled
 ]
 
 
@@ -327,6 +328,10 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     assert train(load_config(None, TINY + [f"run.dir={tmp_path / 'embedded'}", *common]))["status"] == "completed"
     embedded = [r["distill/reverse_kl"] for r in rows(tmp_path / "embedded", "metrics") if "reward/mean" in r]
     assert [r["distill/reverse_kl"] for r in steps] == pytest.approx(embedded, rel=1e-5) and embedded[0] != 0
+    # the temperature measured from the cold start: by the driver before the pools, as the embedded run does
+    picked = [[e["temperature"] for e in rows(d, "events") if e["kind"] == "temperature_picked"]
+              for d in (driver / "run", tmp_path / "embedded")]
+    assert picked[0] == picked[1] and len(picked[0]) == 1, picked
     assert all(r["actor/kl"] >= 0 and r["reward/invalid_frac"] == 0 for r in steps)
     # the learned reward, scored on the inference pool beside the reference, and compared with the verifier
     assert all(r["reward/rm/failed"] == 0 and r["reward/rm/std"] > 0 and "reward/rm/raw_mean" in r for r in steps)

@@ -214,8 +214,11 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     flops = {"rollout": 2 * p * generated, "update": 6 * p * tokens * t.ppo_epochs,
              "logprob_passes": 2 * (p * passes + (teacher_params or 0)) * tokens}
     times = {}
+    rounds_max = 1 + a.max_extra_rounds if a.filter_zero_std else 1  # dynamic sampling's refills, at most
     if decode_tps:
         times["rollout_s"] = generated / decode_tps
+        if rounds_max > 1:  # every round at most one batch of prompts
+            times["rollout_worst_s"] = rounds_max * times["rollout_s"]
     if train_tflops:
         times["train_s"] = (flops["update"] + flops["logprob_passes"]) / (train_tflops * 1e12)
     result = {
@@ -223,7 +226,8 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
         "settings": {"dtype": m.dtype, "strategy": t.strategy, "trainer_ranks": n, "lora": m.lora.enabled,
                      "prompt_len": prompt, "max_new_tokens": r.max_new_tokens, "group_size": r.group_size,
                      "prompts_per_step": r.batch_size, "micro_batch": micro, "gradient_checkpointing": m.gradient_checkpointing,
-                     "backend": cfg.deploy.backend, "rollout_engine": r.engine, "rollout_replicas": replicas},
+                     "backend": cfg.deploy.backend, "rollout_engine": r.engine, "rollout_replicas": replicas,
+                     "sampling_rounds_max": rounds_max},
         "pools": out_pools, "embedded_process_gb": embedded_gb,
         "rollout_weights_gb": p * (2 if m.dtype == "bfloat16" or r.vllm.dtype == "bfloat16" else 4) / GB,
         "tokens_per_step": tokens, "generated_per_step": generated, "flops_per_step": flops, "times": times,

@@ -29,7 +29,7 @@ from rlvr.models import load_policy
 from rlvr.rewards import build_reward
 from rlvr.rollout import build_engine, sampling_params
 from rlvr.tasks import ProblemSampler, build_task
-from rlvr.train.parallel import Parallel
+from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import sft_info
 from rlvr.train.step import group_signal
 
@@ -74,7 +74,7 @@ class PolicyProbe:
     generate) and scored by the rules (learned reward components are not loaded for it)."""
 
     def __init__(self, cfg: Config, start_path: Path) -> None:
-        model, tokenizer = load_policy(cfg.model, start_path)
+        model, tokenizer = load_policy(cfg.model, start_path, device=train_device(cfg.train.device))
         self.cfg = cfg
         self.problems = ProblemSampler(build_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(
             cfg.rollout.auto_temperature.prompts)
