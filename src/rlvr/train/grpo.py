@@ -41,7 +41,7 @@ from rlvr.stats import paired_report
 from rlvr.tasks import build_task
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
-from rlvr.train.sft import base_model_path, describe, run_sft, sft_info
+from rlvr.train.sft import base_model_path, describe, run_sft, sft_cache_path, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
 from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, sync_weights
@@ -59,7 +59,8 @@ def starting_point(cfg: Config, ui: RunConsole) -> Path:
         return Path(cfg.model.init_from)
     if cfg.sft.steps == 0:
         return base_model_path(cfg)
-    ui.print(f"cold-start SFT: {cfg.sft.steps} steps (cached after the first run)")
+    if not (sft_cache_path(cfg) / "sft.json").exists():  # (a cached one: the banner names it)
+        ui.print(f"cold-start SFT: {cfg.sft.steps} steps (cached after the first run)")
     path = run_sft(cfg)
     if path is None:
         ui.print("cold-start SFT skipped: no training record carries a worked solution (a `solution` field, or "
@@ -303,7 +304,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
     try:
         picked = None
         if make_source is None:  # (the Ray driver picks the temperature before its actors take the config)
-            cfg, picked = auto_temperature(cfg, ui, functools.partial(starting_point, cfg, RunConsole(False)), par)
+            cfg, picked = auto_temperature(cfg, ui, functools.partial(starting_point, cfg, ui), par)
         run, state = open_run(cfg, ui, make_source, par)
         if picked is not None:
             run.log.event("temperature_picked", **picked)

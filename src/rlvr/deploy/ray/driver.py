@@ -55,8 +55,8 @@ def run(cfg: Config) -> dict:
     from rlvr.deploy.ray import actors
     from rlvr.deploy.ray.pools import Placement, required
 
-    cfg, picked = auto_temperature(resolved(cfg), RunConsole(cfg.run.progress),
-                                   functools.partial(starting_point, cfg, RunConsole(False)))
+    console = RunConsole(cfg.run.progress)
+    cfg, picked = auto_temperature(resolved(cfg), console, functools.partial(starting_point, cfg, console))
     d = cfg.deploy
     used = modules(cfg)
     own_cluster = not ray.is_initialized()
