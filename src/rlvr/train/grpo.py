@@ -302,10 +302,11 @@ def train(cfg: Config, ui: RunConsole | None = None,
         torch.set_num_threads(threads)
     run = None
     try:
-        picked = None
+        picked, t_start = None, time.time()
         if make_source is None:  # (the Ray driver picks the temperature before its actors take the config)
             cfg, picked = auto_temperature(cfg, ui, functools.partial(starting_point, cfg, ui), par)
         run, state = open_run(cfg, ui, make_source, par)
+        run.t_start = t_start  # the run's wall time counts the cold start and the measurement too
         if picked is not None:
             run.log.event("temperature_picked", **picked)
         return _train(run, state)
