@@ -2,13 +2,13 @@
 test), Breakout's mean episode return against a random policy's, rising over training, and the
 inverted pendulum's held-out returns before and after against a random policy's on the same seeds.
 
-    .venv/bin/python bench/bench_envs.py [--tasks tool_arithmetic,frozenlake,breakout,inverted_pendulum] [--json bench/envs_results.json]
+    .venv/bin/python bench/bench_envs.py [--tasks tool_arithmetic,frozenlake,breakout,breakout_long,inverted_pendulum] [--json bench/envs_results.json]
 
 Each task is a plain `rlvr train --config configs/<task>.yaml` in a fresh interpreter (its cold start
 included, cached under .cache/sft like any run); the figures come from its run directory:
 summary.json's eval_before/eval_after/eval_change (exact McNemar on the same held-out problems), and
 for Breakout metrics.jsonl's rollout/episode_return_mean per step, plotted with the random policy's
-mean return over the same episodes (one ball, env.max_turns turns) as bench/breakout_return.png. For
+mean return over the same episodes (one ball, env.max_turns turns) as bench/<task>_return.png. For
 the pendulum, eval.jsonl's per-episode returns (greedy, held-out seeds) at the first and last
 evaluation and a uniformly random force's on the same seeds, paired (sign-flip test), and the
 sampled return per step as bench/inverted_pendulum_return.png.
@@ -98,8 +98,9 @@ def pendulum_figures(run_dir: Path, metrics: list[dict]) -> dict:
     return out
 
 
-def plot_breakout(metrics: list[dict], baseline: float, path: Path) -> None:
-    plot_returns(metrics, baseline, path, "Breakout from RAM: the tiny model, one ball per episode", "bricks per episode")
+def plot_breakout(metrics: list[dict], baseline: float, path: Path, turns: int) -> None:
+    plot_returns(metrics, baseline, path, f"Breakout from RAM: the tiny model, one ball, {turns} turns",
+                 "bricks per episode")
 
 
 def plot_returns(metrics: list[dict], baseline: float, path: Path, title: str, ylabel: str) -> None:
@@ -135,15 +136,15 @@ def main() -> None:
     for task in args.tasks.split(","):
         res = train(task, args.overrides)
         metrics = res.pop("metrics")
-        if task == "breakout":
+        if task.startswith("breakout"):
             from rlvr.config import load_config
-            turns = load_config(ROOT / "configs" / "breakout.yaml").env.max_turns
+            turns = load_config(ROOT / "configs" / f"{task}.yaml").env.max_turns
             rand = random_breakout(64, turns)
             res["random_return_mean"] = sum(rand) / len(rand)
             curve = [m["rollout/episode_return_mean"] for m in metrics if "rollout/episode_return_mean" in m]
             res["return_first10"] = sum(curve[:10]) / max(1, len(curve[:10]))
             res["return_last10"] = sum(curve[-10:]) / max(1, len(curve[-10:]))
-            plot_breakout(metrics, res["random_return_mean"], ROOT / "bench" / "breakout_return.png")
+            plot_breakout(metrics, res["random_return_mean"], ROOT / "bench" / f"{task}_return.png", turns)
         elif task == "inverted_pendulum":
             res.update(pendulum_figures(Path(res["run_dir"]), metrics))
         else:
