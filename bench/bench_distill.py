@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP_TIMES = ("time/rollout_s", "time/reward_s", "time/ref_s", "time/teacher_s", "time/update_s", "time/weight_sync_s")
+STEP_TIMES = ("time/rollout_s", "time/reward_s", "time/ref_s", "time/teacher_s", "time/update_s", "sync/seconds")
 
 
 def train(run_dir: Path, cache: Path, extra: list[str]) -> list[dict]:

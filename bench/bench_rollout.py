@@ -112,7 +112,7 @@ def bench_steps(args) -> list[dict]:
         out.append({"engine": engine, "steps": len(rows),
                     "step_s": round(sum(r["perf/step_s"] for r in rows) / len(rows), 3),
                     "rollout_s": round(sum(r["time/rollout_s"] for r in rows) / len(rows), 3),
-                    "weight_sync_s": round(sum(r.get("time/weight_sync_s", 0.0) for r in rows) / len(rows), 4),
+                    "weight_sync_s": round(sum(r.get("sync/seconds", 0.0) for r in rows) / len(rows), 4),
                     "logprob_diff_max": max((r.get("rollout/logprob_diff_max", 0.0) for r in rows), default=0.0)})
     return out
 

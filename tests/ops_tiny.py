@@ -23,9 +23,9 @@ def sft_cache(tmp_path_factory) -> Path:
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without wall-clock keys (time/, perf/): what must match between two runs."""
+    """metrics.jsonl without wall-clock keys (time/, perf/, sync/seconds): what must match between two runs."""
     rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))} for r in rows]
 
 
 def events(run_dir: Path, kind: str | None = None) -> list[dict]:

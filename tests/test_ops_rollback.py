@@ -76,6 +76,7 @@ def test_a_restored_trainer_reloads_the_engine_whatever_version_it_holds(monkeyp
 
     class Engine:
         version, loads = 0, []
+        sync_method, sync_dtype = "shared", None
 
         def load_weights(self, named_tensors, version):
             self.loads.append(version)
@@ -91,3 +92,27 @@ def test_a_restored_trainer_reloads_the_engine_whatever_version_it_holds(monkeyp
     assert engine.loads == [2, 2]
     source.collect(model, source.sampler, 4)  # and the schedule goes on: step 4 is not due
     assert engine.loads == [2, 2]
+
+
+def test_a_corrupted_weight_sync_alerts_and_rolls_back(overrides, tmp_path, monkeypatch):
+    # an engine with weights of its own (as vLLM, FSDP or a Ray worker has): the load of policy
+    # version 3 changes one value; the checksum catches it, and the run goes back to step 2
+    import copy
+
+    from rlvr.train import grpo
+    from test_weight_sync import corrupting
+
+    build = grpo.build_engine
+    monkeypatch.setattr(grpo, "build_engine", lambda rollout, model, *a, **k: corrupting(
+        build(rollout, copy.deepcopy(model), *a, **k), at_version=3))
+    run = tmp_path / "run"
+    summary = _train_here(overrides + ["train.steps=5", "ckpt.every=2", "ckpt.keep=0", "log.report=false"])
+    assert summary["status"] == "completed" and summary["rollbacks"] == 1
+    (alert,) = [e for e in events(run, "alert") if e["rule"] == "weight_sync"]
+    assert alert["step"] == 4 and alert["severity"] == "critical"
+    (rollback,) = events(run, "rollback")
+    assert (rollback["step"], rollback["to_step"], rollback["rule"]) == (4, 2, "weight_sync")
+    rows = {r["step"]: r for r in metric_rows(run) if "reward/mean" in r}
+    assert sorted(rows) == [1, 2, 3, 4, 5]
+    assert all(rows[s]["sync/method"] == "copy" and rows[s]["sync/bytes"] > 0 for s in range(2, 6))
+    assert sum(r.get("sync/checksum_mismatch", 0) for r in rows.values()) == 0  # the corrupted step: rolled back

@@ -128,11 +128,14 @@ def test_sync_ray_reproduces_embedded_metrics(ray_sync, sft_dir, tmp_path):
     compared = 0
     for ra, rb in zip(a, b):
         for key, value in ra.items():
-            if key.startswith(("time/", "perf/")) or key not in rb:
+            if key.startswith(("time/", "perf/", "sync/")) or key not in rb:  # sync/: shared against shipped
                 continue
             assert rb[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (ra["step"], key)
             compared += 1
     assert compared > 50
+    shipped = [r for r in b if "reward/mean" in r]  # every step's weights through the object store, checked
+    assert shipped and all(r["sync/method"] == "object_store" and r["sync/checksum_mismatch"] == 0 for r in shipped)
+    assert all(r["sync/bytes"] > 0 and r["sync/seconds"] > 0 for r in shipped)
     assert any(r.get("actor/kl", 0) > 0 for r in b) and any(r.get("reward/std", 0) > 0 for r in b)
     assert all(r["perf/staleness_max"] == 0 for r in b if "perf/staleness_max" in r)
 

@@ -82,13 +82,23 @@ def test_after_an_update_greedy_output_equals_transformers(engine, tiny_dir):
             p.add_(torch.randn_like(p) * 0.05)
     greedy = SamplingParams(greedy=True, max_new_tokens=12)
     before = [c.token_ids for c in engine.generate(PROBLEMS, greedy)]
-    sync_s = sync_weights(engine, model, version=1, step=2)
-    assert sync_s > 0 and engine.version == 1
+    synced = sync_weights(engine, model, version=1, step=2)
+    assert synced.seconds > 0 and engine.version == 1 and synced.method == "vllm_reload"
+    assert synced.bytes == sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    assert synced.mismatch == 0  # vLLM's fused, padded layout sums as the trainer's weights
     after = engine.generate(PROBLEMS, greedy)
     expected = HFEngine(model, tok).generate(PROBLEMS, greedy)
     assert [c.token_ids for c in after] == [c.token_ids for c in expected] != before
     assert all(c.policy_version == 1 for c in after)
-    assert sync_weights(engine, model, version=1, step=3) == 0.0  # holds that version already
+    assert sync_weights(engine, model, version=1, step=3) is None  # holds that version already
+    held = engine.weights_checksum()
+    engine.llm.collective_rpc(_corrupt_one_value)  # a synced tensor corrupted where vLLM holds it
+    assert engine.weights_checksum() != held
+
+
+def _corrupt_one_value(worker) -> None:
+    with torch.no_grad():
+        next(worker.model_runner.model.parameters()).view(-1)[7] += 1.0
 
 
 def test_a_weight_sync_that_hangs_fails_naming_the_step(engine, tiny_dir, monkeypatch):
@@ -148,8 +158,8 @@ def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(t
     assert len(steps) == 5
     for r in steps:
         assert r["rollout/logprob_diff_max"] < 1e-3, r["rollout/logprob_diff_max"]
-        assert abs(r["rollout/engine_kl"]) < 1e-4 and "time/weight_sync_s" in r
-    assert sum(r["time/weight_sync_s"] > 0 for r in steps) >= 4  # steps 2-5 load the weights of the update before
+        assert abs(r["rollout/engine_kl"]) < 1e-4 and r.get("sync/checksum_mismatch", 0) == 0
+    assert sum(r.get("sync/seconds", 0) > 0 and r.get("sync/bytes", 0) > 0 for r in steps) >= 4  # steps 2-5 load the update before
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert samples
 

@@ -149,10 +149,12 @@ def _activation_bytes(shape: Shape, tokens: int, act_bytes: int, checkpointing: 
 
 def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, ranks: int | None = None,
          decode_tps: float | None = None, train_tflops: float | None = None,
-         reward_params: dict[str, int] | None = None, teacher_params: int | None = None) -> dict:
+         reward_params: dict[str, int] | None = None, teacher_params: int | None = None,
+         sync_gbps: float | None = None) -> dict:
     """The plan as plain data: per pool its memory terms (GiB), and the step's tokens, FLOPs, time
     and GPU split. ranks: trainer ranks (default: train.world_size, the trainer pool's replicas, 1).
-    teacher_params: the algo.distill teacher's parameters (its weights and one log-prob pass a step)."""
+    teacher_params: the algo.distill teacher's parameters (its weights and one log-prob pass a step).
+    sync_gbps: GB/s of a weight sync (trainer to rollout engine), for its time a step."""
     t, r, a, m = cfg.train, cfg.rollout, cfg.algo, cfg.model
     prompt = prompt_len or cfg.data.max_prompt_tokens
     seq = prompt + r.max_new_tokens
@@ -221,6 +223,9 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
             times["rollout_worst_s"] = rounds_max * times["rollout_s"]
     if train_tflops:
         times["train_s"] = (flops["update"] + flops["logprob_passes"]) / (train_tflops * 1e12)
+    sync = weight_sync(cfg, p)
+    if sync_gbps and sync["bytes"]:  # a sync every rollout.sync_every steps
+        times["sync_s"] = sync["bytes"] / (sync_gbps * 1e9) / r.sync_every
     result = {
         "model": {**asdict(shape), "params": p, "trainable_params": trainable},
         "settings": {"dtype": m.dtype, "strategy": t.strategy, "trainer_ranks": n, "lora": m.lora.enabled,
@@ -231,6 +236,7 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
         "pools": out_pools, "embedded_process_gb": embedded_gb,
         "rollout_weights_gb": p * (2 if m.dtype == "bfloat16" or r.vllm.dtype == "bfloat16" else 4) / GB,
         "tokens_per_step": tokens, "generated_per_step": generated, "flops_per_step": flops, "times": times,
+        "sync": sync,
         # per scorer: the math verifier's worker processes and the sandbox's programs at once, one core each
         "sandbox": {"cpus": (cfg.reward.math.workers + cfg.reward.code.max_parallel) * scorers,
                     "memory_gb": cfg.reward.code.total_memory_mb * scorers / 1024},
@@ -238,6 +244,20 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     }
     result["split"] = split_gpus(result, cluster)
     return result
+
+
+def weight_sync(cfg, params: int) -> dict:
+    """How the trainer's weights reach the rollout engine (rlvr.rollout.sync's methods) and the bytes
+    each sync moves: nothing when an in-process engine samples with the trainer's own tensors."""
+    r = cfg.rollout
+    if cfg.deploy.backend == "ray":
+        method = "object_store"
+    elif r.engine == "vllm":
+        method = "vllm_reload"
+    else:  # hf, loop: the policy's own tensors, unless they are sharded (a full copy to load)
+        method = "copy" if cfg.train.strategy == "fsdp" else "shared"
+    size = 2 if cfg.model.dtype == "bfloat16" else 4
+    return {"method": method, "bytes": 0 if method == "shared" else params * size, "every_steps": r.sync_every}
 
 
 def split_gpus(result: dict, cluster: Cluster) -> dict:

@@ -29,14 +29,17 @@ def add_arguments(parser) -> None:
                                                           "(per node; default: this machine, no GPU)")
     parser.add_argument("--decode-tps", type=float, metavar="X", help="rollout tokens/s of one rollout device")
     parser.add_argument("--train-tflops", type=float, metavar="Y", help="sustained TFLOP/s of one training device")
-    parser.add_argument("--measured", metavar="RUN_DIR", help="take both throughputs from a run's metrics")
+    parser.add_argument("--sync-gbps", type=float, metavar="Z", help="GB/s of a weight sync, trainer to rollout engine")
+    parser.add_argument("--measured", metavar="RUN_DIR", help="take the throughputs (and the weight sync's GB/s, "
+                                                              "if it moved any) from a run's metrics")
     parser.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
     add_config_arguments(parser)
 
 
-def measured_throughputs(run_dir: str, plan_fn) -> tuple[float, float]:
-    """(decode tokens/s, training TFLOP/s) from a run's metrics: the medians of perf/rollout_tok_s and
-    of the update's FLOPs (rlvr.plan, with the run's own settings) over time/update_s."""
+def measured_throughputs(run_dir: str, plan_fn) -> tuple[float, float, float | None]:
+    """(decode tokens/s, training TFLOP/s, weight sync GB/s) from a run's metrics: the medians of
+    perf/rollout_tok_s, of the update's FLOPs (rlvr.plan, with the run's own settings) over
+    time/update_s, and of sync/bytes over sync/seconds (None: no sync moved bytes)."""
     from rlvr.runlog import read_jsonl
 
     path = Path(run_dir) / "metrics.jsonl"
@@ -48,8 +51,10 @@ def measured_throughputs(run_dir: str, plan_fn) -> tuple[float, float]:
     tokens = [r.get("rollout/len_mean", 0) for r in rows]
     plan = plan_fn(statistics.median(tokens))
     update_flops = plan["flops_per_step"]["update"] + plan["flops_per_step"]["logprob_passes"]
+    syncs = [r["sync/bytes"] / r["sync/seconds"] / 1e9 for r in rows if r.get("sync/bytes") and r.get("sync/seconds")]
     return (statistics.median(r["perf/rollout_tok_s"] for r in rows),
-            update_flops / statistics.median(r["time/update_s"] for r in rows) / 1e12)
+            update_flops / statistics.median(r["time/update_s"] for r in rows) / 1e12,
+            statistics.median(syncs) if syncs else None)
 
 
 def run(args) -> int:
@@ -71,15 +76,16 @@ def run(args) -> int:
         from rlvr.inference.reference import teacher_path
         teacher = shape_of(teacher_path(cfg)).params
     kwargs = dict(prompt_len=args.prompt_len, ranks=args.ranks, reward_params=reward_params, teacher_params=teacher)
-    decode, tflops = args.decode_tps, args.train_tflops
+    decode, tflops, sync = args.decode_tps, args.train_tflops, args.sync_gbps
     if args.measured:
         import dataclasses
 
         def with_lengths(mean_len: float) -> dict:  # the update's FLOPs at the run's mean completion length
             r = dataclasses.replace(cfg.rollout, max_new_tokens=max(1, round(mean_len)))
             return plan(dataclasses.replace(cfg, rollout=r), shape, cluster, **kwargs)
-        decode, tflops = measured_throughputs(args.measured, with_lengths)
-    result = plan(cfg, shape, cluster, decode_tps=decode, train_tflops=tflops, **kwargs)
+        decode, tflops, measured_sync = measured_throughputs(args.measured, with_lengths)
+        sync = sync or measured_sync
+    result = plan(cfg, shape, cluster, decode_tps=decode, train_tflops=tflops, sync_gbps=sync, **kwargs)
     print_plan(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
@@ -111,6 +117,9 @@ def print_plan(p: dict) -> None:
                   f"TFLOPs rollout {f['rollout'] / 1e12:.2f}, update {f['update'] / 1e12:.2f}, "
                   f"log-prob passes {f['logprob_passes'] / 1e12:.2f}; sandbox {p['sandbox']['cpus']} CPUs, "
                   f"{p['sandbox']['memory_gb']:.1f} GiB")
+    w = p["sync"]
+    console.print(f"weight sync: {w['method']}, " + (f"{w['bytes'] / 2**20:,.1f} MiB every {w['every_steps']} step(s)"
+                                                       if w["bytes"] else "nothing moved (the trainer's own tensors)"))
     t = p["times"]
     if t:
         console.print("time on one device: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in t.items()))

@@ -25,7 +25,7 @@ from rlvr.ops.config import AlertsConfig
 MIN_HISTORY = 2  # steps of history before a reward or format level counts as "recent"
 MIN_HISTORY_THROUGHPUT = 5  # the first steps are warm-up (compilation, caches, worker start)
 RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "stuck_source", "zero_std", "invalid",
-         "eval_decline", "throughput", "reward_agreement")
+         "eval_decline", "throughput", "reward_agreement", "weight_sync")
 
 
 @dataclass
@@ -116,6 +116,13 @@ class AlertRules:
         return a < floor, a, (f"reward components disagree: reward/agreement/mean {a:+.2f} below "
                               f"alerts.reward_agreement_min={floor:+.2f} for {self.cfg.patience} steps{worst}")
 
+    def _weight_sync(self, m: dict[str, Any]):
+        bad = _num(m, "sync/checksum_mismatch")
+        if bad is None:
+            return None  # no sync this step
+        return bad > 0, bad, (f"the weights a rollout engine holds after the sync ({m.get('sync/method')}) differ from "
+                              f"the trainer's (checksum, rlvr.rollout.sync): it would sample with weights that are not the policy's")
+
     def _eval_decline(self, m: dict[str, Any]):
         acc = _num(m, "eval/accuracy")
         if acc is None or not self.cfg.eval_drops:
@@ -143,7 +150,7 @@ class AlertRules:
         conditions = {"nonfinite": self._nonfinite, "kl": self._kl, "reward_collapse": self._reward_collapse,
                       "format_errors": self._format_errors, "zero_std": self._zero_std, "invalid": self._invalid,
                       "throughput": self._throughput, "eval_decline": self._eval_decline,
-                      "reward_agreement": self._reward_agreement}
+                      "reward_agreement": self._reward_agreement, "weight_sync": self._weight_sync}
         alerts = []
         for rule, condition in conditions.items():
             outcome = condition(metrics)

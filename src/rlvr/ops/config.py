@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from rlvr.configlib import require
 
-ROLLBACK_RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "reward_agreement")
+ROLLBACK_RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "weight_sync", "reward_agreement")
 
 
 @dataclass
@@ -60,9 +60,9 @@ class AlertsConfig:
 class RollbackConfig:
     enabled: bool = True
     """Restore the last good checkpoint when a rollback rule fires, instead of training on."""
-    rules: list[str] = field(default_factory=lambda: list(ROLLBACK_RULES[:4]))
+    rules: list[str] = field(default_factory=lambda: list(ROLLBACK_RULES[:5]))
     """Alert rules that trigger a rollback: any of 'nonfinite', 'kl', 'reward_collapse', 'format_errors',
-    'reward_agreement'."""
+    'weight_sync' (a rollout engine's weights differ from the trainer's after a sync), 'reward_agreement'."""
     lr_factor: float = 0.5
     """Multiply the learning rate by this after each rollback."""
     max_retries: int = 3

@@ -60,6 +60,7 @@ def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, be
                  ["reward/agreement/mean", *sorted(k for k in keys if k.startswith("reward/agreement/") and "_vs_" in k)],
                  "Spearman rho"),
         PlotSpec("throughput", "Rollout throughput", ["perf/rollout_tok_s"], "tokens / s"),
+        PlotSpec("sync", "Weight sync, trainer to rollout engine", ["sync/seconds"], "seconds"),
         PlotSpec("loss", "Policy loss and gradient norm", ["actor/loss", "actor/grad_norm"], ""),
     ]
     if len(sources) > 1:

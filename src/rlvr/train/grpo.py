@@ -44,7 +44,7 @@ from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, describe, run_sft, sft_cache_path, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
-from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, sync_weights
+from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, Synced, sync_weights
 from rlvr.train.temperature import auto_temperature
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
 
@@ -74,7 +74,7 @@ def starting_point(cfg: Config, ui: RunConsole) -> Path:
 
 @dataclass
 class Run:
-    """What a run fixes at its start; the steps read it and never change it."""
+    """What a run fixes at its start; the steps read it and never change it (but eval_sync)."""
 
     cfg: Config
     ui: RunConsole
@@ -94,11 +94,15 @@ class Run:
     rollout_model: Any
     """The full weights the engines sample with: the policy itself, or under FSDP the rank's
     unsharded copy that every sync overwrites."""
+    eval_sync: Synced | None = None
+    """The sync an evaluation made, reported by the next step (which then holds those weights)."""
 
     def evaluate(self, state: TrainerState, problems: list[Problem]) -> dict[str, float]:
         """Greedy accuracy of the current weights (an engine with weights of its own gets them first);
         in a trainer group rank 0 evaluates and every rank gets its figures."""
-        sync_weights(self.engine, state.model, state.step, state.step, self.par)
+        synced = sync_weights(self.engine, state.model, state.step, state.step, self.par)
+        if synced is not None:  # the next step samples with these weights: it reports their sync
+            self.eval_sync = synced
         result = evaluate(self.engine, problems, self.reward, max_new_tokens=self.cfg.rollout.max_new_tokens,
                           batch_size=self.cfg.eval.batch_size) if self.par.main else None
         if self.par.main:  # eval.jsonl: every evaluation's per-problem outcomes, for paired tests
@@ -270,6 +274,9 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     memory = {k: max(v) for k, v in _columns(run.par.gather([peak_memory()])).items()}  # the largest rank's
     metrics = {**batch.metrics, **(anchor.metrics if anchor else {}), **actor, "actor/lr": lr,
                "time/update_s": time.time() - t_update, "perf/step_s": time.time() - t0, **memory}
+    if run.eval_sync is not None:
+        run.eval_sync.add_to(metrics)
+        run.eval_sync = None
     # every rank acts on rank 0's figures (alerts, rollbacks, the monitor): they decide the same
     return batch, run.par.broadcast(metrics)
 

@@ -41,6 +41,7 @@ from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.rollout.engine import WeightSyncError
+from rlvr.rollout.sync import SyncMeter, tied_names
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 from rlvr.train.parallel import Parallel
 from rlvr.train.trajectories import TrainView, split_by_turn, training_view
@@ -336,20 +337,46 @@ def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams
     return _Samples([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
 
+@dataclass(frozen=True)
+class Synced:
+    """What one weight sync cost and whether it arrived (rlvr.rollout.sync)."""
+
+    seconds: float
+    bytes: int
+    method: str
+    """The engine's sync_method: 'shared', 'copy', 'vllm_reload', 'object_store'."""
+    mismatch: int = 0
+    """Engines whose weights' checksum differs from the trainer's (a critical alert: rollback)."""
+
+    def add_to(self, metrics: dict) -> None:
+        """Add this sync's figures to a step's metrics (summed with a sync already there: an
+        evaluation engine's and the rollout engine's)."""
+        for key, value in (("sync/seconds", self.seconds), ("sync/bytes", float(self.bytes)),
+                           ("sync/checksum_mismatch", float(self.mismatch))):
+            metrics[key] = metrics.get(key, 0.0) + value
+        metrics.setdefault("sync/method", self.method)
+
+
 def sync_weights(engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None, *,
-                 force: bool = False) -> float:
+                 force: bool = False) -> Synced | None:
     """Load `model`'s weights into `engine` as policy `version` unless it holds them (force: whatever
-    version it says it holds: after a rollback a number comes again with other weights); seconds
-    taken. A sharded model's weights are gathered one tensor at a time on their way (every rank
-    syncs). A failed or timed-out load raises naming the step."""
+    version it says it holds: after a rollback a number comes again with other weights); None when
+    nothing was loaded. A sharded model's weights are gathered one tensor at a time on their way
+    (every rank syncs). The checksum of what went is compared with what the engine holds after it
+    ('shared' tensors are the trainer's own: nothing to compare). A failed or timed-out load raises
+    naming the step."""
     if engine.version == version and not force:
-        return 0.0
+        return None
     t0 = time.time()
+    meter = SyncMeter(engine.sync_dtype, tied_names(model))
     try:
-        engine.load_weights((par or Parallel()).full_weights(model), version)
+        engine.load_weights(meter.count((par or Parallel()).full_weights(model)), version)
     except Exception as exc:
         raise WeightSyncError(f"step {step}: {exc}") from exc
-    return time.time() - t0
+    seconds = time.time() - t0
+    if engine.sync_method == "shared":
+        return Synced(seconds, 0, "shared")
+    return Synced(seconds, meter.bytes, engine.sync_method, int(engine.weights_checksum() != meter.checksum))
 
 
 class BatchSource(Protocol):
@@ -403,16 +430,17 @@ class LocalBatches:
                    credit=cfg.env.credit, teacher=teacher)
 
     def collect(self, model, sampler, step: int) -> StepBatch:
-        sync_s = 0.0
+        synced = None
         # a resume or rollback restores the trainer with a new sampler: the engine's weights (of any
         # version number) may be the abandoned ones, so they are loaded at once, whatever sync_every says
         restored = self.sampler is not None and sampler is not self.sampler
         self.sampler = sampler
         if restored or (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
-            sync_s = sync_weights(self.engine, model, step - 1, step, self.par, force=restored)
+            synced = sync_weights(self.engine, model, step - 1, step, self.par, force=restored)
         batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
                               ref=self.ref, par=self.par, credit=self.credit, teacher=self.teacher)
-        batch.metrics["time/weight_sync_s"] = sync_s
+        if synced is not None:
+            synced.add_to(batch.metrics)
         if self.speculative is not None:
             self._watch_speculation(batch, step)
         if getattr(self.engine, "sleep_level", 0):  # vLLM on the trainer's GPU: its memory goes to the update
@@ -442,11 +470,16 @@ class _GatheredWeights:
     the shards one tensor at a time while it iterates, so no rank holds more than one full tensor."""
 
     def __init__(self, par: Parallel, model) -> None:
+        self.model = model
         self.it = par.full_weights(model)  # a collective per tensor: every rank must walk it to the end
         self.seconds = 0.0
 
     def state_dict(self) -> "_GatheredWeights":
         return self
+
+    def named_parameters(self, **kwargs):
+        """The policy's parameter names (module structure only: no gather), for rlvr.rollout.sync.tied_names."""
+        return self.model.named_parameters(**kwargs)
 
     def items(self):
         while True:

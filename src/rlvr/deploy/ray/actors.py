@@ -19,7 +19,7 @@ import torch
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.shipping import Shipped, materialize
-from rlvr.deploy.ray.sync import WeightHandle, fetch_weights
+from rlvr.deploy.ray.sync import WeightHandle, load_published
 from rlvr.kernels import keep_freed_memory
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import SamplingParams
@@ -103,15 +103,16 @@ class RolloutWorker(Placed):
         if speculate is False and hasattr(self.engine, "without_speculation") and not self.plain:
             self.engine.without_speculation()  # the trainer's fallback: acceptance stayed too low
             self.plain = True
+        loaded = None
         if self.publication != weights.publication:  # a version number may come again after a rollback
-            self.engine.load_weights(fetch_weights(weights).items(), weights.version)
+            loaded = load_published(self.engine, weights)
             self.publication = weights.publication
         if rng.get("state") is not None:
             torch.set_rng_state(rng["state"])
         else:
             torch.manual_seed(rng["seed"])
         completions = self.engine.generate(problems, params, group_offset=group_offset)
-        return _reply(t0, completions=completions, rng_state=torch.get_rng_state(),
+        return _reply(t0, completions=completions, rng_state=torch.get_rng_state(), weights_loaded=loaded,
                       speculative=dict(getattr(self.engine, "speculative_stats", {}) or {}))
 
     def check_speculation(self, start: Shipped, problems: Sequence[Problem], params: SamplingParams) -> dict:

@@ -36,8 +36,9 @@ from rlvr.deploy.ray.shipping import Shipped, ship
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import RewardResult
 from rlvr.rollout import sampling_params
+from rlvr.rollout.sync import tied_names
 from rlvr.train.parallel import train_device
-from rlvr.train.step import StepBatch, collect_batch
+from rlvr.train.step import StepBatch, Synced, collect_batch
 
 MODULES = ("rollout", "reward", "inference")
 
@@ -154,10 +155,18 @@ class RemoteEngine:
     def __init__(self, source: "RayBatchSource", handle: WeightHandle | None, step: int) -> None:
         self.source, self.handle, self.step = source, handle, step  # handle None: nothing published yet
         self.version = None if handle is None else handle.version
+        self.loads: list[dict] = []
+        """The workers' loads of published weights while this engine sampled (load_published's replies)."""
 
-    def load_weights(self, named_tensors, version: int) -> None:
-        self.handle = self.source.publisher.publish(named_tensors, version)
+    sync_method = "object_store"
+    sync_dtype = None  # each worker checks its own engine's dtype (load_published)
+
+    def load_weights(self, named_tensors, version: int, tied: frozenset[str] = frozenset()) -> None:
+        self.handle = self.source.publisher.publish(named_tensors, version, tied)
         self.version = version
+
+    def weights_checksum(self) -> None:
+        return None  # known when the workers load them: load_published
 
     def generate(self, problems, params, *, group_offset: int = 0):
         src = self.source
@@ -175,6 +184,7 @@ class RemoteEngine:
         outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
         if exact:
             torch.set_rng_state(outs[0]["rng_state"])
+        self.loads += [out["weights_loaded"] for out in outs if out.get("weights_loaded")]
         stats = [out["speculative"] for out in outs if out.get("speculative")]
         if stats:  # draft acceptance: the mean over the replicas that sampled speculatively
             with src.lock:
@@ -284,9 +294,12 @@ class RayBatchSource:
             self._drop_ahead()  # batches sampled ahead came from the abandoned policy and data order
             self.sampler = sampler
         engine = RemoteEngine(self, self.publisher.handle, step)
+        published_s = 0.0
         if restored or self.publisher.version is None or (
                 (step - 1) % self.cfg.rollout.sync_every == 0 and self.publisher.version != version):
-            engine.load_weights(model.state_dict().items(), version)  # rollout.sync_every; a rollback republishes
+            t0 = time.time()  # rollout.sync_every; a rollback republishes
+            engine.load_weights(model.state_dict().items(), version, tied_names(model))
+            published_s = time.time() - t0
         handle = engine.handle
         dropped = 0
         if self.executor is None:
@@ -301,6 +314,8 @@ class RayBatchSource:
             if dropped and not batch.completions:  # nothing fresh enough: sample this step again, now
                 batch = self._collect(sampler, step, handle)
         batch.metrics.update(self._perf(batch, version, dropped, t_enter))
+        if published_s:
+            Synced(published_s, handle.bytes, engine.sync_method).add_to(batch.metrics)
         self._watch_speculation(batch, step)
         if not self.placed:  # once every pool has loaded its model: where each actor's weights are
             self._log_placement(step)
@@ -321,8 +336,13 @@ class RayBatchSource:
 
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
         self.collecting.step = step
-        return collect_batch(RemoteEngine(self, handle, step), sampler, self.reward, self.params, self.algo,
-                             batch_size=self.batch_size, ref=self.ref, credit=self.cfg.env.credit, teacher=self.teacher)
+        engine = RemoteEngine(self, handle, step)
+        batch = collect_batch(engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
+                              ref=self.ref, credit=self.cfg.env.credit, teacher=self.teacher)
+        if engine.loads:  # the slowest worker's load; a worker whose checksum check failed is a mismatch
+            Synced(max(w["load_s"] for w in engine.loads), 0, engine.sync_method,
+                   sum(not w["checksum_ok"] for w in engine.loads)).add_to(batch.metrics)
+        return batch
 
     def logprobs_on_pool(self, call, completions) -> torch.Tensor:
         """(N, T) log-probs of `completions`, sharded over the inference pool: call(worker, shard) -> ref."""

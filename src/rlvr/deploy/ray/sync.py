@@ -3,15 +3,19 @@
 The transport is named in the handle so a worker can dispatch on it: 'object_store' (CPU state
 dict in Ray's object store, works everywhere) is the one implemented; a GPU path (NCCL broadcast
 or CUDA IPC handles) adds a transport here without changing the callers: `publish` on the
-trainer, `WeightHandle` through the call, `fetch_weights` on the worker into its engine's `load_weights`.
+trainer, `WeightHandle` through the call, `load_published` on the worker into its engine's
+`load_weights`, checked against the trainer's checksum (rlvr.rollout.sync).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+
+from rlvr.rollout.sync import SyncMeter, checksum
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,11 @@ class WeightHandle:
     publication: int = 0
     """Which publication of the trainer's this is (a counter): after a rollback the same version
     number comes again with other weights, so workers compare publications, never versions."""
+    checksum: int = 0
+    """rlvr.rollout.sync's checksum of the weights as published (each tensor as it is, tied ones once)."""
+    tied: frozenset[str] = frozenset()
+    """Names that share another's storage in the trainer's model (left out of checksums)."""
+    bytes: int = 0
 
 
 class WeightPublisher:
@@ -40,16 +49,18 @@ class WeightPublisher:
     def version(self) -> int | None:
         return None if self.handle is None else self.handle.version
 
-    def publish(self, named_tensors, version: int) -> WeightHandle:
+    def publish(self, named_tensors, version: int, tied: frozenset[str] = frozenset()) -> WeightHandle:
         """Put a CPU copy of the weights ((parameter name, tensor) pairs) in the object store as
         `version`, one object per tensor as they come: the trainer holds one tensor's copy at a time,
         so weights gathered from shards one tensor at a time are never whole in its memory."""
         names, refs = [], []
-        for name, tensor in named_tensors:
+        meter = SyncMeter(skip=tied)
+        for name, tensor in meter.count(named_tensors):
             names.append(name)
             refs.append(ray.put(tensor.detach().to("cpu", copy=True)))
         self.publications += 1
-        self.handle = WeightHandle(version, refs, tuple(names), publication=self.publications)
+        self.handle = WeightHandle(version, refs, tuple(names), publication=self.publications,
+                                   checksum=meter.checksum, tied=tied, bytes=meter.bytes)
         return self.handle
 
 
@@ -59,3 +70,15 @@ def fetch_weights(handle: WeightHandle) -> dict:
         raise ValueError(f"weight transport {handle.transport!r} is unknown; this build ships 'object_store' "
                          "(CPU); NCCL/CUDA-IPC transports plug in here")
     return dict(zip(handle.names, ray.get(handle.refs), strict=True))
+
+
+def load_published(engine, handle: WeightHandle) -> dict:
+    """Worker side: fetch the published weights into `engine` and check them twice: what arrived
+    against the trainer's checksum, and what the engine holds after loading against what arrived
+    (in the dtype it holds). {'load_s', 'checksum_ok'} for the trainer's sync metrics."""
+    t0 = time.time()
+    weights = fetch_weights(handle)
+    engine.load_weights(weights.items(), handle.version)
+    kept = [t for name, t in weights.items() if name not in handle.tied]
+    ok = checksum(kept) == handle.checksum and engine.weights_checksum() == checksum(kept, engine.sync_dtype)
+    return {"load_s": time.time() - t0, "checksum_ok": ok}
