@@ -190,8 +190,11 @@ class Checkpointer:
     """Saves checkpoints of one run: atomic, verified, retained, optionally in the background."""
 
     def __init__(self, root: Path, *, config_hash: str, keep: int, keep_best: str | None = None,
-                 best_mode: str = "max", async_write: bool = False):
+                 best_mode: str = "max", async_write: bool = False,
+                 on_saved: Callable[[Path], None] | None = None):
+        """on_saved(path): after each checkpoint is written and retention has run (rlvr.storage's upload)."""
         self.root = Path(root)
+        self.on_saved = on_saved
         self.config_hash, self.keep, self.keep_best, self.best_mode = config_hash, keep, keep_best, best_mode
         self.async_write = async_write
         self._thread: threading.Thread | None = None
@@ -211,7 +214,7 @@ class Checkpointer:
         state_bytes = _state_bytes(trainer_state)
         if not self.async_write:
             self.last = _write(self.root, step, lambda p: _save_model(model, tokenizer, p, None), state_bytes, extra)
-            retain(self.root, self.keep, self.keep_best, self.best_mode)
+            self._saved()
             return
         self.wait()  # one write in flight: a slow disk slows the loop down rather than piling up copies
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -220,12 +223,17 @@ class Checkpointer:
             try:
                 self.last = _write(self.root, step, lambda p: _save_model(model, tokenizer, p, weights),
                                    state_bytes, extra)
-                retain(self.root, self.keep, self.keep_best, self.best_mode)
+                self._saved()
             except BaseException as exc:  # re-raised on the training thread by wait()
                 self._error = exc
 
         self._thread = threading.Thread(target=work, name=f"checkpoint-{step}", daemon=True)
         self._thread.start()
+
+    def _saved(self) -> None:
+        retain(self.root, self.keep, self.keep_best, self.best_mode)
+        if self.on_saved is not None:
+            self.on_saved(self.last.path)
 
     def wait(self) -> None:
         """Block until the write in flight is on disk; raise its error, if any."""
@@ -295,28 +303,44 @@ def open_checkpoint(path: Path) -> Checkpoint:
     return Checkpoint(path, json.loads((path / MANIFEST).read_text())["step"])
 
 
-def _score(path: Path, metric: str) -> float | None:
+def manifest_score(text: str, metric: str) -> float | None:
+    """The keep_best score a manifest's text records for `metric` (None: none, or unreadable)."""
     try:
-        value = json.loads((path / MANIFEST).read_text()).get("score", {}).get(metric)
-    except (OSError, ValueError):
+        value = json.loads(text).get("score", {}).get(metric)
+    except ValueError:
         return None
     return value if isinstance(value, (int, float)) else None
 
 
-def retain(root: Path, keep: int, keep_best: str | None = None, best_mode: str = "max") -> None:
-    """Delete all but the newest `keep` checkpoints and the best one by `keep_best`."""
+def retained(names: list[str], manifest_text: Callable[[str], str], keep: int, keep_best: str | None = None,
+             best_mode: str = "max") -> set[str]:
+    """Of checkpoint names (oldest first), those retention keeps: the newest `keep` and the best by
+    `keep_best` (read from each manifest's text); all of them when keep <= 0."""
     if keep <= 0:
-        return
-    paths = list_checkpoints(root)
-    kept = set(paths[-keep:])
+        return set(names)
+    kept = set(names[-keep:])
     if keep_best:
-        scored = [(s, p) for p in paths if (s := _score(p, keep_best)) is not None]
+        scored = [(s, n) for n in names if (s := manifest_score(manifest_text(n), keep_best)) is not None]
         if scored:
             pick = max if best_mode == "max" else min
-            kept.add(pick(scored, key=lambda sp: (sp[0], sp[1].name))[1])
-    for old in paths:
-        if old not in kept:
-            shutil.rmtree(old, ignore_errors=True)
+            kept.add(pick(scored, key=lambda sn: (sn[0], sn[1]))[1])
+    return kept
+
+
+def retain(root: Path, keep: int, keep_best: str | None = None, best_mode: str = "max") -> None:
+    """Delete all but the newest `keep` checkpoints and the best one by `keep_best`."""
+    paths = {p.name: p for p in list_checkpoints(root)}
+
+    def text(name: str) -> str:
+        try:
+            return (paths[name] / MANIFEST).read_text()
+        except OSError:
+            return ""
+
+    kept = retained(list(paths), text, keep, keep_best, best_mode)
+    for name, path in paths.items():
+        if name not in kept:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def resume_point(setting: str | None, root: Path) -> tuple[Checkpoint | None, list[str]]:

@@ -21,6 +21,7 @@ from rlvr.envs.config import EnvConfig, check_env
 from rlvr.ops.config import ROLLBACK_RULES, AlertsConfig, RollbackConfig
 from rlvr.rewards.config import RewardConfig
 from rlvr.serve.config import ServeConfig
+from rlvr.urls import cache_dir, is_url
 
 __all__ = ["DEPLOY_MODULES", "ROLLBACK_RULES", "AlertsConfig", "Config", "ConfigError", "DeployConfig", "PoolConfig",
            "RollbackConfig", "load_config"]
@@ -29,7 +30,8 @@ __all__ = ["DEPLOY_MODULES", "ROLLBACK_RULES", "AlertsConfig", "Config", "Config
 @dataclass
 class RunConfig:
     dir: str | None = None
-    """Run directory; default runs/<name>."""
+    """Run directory; default runs/<name>. A URL (s3://bucket/run, gs://, file://: fsspec) keeps the run
+    there, the local disk only its cache (rlvr.storage)."""
     name: str = "default"
     progress: bool = True
     """Live progress bar and summary table on the console."""
@@ -533,6 +535,9 @@ class LogConfig:
 class DebugConfig:
     inject_nan_at_step: int = 0
     """Fault injection: make the loss NaN at this step (once), to see rollback work (0 = off)."""
+    kill_during_upload_at_step: int = 0
+    """Fault injection: with run.dir a URL, kill -9 this process while the checkpoint of this step is
+    being uploaded (after its first file), to see a resume skip the uncommitted upload (0 = off)."""
 
 
 @dataclass
@@ -577,6 +582,14 @@ class Config:
                 "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
+        require(not is_url(self.run.dir) or (self.deploy.backend == "embedded" and self.train.strategy == "single"),
+                "run.dir", f"{self.run.dir}: a run directory at a URL is built for the embedded single-process trainer; "
+                "a Ray or FSDP run needs a local (or shared) path for now")
+        for key, value in (("sft.cache_dir", self.sft.cache_dir), ("ckpt.resume", self.ckpt.resume)):
+            require(not is_url(value), key, f"{value}: a URL here is not built yet (run.dir and model.name take "
+                    "URLs); give a local path")
+        require(not self.debug.kill_during_upload_at_step or is_url(self.run.dir), "debug.kill_during_upload_at_step",
+                "kills the run while it uploads a checkpoint to run.dir's URL: run.dir is a local path here")
         require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges
                 or self.algo.distill.teacher, "deploy.kill_inference_at_step", "there is no inference pool to kill a "
                 "worker of: it runs only with algo.beta > 0, learned rewards or a distillation teacher")
@@ -627,6 +640,9 @@ class Config:
 
     @property
     def run_dir(self) -> Path:
+        """Where the run writes: run.dir, runs/<name>, or for a URL its local cache (rlvr.storage)."""
+        if is_url(self.run.dir):
+            return cache_dir(self.run.dir, ".cache/runs")
         return Path(self.run.dir or Path("runs") / self.run.name)
 
     def to_dict(self) -> dict:

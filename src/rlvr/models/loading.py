@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.models.gguf import PACKAGED, ModelNotFound, dequantize_gguf, packaged_gguf
+from rlvr.urls import fetch_dir, is_url
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -18,6 +19,8 @@ def resolve_model(mcfg) -> str:
     'smollm2' and GGUF files are dequantized once into `model.cache_dir` (see rlvr.models.gguf).
     """
     name = mcfg.name
+    if is_url(name):  # an exported model at s3://, gs://, ...: downloaded once
+        return _fetched(name, mcfg.cache_dir)
     if _is_path(name) and not Path(name).exists():
         raise ModelNotFound(f"model.name: {name!r}: no such directory or file. Give a Hugging Face model "
                             f"directory, a .gguf file, a hub id, or a packaged model ({', '.join(PACKAGED)})")
@@ -26,6 +29,13 @@ def resolve_model(mcfg) -> str:
     if mcfg.gguf_file or name.endswith(".gguf"):
         return str(dequantize_gguf(name, mcfg.gguf_file, cache_dir=mcfg.cache_dir))
     return name
+
+
+def _fetched(url: str, cache: str) -> str:
+    try:
+        return str(fetch_dir(url, cache))
+    except FileNotFoundError as exc:
+        raise ModelNotFound(f"model {exc}; give the URL of a Hugging Face model directory (an export: <run.dir>/model)") from None
 
 
 def _is_path(name: str) -> bool:
@@ -39,6 +49,8 @@ def local_path(path: str) -> str:
     (so loading never touches the network), else the hub id itself."""
     if Path(path).is_dir():
         return path
+    if is_url(path):
+        return _fetched(path, ".cache/urls")
     if _is_path(path):
         raise ModelNotFound(f"model {path!r}: no such directory. Give a Hugging Face model directory "
                             f"(e.g. runs/<name>/model), a hub id, or a packaged model ({', '.join(PACKAGED)})")

@@ -38,6 +38,7 @@ from rlvr.envs import env_components
 from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
+from rlvr.storage import RunStore
 from rlvr.tasks import build_task
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
@@ -94,6 +95,8 @@ class Run:
     rollout_model: Any
     """The full weights the engines sample with: the policy itself, or under FSDP the rank's
     unsharded copy that every sync overwrites."""
+    store: RunStore | None = None
+    """run.dir at a URL: where the local run directory is mirrored (rlvr.storage)."""
     eval_sync: Synced | None = None
     """The sync an evaluation made, reported by the next step (which then holds those weights)."""
 
@@ -169,7 +172,10 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     others log under <run dir>/ranks/)."""
     par = par or Parallel()
     t_start = time.time()
+    store = RunStore.of(cfg)  # run.dir at a URL: the local run directory is its cache
+    uploads_cut = store.pull() if store is not None and cfg.ckpt.resume else []
     resume, unusable = resume_point(cfg.ckpt.resume, cfg.run_dir / "checkpoints")
+    unusable = uploads_cut + unusable
     resume_step = resume.step if resume else None
     if par.main:
         log = RunLog(cfg.run_dir, cfg.to_dict(), sinks=build_sinks(cfg, cfg.run_dir, resume_step=resume_step, ui=ui),
@@ -216,9 +222,10 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
                      best_mode=cfg.ckpt.best_mode)
     checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, **retention) if par.sharded
-                    else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write, **retention))
+                    else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write,
+                                      on_saved=store.push_checkpoint if store else None, **retention))
     run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
-              source, update_settings(cfg), checkpointer, start_path, t_start, par, model)
+              source, update_settings(cfg), checkpointer, start_path, t_start, par, model, store)
     state = TrainerState.create(cfg, par.shard(policy, offload=cfg.train.offload), task, guard, par)
     if resume:
         state.restore(resume)
@@ -441,6 +448,8 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
         return summary
     if cfg.log.report:
         write_report_safely(cfg.run_dir, run.ui)
+    if run.store is not None:
+        run.store.push()
     if status == "completed":
         run.ui.summary(summary, cfg.run_dir)
     return summary

@@ -1,0 +1,123 @@
+"""A run directory at a URL (fsspec: s3://, gs://, file://, ...), the local disk only its cache.
+
+    store = RunStore.of(cfg)                 # None when run.dir is a local path
+    store.pull()                             # before the run opens: its logs and newest committed checkpoint
+    ...                                      # the run writes into cfg.run_dir, the local cache
+    store.push_checkpoint(path)              # after each checkpoint: its files, then its manifest
+    store.push()                             # at the end: logs, report, the exported model
+
+A checkpoint at the URL counts once its manifest is there, and the manifest goes up last: an upload
+cut short (kill -9, a lost node) leaves a checkpoint without one, which `pull` skips and reports, so
+a resume starts from the newest checkpoint that was committed. After download the manifest's sha256
+sums verify every file, as for a checkpoint written locally (rlvr.checkpoint). Logs are append-only:
+`pull` takes the longer of the local and the remote copy. Credentials and endpoints come from the
+filesystem's own settings (for S3: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+from rlvr.checkpoint import MANIFEST, list_checkpoints, retained, verify
+from rlvr.urls import filesystem, is_url
+
+LOGS = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "eval.jsonl")
+"""The run's files a resume continues (rlvr.runlog), pulled with its checkpoint."""
+
+
+class RunStore:
+    """The run directory `url`, mirrored from the local cache `local`."""
+
+    def __init__(self, url: str, local: Path, *, retention: dict | None = None, kill_at_step: int = 0) -> None:
+        """retention: Checkpointer's keep, keep_best, best_mode (default: keep every checkpoint)."""
+        self.url, self.local = url.rstrip("/"), Path(local)
+        self.fs, self.path = filesystem(self.url)
+        self.retention = retention or {"keep": 0}
+        self.kill_at_step = kill_at_step
+
+    @classmethod
+    def of(cls, cfg) -> RunStore | None:
+        if not is_url(cfg.run.dir):
+            return None
+        c = cfg.ckpt
+        return cls(cfg.run.dir, cfg.run_dir, retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
+                   kill_at_step=cfg.debug.kill_during_upload_at_step)
+
+    def _remote(self, *parts: str) -> str:
+        return "/".join([self.path.rstrip("/"), *parts])
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def committed(self) -> tuple[list[str], list[str]]:
+        """(checkpoint names at the URL whose manifest is there, oldest first; names without one)."""
+        root = self._remote("checkpoints")
+        self.fs.invalidate_cache(root)  # listings are cached per process; another may have written since
+        if not self.fs.isdir(root):
+            return [], []
+        names = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(root, detail=False))
+        names = [n for n in names if n.startswith("step_") and not n.endswith(".tmp")]
+        done = [n for n in names if self.fs.exists(self._remote("checkpoints", n, MANIFEST))]
+        return done, [n for n in names if n not in done]
+
+    def pull(self) -> list[str]:
+        """Bring the run's logs and its newest committed checkpoint into the local cache (what a
+        resume needs); the checkpoints left out because their upload never finished, as problems."""
+        self.local.mkdir(parents=True, exist_ok=True)
+        self.fs.invalidate_cache(self.path)
+        for name in LOGS:
+            remote = self._remote(name)
+            if self.fs.exists(remote):
+                mine = self.local / name
+                if not mine.exists() or mine.stat().st_size < self.fs.size(remote):
+                    self.fs.get(remote, str(mine))
+        done, partial = self.committed()
+        problems = [f"{self.url}/checkpoints/{n}: no manifest (its upload did not finish)"
+                    for n in partial if int(n.split("_")[1]) > max((int(d.split("_")[1]) for d in done), default=-1)]
+        local = {p.name for p in list_checkpoints(self.local / "checkpoints") if verify(p) is None}
+        if done and done[-1] not in local:
+            final = self.local / "checkpoints" / done[-1]
+            tmp = final.with_name(final.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.fs.get(self._remote("checkpoints", done[-1]) + "/", str(tmp), recursive=True)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        return problems
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def push_checkpoint(self, path: Path) -> None:
+        """Upload a local checkpoint: every file, then its manifest (the commit); then the logs. Then
+        retention at the URL, over the checkpoints there (a resumed run's cache may hold fewer), and
+        older uploads that were never committed are removed."""
+        path = Path(path)
+        step = int(path.name.split("_")[1])
+        remote = self._remote("checkpoints", path.name)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST)
+        for k, f in enumerate(files):
+            self.fs.put_file(str(f), f"{remote}/{f.relative_to(path).as_posix()}")
+            if k == 0 and step == self.kill_at_step:  # debug.kill_during_upload_at_step
+                os.kill(os.getpid(), signal.SIGKILL)
+        self.fs.put_file(str(path / MANIFEST), f"{remote}/{MANIFEST}")
+        self._push_logs()
+        done, partial = self.committed()
+        kept = retained(done, lambda n: self.fs.cat(self._remote("checkpoints", n, MANIFEST)).decode(), **self.retention)
+        for name in [n for n in done if n not in kept] + [n for n in partial if n < path.name]:
+            self.fs.rm(self._remote("checkpoints", name), recursive=True)
+
+    def _push_logs(self) -> None:
+        for name in LOGS:
+            if (self.local / name).exists():
+                self.fs.put_file(str(self.local / name), self._remote(name))
+
+    def push(self) -> None:
+        """Upload everything of the run but its checkpoints (uploaded as they were written)."""
+        for entry in sorted(self.local.iterdir()):
+            if entry.name == "checkpoints":
+                continue
+            if entry.is_dir():
+                self.fs.put(str(entry) + "/", self._remote(entry.name), recursive=True)
+            else:
+                self.fs.put_file(str(entry), self._remote(entry.name))

@@ -1,0 +1,50 @@
+"""Paths given by URL (scheme://...: any fsspec filesystem) and their local copies (rlvr.storage keeps
+a run directory at one)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import fsspec
+
+from rlvr.configlib import ConfigError
+
+
+def is_url(path: str | os.PathLike | None) -> bool:
+    """Whether `path` names a location by URL (s3://, gs://, file://, ...) rather than a local path."""
+    return isinstance(path, str) and "://" in path
+
+
+def cache_dir(url: str, root: str | Path) -> Path:
+    """The local copy of `url` under `root`: one directory per URL."""
+    name = url.rstrip("/").rsplit("/", 1)[-1] or "root"
+    return Path(root) / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, path within it) of `url`; a clear error when its protocol's package is missing."""
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        raise ConfigError(f"{url}: its filesystem needs a package that is not installed ({exc}); for s3:// "
+                          "pip install 'rlvr[storage]'") from None
+
+
+def fetch_dir(url: str, root: str | Path) -> Path:
+    """A directory at a URL (an exported model, say) downloaded once into its local cache."""
+    local = cache_dir(url, root)
+    if (local / ".complete").exists():
+        return local
+    fs, path = filesystem(url)
+    if not fs.isdir(path):
+        raise FileNotFoundError(f"{url}: no such directory")
+    tmp = local.with_name(local.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fs.get(path.rstrip("/") + "/", str(tmp), recursive=True)
+    (tmp / ".complete").touch()
+    shutil.rmtree(local, ignore_errors=True)
+    os.replace(tmp, local)
+    return local

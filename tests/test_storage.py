@@ -1,0 +1,142 @@
+"""A run directory at an s3:// URL (rlvr.storage) against a real S3-compatible server the tests start
+(moto's server mode on 127.0.0.1, its own process): checkpoints committed by their manifest, uploaded last; a kill -9
+mid-upload, then a resume on a machine without the local cache, bit-identical to a run never killed;
+the exported model loads from the URL."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from ops_tiny import OPS_TINY, events, sft_cache
+
+from rlvr.checkpoint import _write, list_checkpoints, verify
+from rlvr.config import load_config
+from rlvr.configlib import ConfigError
+from rlvr.storage import RunStore
+from rlvr.urls import fetch_dir
+
+pytest.importorskip("s3fs")
+if importlib.util.find_spec("moto") is None:  # not imported here: the server runs in its own process
+    pytest.skip("moto is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A bucket on moto's S3 server, in a process of its own on a free port of 127.0.0.1 (in this one
+    its Flask globals would break vLLM's kernel registration in later tests); the environment that
+    reaches it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    deadline = time.time() + 60
+    while True:
+        try:
+            fs.mkdir("runs")
+            break
+        except OSError:
+            if time.time() > deadline or server.poll() is not None:
+                raise
+            time.sleep(0.2)
+    yield env
+    for k, v in saved.items():
+        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    server.kill()
+    server.wait()
+
+
+def fake_checkpoint(root: Path, step: int) -> Path:
+    def write_model(path: Path) -> None:
+        path.mkdir()
+        (path / "weights.bin").write_bytes(bytes([step]) * 1000)
+
+    return _write(root, step, write_model, b"state", {}).path
+
+
+def test_a_checkpoint_counts_at_the_url_only_once_its_manifest_is_there(s3, tmp_path):
+    store = RunStore("s3://runs/unit", tmp_path / "a")
+    for step in (1, 2):
+        store.push_checkpoint(fake_checkpoint(tmp_path / "a" / "checkpoints", step))
+    partial = fake_checkpoint(tmp_path / "a" / "checkpoints", 3)  # cut short: its files, no manifest
+    store.fs.put_file(str(partial / "trainer_state.pt"), store._remote("checkpoints", "step_000003", "trainer_state.pt"))
+    assert store.committed() == (["step_000001", "step_000002"], ["step_000003"])
+
+    fresh = RunStore("s3://runs/unit", tmp_path / "b")  # another machine: nothing cached
+    problems = fresh.pull()
+    assert problems == ["s3://runs/unit/checkpoints/step_000003: no manifest (its upload did not finish)"]
+    (got,) = list_checkpoints(tmp_path / "b" / "checkpoints")
+    assert got.name == "step_000002" and verify(got) is None
+    assert (got / "model" / "weights.bin").read_bytes() == bytes([2]) * 1000
+
+
+def test_other_paths_given_by_url_are_a_config_error():
+    with pytest.raises(ConfigError, match="sft.cache_dir"):
+        load_config(None, ["sft.cache_dir=s3://runs/sft"])
+    with pytest.raises(ConfigError, match="run.dir"):
+        load_config(None, ["run.dir=s3://runs/x", "deploy.backend=ray"])
+
+
+def _train(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlvr.cli", "train", *args], cwd=cwd, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_run_at_an_s3_url_resumes_after_kill_9_mid_upload_bit_identically(s3, tmp_path, tmp_path_factory):
+    common = [*OPS_TINY, "train.steps=4", "ckpt.every=1", "ckpt.keep=2", "log.report=false",
+              f"sft.cache_dir={sft_cache(tmp_path_factory)}"]
+    from rlvr.train.grpo import train
+
+    threads = torch.get_num_threads()
+    try:  # the reference: the same run on a local disk, never killed
+        assert train(load_config(None, [*common, f"run.dir={tmp_path / 'ref'}"]))["status"] == "completed"
+    finally:
+        torch.set_num_threads(threads)
+
+    url = "s3://runs/killed"
+    machine = tmp_path / "machine"  # the working directory: the run's local cache is under its .cache/
+    machine.mkdir()
+    killed = _train([*common, f"run.dir={url}", "debug.kill_during_upload_at_step=3"], machine, s3)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    store = RunStore(url, machine / "unused")
+    assert store.committed() == (["step_000001", "step_000002"], ["step_000003"])
+
+    shutil.rmtree(machine / ".cache" / "runs")  # a new machine: only the URL holds the run
+    resumed = _train([*common, f"run.dir={url}", "ckpt.resume=auto"], machine, s3)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads(store.fs.cat(store._remote("summary.json")))
+    assert summary["status"] == "completed" and summary["steps"] == 4
+    local = machine / load_config(None, [*common, f"run.dir={url}"]).run_dir  # relative, as .cache/sft is
+    assert [e["step"] for e in events(local, "resume")] == [2]
+    assert store.committed() == (["step_000003", "step_000004"], [])  # ckpt.keep=2 at the URL too
+
+    ref = load_safetensors(tmp_path / "ref" / "model")
+    exported = load_safetensors(fetch_dir(f"{url}/model", tmp_path / "fetched"))  # the export, from the URL
+    assert ref.keys() == exported.keys() and all(torch.equal(ref[k], exported[k]) for k in ref)
+    rows = lambda d: [r for r in map(json.loads, (Path(d) / "metrics.jsonl").read_text().splitlines())
+                      if "reward/mean" in r]
+    strip = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))}
+    assert [strip(r) for r in rows(local)] == [strip(r) for r in rows(tmp_path / "ref")]
+
+
+def load_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(Path(model_dir) / "model.safetensors")
