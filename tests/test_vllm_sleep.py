@@ -15,6 +15,7 @@ from rlvr.configlib import ConfigError
 from rlvr.records import Problem
 from rlvr.rollout import SamplingParams, build_engine
 from rlvr.rollout.episodes import SINGLE_TURN
+from rlvr.rollout.sync import checksum
 from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.train.step import LocalBatches
 
@@ -22,8 +23,11 @@ from rlvr.train.step import LocalBatches
 class RecordingLLM:
     """The `vllm.LLM` calls rlvr makes, in order."""
 
+    llm_engine = SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float32))
+
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.weights: list[torch.Tensor] = []
 
     def sleep(self, level: int) -> None:
         self.calls.append(("sleep", level))
@@ -31,7 +35,11 @@ class RecordingLLM:
     def wake_up(self, tags=None) -> None:
         self.calls.append(("wake_up", tuple(tags)))
 
-    def collective_rpc(self, method: str, kwargs: dict) -> None:
+    def collective_rpc(self, method, kwargs: dict | None = None):
+        if callable(method):  # rlvr.rollout.sync's checksum, read back where the weights are held
+            self.calls.append(("checksum",))
+            return [checksum(self.weights)]
+        self.weights = [t for _, t in kwargs["weights_iterator"]]
         self.calls.append((method, tuple(name for name, _ in kwargs["weights_iterator"])))
 
     def reset_prefix_cache(self) -> None:
@@ -119,8 +127,8 @@ def test_the_trainer_puts_the_engine_to_sleep_after_each_rollout(monkeypatch):
     model = torch.nn.Linear(2, 1)
     source = LocalBatches(e, reward=None, ref=None, params=SamplingParams(), algo=None, batch_size=1)
     batch = source.collect(model, sampler=None, step=1)
-    assert [c[0] for c in llm.calls] == ["reload_weights", "reset_prefix_cache", "collect", "sleep"]
-    assert "time/engine_sleep_s" in batch.metrics
+    assert [c[0] for c in llm.calls] == ["reload_weights", "reset_prefix_cache", "checksum", "collect", "sleep"]
+    assert "time/engine_sleep_s" in batch.metrics and batch.metrics["sync/checksum_mismatch"] == 0
 
 
 def test_sleep_mode_is_a_config_error_where_it_cannot_work():
