@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 
 from rlvr.rollout.sync import SyncMeter, tied_names  # noqa: E402
-from rlvr.train.step import sync_weights  # noqa: E402
+from rlvr.train.sync import sync_weights  # noqa: E402
 
 
 def perturb(model) -> None:

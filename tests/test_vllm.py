@@ -24,7 +24,7 @@ from rlvr.rollout import HFEngine, SamplingParams  # noqa: E402
 from rlvr.rollout.speculative import SampleStats, verdict  # noqa: E402
 from rlvr.rollout.vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
 from rlvr.scoring import completion_logprobs  # noqa: E402
-from rlvr.train.step import sync_weights  # noqa: E402
+from rlvr.train.sync import sync_weights  # noqa: E402
 
 PROBLEMS = [Problem(id=str(i), prompt=f"{i}+{i + 3}=") for i in range(4)]
 # vLLM's CPU attention needs a head size of at least 32

@@ -17,7 +17,7 @@ from rlvr.ops.config import AlertsConfig, RollbackConfig
 from rlvr.plan import Cluster, Shape, plan
 from rlvr.rollout import HFEngine
 from rlvr.rollout.sync import checksum, tied_names
-from rlvr.train.step import sync_weights
+from rlvr.train.sync import sync_weights
 
 
 @pytest.fixture(scope="module")

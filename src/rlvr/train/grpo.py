@@ -45,7 +45,8 @@ from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, describe, run_sft, sft_cache_path, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
-from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch, Synced, sync_weights
+from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch
+from rlvr.train.sync import Synced, sync_weights
 from rlvr.train.temperature import auto_temperature
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
 

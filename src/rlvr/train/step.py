@@ -40,10 +40,9 @@ from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
-from rlvr.rollout.engine import WeightSyncError
-from rlvr.rollout.sync import SyncMeter, tied_names
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 from rlvr.train.parallel import Parallel
+from rlvr.train.sync import sync_weights
 from rlvr.train.trajectories import TrainView, split_by_turn, training_view
 
 
@@ -335,48 +334,6 @@ def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams
         return _Samples(per_sample, completions, results)
     rows = par.gather(list(zip(per_sample, completions, results)))  # (problem, completion, result), rank order
     return _Samples([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
-
-
-@dataclass(frozen=True)
-class Synced:
-    """What one weight sync cost and whether it arrived (rlvr.rollout.sync)."""
-
-    seconds: float
-    bytes: int
-    method: str
-    """The engine's sync_method: 'shared', 'copy', 'vllm_reload', 'object_store'."""
-    mismatch: int = 0
-    """Engines whose weights' checksum differs from the trainer's (a critical alert: rollback)."""
-
-    def add_to(self, metrics: dict) -> None:
-        """Add this sync's figures to a step's metrics (summed with a sync already there: an
-        evaluation engine's and the rollout engine's)."""
-        for key, value in (("sync/seconds", self.seconds), ("sync/bytes", float(self.bytes)),
-                           ("sync/checksum_mismatch", float(self.mismatch))):
-            metrics[key] = metrics.get(key, 0.0) + value
-        metrics.setdefault("sync/method", self.method)
-
-
-def sync_weights(engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None, *,
-                 force: bool = False) -> Synced | None:
-    """Load `model`'s weights into `engine` as policy `version` unless it holds them (force: whatever
-    version it says it holds: after a rollback a number comes again with other weights); None when
-    nothing was loaded. A sharded model's weights are gathered one tensor at a time on their way
-    (every rank syncs). The checksum of what went is compared with what the engine holds after it
-    ('shared' tensors are the trainer's own: nothing to compare). A failed or timed-out load raises
-    naming the step."""
-    if engine.version == version and not force:
-        return None
-    t0 = time.time()
-    meter = SyncMeter(engine.sync_dtype, tied_names(model))
-    try:
-        engine.load_weights(meter.count((par or Parallel()).full_weights(model)), version)
-    except Exception as exc:
-        raise WeightSyncError(f"step {step}: {exc}") from exc
-    seconds = time.time() - t0
-    if engine.sync_method == "shared":
-        return Synced(seconds, 0, "shared")
-    return Synced(seconds, meter.bytes, engine.sync_method, int(engine.weights_checksum() != meter.checksum))
 
 
 class BatchSource(Protocol):

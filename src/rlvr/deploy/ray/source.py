@@ -38,7 +38,8 @@ from rlvr.records import RewardResult
 from rlvr.rollout import sampling_params
 from rlvr.rollout.sync import tied_names
 from rlvr.train.parallel import train_device
-from rlvr.train.step import StepBatch, Synced, collect_batch
+from rlvr.train.step import StepBatch, collect_batch
+from rlvr.train.sync import Synced
 
 MODULES = ("rollout", "reward", "inference")
 
