@@ -354,6 +354,8 @@ def test_shipped_files_written_by_several_actors_of_a_node_at_once(cluster, tmp_
     for i in range(20):
         (source / f"shard-{i}.bin").write_bytes(bytes([i]) * 100_000)
     shipped = ship(source)
+    assert materialize(shipped, tmp_path / "cache") == source  # seen here, unchanged: loaded in place
+    source.rename(tmp_path / "elsewhere")  # as on another node
     with ThreadPoolExecutor(8) as pool:  # (a temporary name they shared was renamed away under another writer)
         targets = set(pool.map(lambda _: materialize(shipped, tmp_path / "cache"), range(8)))
     (target,) = targets
@@ -409,6 +411,10 @@ def test_published_weights_are_streamed_one_tensor_at_a_time(cluster, monkeypatc
     got = sync.fetch_weights(handle)
     assert list(got) == ["w0", "w1", "w2", "w3"]
     assert all(torch.equal(got[f"w{i}"], torch.full((3,), float(i))) for i in range(4))
+    # a restarted trainer's publisher: its first publication is not the dead one's first, which the
+    # workers (not restarted) hold; they would keep sampling with those weights
+    again = sync.WeightPublisher().publish(iter([("w0", torch.zeros(3))]), version=7)
+    assert again.publication != handle.publication
 
 
 def test_the_tool_task_runs_on_ray(cluster, tmp_path):

@@ -582,9 +582,6 @@ class Config:
                 "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
-        require(not is_url(self.run.dir) or (self.deploy.backend == "embedded" and self.train.strategy == "single"),
-                "run.dir", f"{self.run.dir}: a run directory at a URL is built for the embedded single-process trainer; "
-                "a Ray or FSDP run needs a local (or shared) path for now")
         for key, value in (("sft.cache_dir", self.sft.cache_dir), ("ckpt.resume", self.ckpt.resume)):
             require(not is_url(value), key, f"{value}: a URL here is not built yet (run.dir and model.name take "
                     "URLs); give a local path")

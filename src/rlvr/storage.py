@@ -29,25 +29,30 @@ LOGS = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "eval.j
 
 
 class RunStore:
-    """The run directory `url`, mirrored from the local cache `local`."""
+    """The run directory `url`, mirrored from the local cache `local`. Rank N > 0 of a trainer group
+    keeps its logs under ranks/rank_N (rlvr.train.grpo.open_run), and mirrors those."""
 
-    def __init__(self, url: str, local: Path, *, retention: dict | None = None, kill_at_step: int = 0) -> None:
+    def __init__(self, url: str, local: Path, *, retention: dict | None = None, kill_at_step: int = 0,
+                 rank: int = 0) -> None:
         """retention: Checkpointer's keep, keep_best, best_mode (default: keep every checkpoint)."""
         self.url, self.local = url.rstrip("/"), Path(local)
         self.fs, self.path = filesystem(self.url)
         self.retention = retention or {"keep": 0}
         self.kill_at_step = kill_at_step
+        self.rank = rank
+        self.logs = "" if rank == 0 else f"ranks/rank_{rank}"
+        """This rank's log directory, relative to the run directory."""
 
     @classmethod
-    def of(cls, cfg) -> RunStore | None:
+    def of(cls, cfg, rank: int = 0) -> RunStore | None:
         if not is_url(cfg.run.dir):
             return None
         c = cfg.ckpt
         return cls(cfg.run.dir, cfg.run_dir, retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
-                   kill_at_step=cfg.debug.kill_during_upload_at_step)
+                   kill_at_step=cfg.debug.kill_during_upload_at_step, rank=rank)
 
     def _remote(self, *parts: str) -> str:
-        return "/".join([self.path.rstrip("/"), *parts])
+        return "/".join([self.path.rstrip("/"), *(p for p in parts if p)])
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -62,20 +67,29 @@ class RunStore:
         done = [n for n in names if self.fs.exists(self._remote("checkpoints", n, MANIFEST))]
         return done, [n for n in names if n not in done]
 
-    def pull(self) -> list[str]:
-        """Bring the run's logs and its newest committed checkpoint into the local cache (what a
-        resume needs); the checkpoints left out because their upload never finished, as problems."""
+    def pull(self, checkpoint: bool = True) -> list[str]:
+        """Bring this rank's logs and (`checkpoint`) the run's newest committed checkpoint into the
+        local cache (what a resume needs); the checkpoints left out because their upload never
+        finished, as problems. Ranks sharing a cache pull one after the other."""
         self.local.mkdir(parents=True, exist_ok=True)
         self.fs.invalidate_cache(self.path)
         for name in LOGS:
-            remote = self._remote(name)
+            remote = self._remote(self.logs, name)
             if self.fs.exists(remote):
-                mine = self.local / name
+                mine = self.local / self.logs / name
                 if not mine.exists() or mine.stat().st_size < self.fs.size(remote):
+                    mine.parent.mkdir(parents=True, exist_ok=True)
                     self.fs.get(remote, str(mine))
+        if not checkpoint:
+            return []
         done, partial = self.committed()
         problems = [f"{self.url}/checkpoints/{n}: no manifest (its upload did not finish)"
                     for n in partial if int(n.split("_")[1]) > max((int(d.split("_")[1]) for d in done), default=-1)]
+        newest = done[-1] if done else ""
+        for p in list_checkpoints(self.local / "checkpoints"):  # the URL is the run: what it never committed
+            if p.name > newest:  # is not resumed from (every rank of a group resumes from the same step)
+                problems.append(f"{p}: not committed at {self.url}")
+                shutil.rmtree(p)
         local = {p.name for p in list_checkpoints(self.local / "checkpoints") if verify(p) is None}
         if done and done[-1] not in local:
             final = self.local / "checkpoints" / done[-1]
@@ -89,35 +103,59 @@ class RunStore:
     # -- writing ----------------------------------------------------------------------------------
 
     def push_checkpoint(self, path: Path) -> None:
-        """Upload a local checkpoint: every file, then its manifest (the commit); then the logs. Then
-        retention at the URL, over the checkpoints there (a resumed run's cache may hold fewer), and
-        older uploads that were never committed are removed."""
+        """Upload a local checkpoint: every file, then its manifest (the commit)."""
         path = Path(path)
-        step = int(path.name.split("_")[1])
-        remote = self._remote("checkpoints", path.name)
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST)
-        for k, f in enumerate(files):
-            self.fs.put_file(str(f), f"{remote}/{f.relative_to(path).as_posix()}")
-            if k == 0 and step == self.kill_at_step:  # debug.kill_during_upload_at_step
+        self.upload(path, [p.relative_to(path).as_posix() for p in sorted(path.rglob("*"))
+                           if p.is_file() and p.name != MANIFEST])
+        self.commit(path)
+
+    def upload(self, path: Path, names: list[str]) -> None:
+        """Upload files of the checkpoint at `path` (a trainer group's ranks each upload their own)."""
+        path = Path(path)
+        remote = self._remote("checkpoints", path.name.removesuffix(".tmp"))
+        for k, name in enumerate(names):
+            self.fs.put_file(str(path / name), f"{remote}/{name}")
+            if k == 0 and _step(path) == self.kill_at_step:  # debug.kill_during_upload_at_step
                 os.kill(os.getpid(), signal.SIGKILL)
-        self.fs.put_file(str(path / MANIFEST), f"{remote}/{MANIFEST}")
+
+    def commit(self, path: Path) -> None:
+        """Upload the manifest of a checkpoint whose files are all at the URL, which commits it; then
+        the logs, retention at the URL over the checkpoints there (a resumed run's cache may hold
+        fewer), and the removal of older uploads that were never committed."""
+        path = Path(path)
+        self.fs.put_file(str(path / MANIFEST), self._remote("checkpoints", path.name, MANIFEST))
         self._push_logs()
         done, partial = self.committed()
         kept = retained(done, lambda n: self.fs.cat(self._remote("checkpoints", n, MANIFEST)).decode(), **self.retention)
         for name in [n for n in done if n not in kept] + [n for n in partial if n < path.name]:
             self.fs.rm(self._remote("checkpoints", name), recursive=True)
 
+    def download(self, name: str, names: list[str], into: Path) -> None:
+        """Files of the checkpoint `name` at the URL into the local directory `into` (a rank on a
+        disk of its own fetches the shards the other ranks wrote)."""
+        for rel in names:
+            (Path(into) / rel).parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(self._remote("checkpoints", name, rel), str(Path(into) / rel))
+
     def _push_logs(self) -> None:
         for name in LOGS:
-            if (self.local / name).exists():
-                self.fs.put_file(str(self.local / name), self._remote(name))
+            if (self.local / self.logs / name).exists():
+                self.fs.put_file(str(self.local / self.logs / name), self._remote(self.logs, name))
 
     def push(self) -> None:
-        """Upload everything of the run but its checkpoints (uploaded as they were written)."""
+        """Upload everything of the run but its checkpoints (uploaded as they were written); each rank
+        N > 0 its own logs."""
+        if self.rank:
+            self.fs.put(str(self.local / self.logs) + "/", self._remote(self.logs), recursive=True)
+            return
         for entry in sorted(self.local.iterdir()):
-            if entry.name == "checkpoints":
+            if entry.name in ("checkpoints", "ranks"):
                 continue
             if entry.is_dir():
                 self.fs.put(str(entry) + "/", self._remote(entry.name), recursive=True)
             else:
                 self.fs.put_file(str(entry), self._remote(entry.name))
+
+
+def _step(path: Path) -> int:
+    return int(Path(path).name.removesuffix(".tmp").split("_")[1])

@@ -24,6 +24,17 @@ def cache_dir(url: str, root: str | Path) -> Path:
     return Path(root) / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
 
 
+def digest_dir(root: str | Path) -> str:
+    """A key for a directory's files: their names, sizes and modification times (cheap: nothing is
+    read; a rewritten file is a new key)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        st = f.stat()
+        digest.update(f"{f.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
 def filesystem(url: str):
     """(fsspec filesystem, path within it) of `url`; a clear error when its protocol's package is missing."""
     try:

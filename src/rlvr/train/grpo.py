@@ -167,14 +167,21 @@ def log_step_events(run: Run, step: int, batch: StepBatch, skipped_updates: int)
 
 
 def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchSource] | None,
-             par: Parallel | None = None) -> tuple[Run, TrainerState]:
+             par: Parallel | None = None, start: Path | None = None) -> tuple[Run, TrainerState]:
     """Run log, cold start, model, task, engine, batch source and the trainer state (resumed, or
     evaluated before RL). par: this rank of a trainer group (rank 0 writes the run directory, the
-    others log under <run dir>/ranks/)."""
+    others log under <run dir>/ranks/). start: the policy RL starts from, resolved by the caller
+    (a Ray trainer: the driver's, shipped to its node); None: `starting_point` here."""
     par = par or Parallel()
     t_start = time.time()
-    store = RunStore.of(cfg)  # run.dir at a URL: the local run directory is its cache
-    uploads_cut = store.pull() if store is not None and cfg.ckpt.resume else []
+    store = RunStore.of(cfg, par.rank)  # run.dir at a URL: the local run directory is its cache
+    uploads_cut = []
+    if store is not None and cfg.ckpt.resume:
+        if not par.main:
+            par.barrier()  # rank 0 pulls first: ranks on one node share the cache
+        uploads_cut = store.pull()
+        if par.main:
+            par.barrier()
     resume, unusable = resume_point(cfg.ckpt.resume, cfg.run_dir / "checkpoints")
     unusable = uploads_cut + unusable
     resume_step = resume.step if resume else None
@@ -190,11 +197,13 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     source = make_source(log) if make_source else None
     if par.sharded and make_source is not None:  # batches from outside the group: rank 0's source serves all
         source = RankZeroBatches(source if par.main else None, par)
-    if not par.main:
-        par.barrier()  # rank 0 runs (or finds cached) the cold start first
-    start_path = starting_point(cfg, ui)
-    if par.main:
-        par.barrier()
+    start_path = start
+    if start_path is None:
+        if not par.main:
+            par.barrier()  # rank 0 runs (or finds cached) the cold start first
+        start_path = starting_point(cfg, ui)
+        if par.main:
+            par.barrier()
     # seeded after the cold start, which draws from the same generators when it is not cached yet:
     # the first run and every later one (SFT cached) sample the same
     seed_everything(cfg.seed, par.rank)
@@ -222,7 +231,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         source = LocalBatches.create(cfg, model, tokenizer, engine, learned, log, par)
     retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
                      best_mode=cfg.ckpt.best_mode)
-    checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, **retention) if par.sharded
+    checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, store=store, **retention) if par.sharded
                     else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write,
                                       on_saved=store.push_checkpoint if store else None, **retention))
     run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
@@ -294,10 +303,11 @@ def _columns(rows: list[dict[str, float]]) -> dict[str, list[float]]:
 
 
 def train(cfg: Config, ui: RunConsole | None = None,
-          make_source: Callable[[RunLog], BatchSource] | None = None) -> dict:
+          make_source: Callable[[RunLog], BatchSource] | None = None, start: Path | None = None) -> dict:
     """Run GRPO as configured; returns the summary (also in <run dir>/summary.json).
     make_source: called with the run log, returns where batches come from (the Ray backend's
-    actors); None samples in this process."""
+    actors); None samples in this process. start: the policy RL starts from when the caller
+    resolved it (the Ray driver); None: the cold start, run or found cached here."""
     device = train_device(cfg.train.device)
     if device.type == "cuda" and cfg.rollout.speculative.method != "none" and cfg.rollout.engine != "vllm":
         from rlvr.configlib import ConfigError
@@ -320,7 +330,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
         picked, t_start = None, time.time()
         if make_source is None:  # (the Ray driver picks the temperature before its actors take the config)
             cfg, picked = auto_temperature(cfg, ui, functools.partial(starting_point, cfg, ui), par)
-        run, state = open_run(cfg, ui, make_source, par)
+        run, state = open_run(cfg, ui, make_source, par, start)
         run.t_start = t_start  # the run's wall time counts the cold start and the measurement too
         if picked is not None:
             run.log.event("temperature_picked", **picked)
@@ -446,6 +456,8 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
     log.summary(summary)
     log.close()
     if not run.par.main:
+        if run.store is not None:
+            run.store.push()  # this rank's logs
         return summary
     if cfg.log.report:
         write_report_safely(cfg.run_dir, run.ui)

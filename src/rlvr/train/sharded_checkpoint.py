@@ -10,7 +10,9 @@
 
 Same guarantees as `rlvr.checkpoint`: written into `step_NNNNNN.tmp/`, fsynced, manifest last,
 renamed into place by rank 0 once every rank is done; a kill at any moment leaves either the
-whole checkpoint or one that fails verification and is skipped.
+whole checkpoint or one that fails verification and is skipped. Ranks on nodes without a shared
+filesystem need run.dir at a URL (rlvr.storage): each uploads its files there, fetches the others'
+(every disk holds the whole checkpoint: a rollback reads it locally) and rank 0 commits it.
 """
 
 from __future__ import annotations
@@ -25,23 +27,25 @@ import torch
 
 from rlvr.checkpoint import (MANIFEST, Checkpoint, Checkpointer, _fsync_dir, _fsync_tree, _sha256, _state_bytes,
                              read_weights, retain, rng_state)
+from rlvr.storage import RunStore
 
 _LOCAL = ("optimizer", "rng")
 """State that lives per rank or in the shards, not in trainer_state.pt."""
 
 
 class ShardedCheckpointer(Checkpointer):
-    """`Checkpointer` for a sharded trainer group: every rank calls `save` and writes its shards."""
+    """`Checkpointer` for a sharded trainer group: every rank calls `save` and writes its shards.
+    store: run.dir at a URL (rlvr.storage), where the ranks upload what they wrote and rank 0 commits."""
 
-    def __init__(self, root: Path, *, par, **kwargs) -> None:
+    def __init__(self, root: Path, *, par, store: RunStore | None = None, **kwargs) -> None:
         super().__init__(root, **kwargs)
-        self.par = par
+        self.par, self.store = par, store
 
     def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
              metrics: dict[str, float] | None = None, optimizer=None) -> None:
-        self.last = save_sharded(self.root, step, model, optimizer, tokenizer, trainer_state, self.par,
-                                 self.manifest_extra(metrics))
-        if self.par.main:
+        self.last, shared = save_sharded(self.root, step, model, optimizer, tokenizer, trainer_state, self.par,
+                                         self.manifest_extra(metrics), self.store)
+        if self.par.main or not shared:  # each disk's copies
             retain(self.root, self.keep, self.keep_best, self.best_mode)
         self.par.barrier()
 
@@ -51,8 +55,11 @@ def is_sharded(path: Path) -> bool:
 
 
 def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_state: dict[str, Any], par,
-                 extra: dict[str, Any]) -> Checkpoint:
-    """Every rank calls this (collective)."""
+                 extra: dict[str, Any], store: RunStore | None = None) -> tuple[Checkpoint, bool]:
+    """Every rank calls this (collective). Returns the checkpoint and whether the ranks share the
+    run directory's disk. Ranks on disks of their own (nodes without a shared filesystem) each
+    upload the files they wrote to `store` and download the others', so every disk ends with the
+    whole checkpoint; rank 0 commits it at the URL once all is there."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -62,6 +69,7 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     par.barrier()
+    tmp.mkdir(parents=True, exist_ok=True)  # a rank on a disk of its own
     weights, optim = get_state_dict(model, optimizer)
     dcp.save({"model": weights, "optim": optim}, checkpoint_id=str(tmp / "dcp"))
     torch.save(rng_state(), tmp / f"rank_{par.rank}.pt")
@@ -72,17 +80,36 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
             model.generation_config.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
     par.barrier()  # every rank's files are written
-    if par.main:
-        files = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-        (tmp / MANIFEST).write_text(json.dumps({"step": step, **extra, "world_size": par.world, "files": files},
-                                               indent=1))
+    seen = par.broadcast(_names(tmp) if par.main else None)
+    mine = {name: _sha256(tmp / name) for name in _names(tmp) if par.main or name not in seen}
+    parts = par.gather([mine])
+    shared = not any(parts[1:])  # every file is where rank 0 sees it
+    if not shared and store is None:
+        raise RuntimeError(f"{root}: the trainer ranks do not share this directory (rank 0 does not see the files "
+                           "other ranks wrote: nodes without a shared filesystem); set run.dir to a URL "
+                           "(s3://bucket/run, ...) so that checkpoints are committed there")
+    files = {name: digest for part in parts for name, digest in part.items()}
+    if store is not None:
+        store.upload(tmp, sorted(mine))
+    par.barrier()  # every file is at the URL
+    if par.main or not shared:
+        if not shared and store is not None:
+            store.download(final.name, sorted(set(files) - set(mine)), tmp)
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, **extra, "world_size": par.world,
+                                                "files": dict(sorted(files.items()))}, indent=1))
         _fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(root)
+    if par.main and store is not None:
+        store.commit(final)
     par.barrier()  # nobody moves on (or resumes) before the checkpoint is in place
-    return Checkpoint(final, step)
+    return Checkpoint(final, step), shared
+
+
+def _names(root: Path) -> list[str]:
+    return [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
 def load_sharded(path: Path, model, optimizer, par) -> dict[str, Any]:

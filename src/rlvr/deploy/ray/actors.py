@@ -73,7 +73,7 @@ class RolloutWorker(Placed):
         self.tool_workers = list(tool_workers)
         self.engine = None
         self.start_key: str | None = None
-        self.publication: int | None = None  # the published weights the engine holds; None: those of start_path
+        self.publication: str | None = None  # the published weights the engine holds; None: those of start_path
         self.plain = False  # speculation switched off by the trainer's fallback
 
     def pid(self) -> int:
@@ -247,6 +247,7 @@ class TrainerActor(Placed):
 
     def __init__(self, threads: int) -> None:
         _set_up(threads)
+        self.weights_device = str(pool_device()[1])
 
     def pid(self) -> int:
         return os.getpid()
@@ -259,23 +260,23 @@ class TrainerActor(Placed):
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def train(self, cfg: Config, workers: dict, pending_events: list[dict], attempt: int, rank: int = 0,
+    def train(self, cfg: Config, start: Shipped, workers: dict, pending_events: list[dict], attempt: int, rank: int = 0,
               world: int = 1, master: tuple[str, int] | None = None) -> dict:
+        """start: the policy RL starts from, shipped by the driver (this node's copy is loaded)."""
         import dataclasses
 
         from rlvr.deploy.ray.source import RayBatchSource
         from rlvr.train.grpo import train
-        placed = pool_device()[1]
-        if cfg.train.device == "auto" and placed.type == "cuda":  # the pool's GPU ('auto' is the CPU otherwise)
+        if cfg.train.device == "auto" and pool_device()[1].type == "cuda":  # the pool's GPU ('auto': the CPU otherwise)
             cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device="cuda"))
-        self.weights_device = str(placed)
         if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows
             # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)
             os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master[0],
                                "MASTER_PORT": str(master[1]), "LOCAL_RANK": "0"})
-        source = RayBatchSource(cfg, workers, pending_events, attempt) if rank == 0 else None
+        start_path = materialize(start)
+        source = RayBatchSource(cfg, workers, pending_events, attempt, start, str(start_path)) if rank == 0 else None
         try:
-            return train(cfg, make_source=source.bind if source else (lambda log: None))
+            return train(cfg, make_source=source.bind if source else (lambda log: None), start=start_path)
         finally:
             if source is not None:
                 source.close()

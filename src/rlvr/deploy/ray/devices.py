@@ -30,13 +30,13 @@ def pool_device() -> tuple[torch.device, torch.device]:
 
 
 class Placed:
-    """What every actor reports of where it runs (`placement()`): the GPUs Ray assigned it, the
-    device it resolved from them, and where its model's weights are."""
+    """What every actor reports of where it runs (`placement()`): its node, the GPUs Ray assigned it,
+    the device it resolved from them, and where its model's weights are."""
 
     weights_device: str | None = None
     """Where the actor's model weights are, once loaded (None: no model, or not loaded yet)."""
 
     def placement(self) -> dict:
         resolved, placed = pool_device()
-        return {"pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": str(resolved),
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": str(resolved),
                 "placed": str(placed), "weights": self.weights_device}

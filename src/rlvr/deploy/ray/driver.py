@@ -9,8 +9,10 @@
                (x N with train.strategy=fsdp: one process group, the policy sharded across it)
 
 The trainer runs `rlvr.train.grpo.train` itself (same update, log, checkpoints, eval), so the
-run directory is the embedded one. When its process dies, a new trainer resumes from the last
-checkpoint (ckpt.resume=auto), up to deploy.trainer_restarts times.
+run directory is the embedded one. The driver runs (or finds cached) the cold start and ships it
+through the object store: no node needs a path of the driver's. When a trainer's process dies, a
+new trainer pool resumes from the last checkpoint (ckpt.resume=auto), up to
+deploy.trainer_restarts times; with run.dir at a URL, from the last one committed there.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def run(cfg: Config) -> dict:
             local["num_cpus"] = d.num_cpus or max(os.cpu_count() or 1,
                                                   int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999))
         ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
+    from rlvr.deploy.ray.shipping import ship
+    start = ship(starting_point(cfg, console))  # the cold start (cached): to the trainer ranks' nodes
     placement = Placement(d, used)
     # the reward workers first: the rollout workers' tool calls run on them
     classes = {"reward": actors.RewardWorker, "rollout": actors.RolloutWorker, "inference": actors.InferenceWorker}
@@ -88,7 +92,7 @@ def run(cfg: Config) -> dict:
             trainers = [actors.actor_class(actors.TrainerActor, 0).options(
                 **placement.options("trainer", j)).remote(threads("trainer")) for j in range(d.pools["trainer"].replicas)]
             try:
-                return _train_pool(ray, trainers, run_cfg, workers, pending, attempt)
+                return _train_pool(ray, trainers, run_cfg, start, workers, pending, attempt)
             except RayActorError as exc:  # a trainer's process died (a Python error arrives as RayTaskError)
                 pending = [{"kind": "trainer_restarted", "attempt": attempt + 1, "error": type(exc).__name__,
                             "resume": "auto"}]
@@ -107,13 +111,15 @@ def run(cfg: Config) -> dict:
             ray.shutdown()
 
 
-def _train_pool(ray, trainers: list, cfg: Config, workers: dict, pending: list[dict], attempt: int) -> dict:
+def _train_pool(ray, trainers: list, cfg: Config, start, workers: dict, pending: list[dict], attempt: int) -> dict:
     """Run the trainer pool to the end; rank 0's summary. One trainer: the embedded loop on Ray. N
     (train.strategy=fsdp): one process group, rank 0 listening on its node; the first rank to fail
     fails the pool (the others would wait on it in a collective)."""
     world = len(trainers)
     master = ray.get(trainers[0].address.remote()) if world > 1 else None
-    refs = [t.train.remote(cfg, workers, pending, attempt, rank, world, master) for rank, t in enumerate(trainers)]
+    pending = [*pending, *({"kind": "placement", "module": "trainer", "replica": rank, "attempt": attempt, **info}
+                           for rank, info in enumerate(ray.get([t.placement.remote() for t in trainers])))]
+    refs = [t.train.remote(cfg, start, workers, pending, attempt, rank, world, master) for rank, t in enumerate(trainers)]
     left = list(refs)
     while left:
         done, left = ray.wait(left, num_returns=1)
@@ -123,6 +129,11 @@ def _train_pool(ray, trainers: list, cfg: Config, workers: dict, pending: list[d
 
 def _failed_summary(cfg: Config, restarts: int) -> None:
     """The trainer died more often than deploy.trainer_restarts allows; say so where a user looks."""
+    from rlvr.storage import RunStore
+
+    store = RunStore.of(cfg)  # run.dir at a URL: the events so far, then ours after them
+    if store is not None:
+        store.pull(checkpoint=False)
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "events.jsonl", "a") as f:
@@ -130,3 +141,5 @@ def _failed_summary(cfg: Config, restarts: int) -> None:
                             "error": f"trainer died {restarts + 1} times"}) + "\n")
     (run_dir / "summary.json").write_text(json.dumps({"status": "failed", "steps": None,
                                                       "error": "trainer process died"}, indent=2) + "\n")
+    if store is not None:
+        store.push()

@@ -1,14 +1,13 @@
 """Directories a worker loads (start weights, reward models), shipped through Ray's object store.
 
-No shared filesystem is assumed: the trainer, which owns the run directory and the cold start,
-puts a directory's files in the object store once (`ship`); a worker on any node writes them to
-a local cache keyed by their digest (`materialize`) and loads from there. Nothing a worker loads
-is read by the driver's or the trainer's path.
+No shared filesystem is assumed: the driver or the trainer puts a directory's files in the object
+store once (`ship`); an actor on another node writes them to a local cache keyed by their digest
+(`materialize`) and loads from there. Only an actor that sees the very directory (same node, or a
+shared filesystem: same names, sizes and modification times) loads it in place.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -17,6 +16,8 @@ from typing import Any
 
 import ray
 
+from rlvr.urls import digest_dir
+
 
 @dataclass(frozen=True)
 class Shipped:
@@ -24,7 +25,8 @@ class Shipped:
     key: str
     """Digest of the files' names, sizes and modification times: a new cold start is a new key."""
     source: str
-    """Where the directory was on the trainer's node (for messages only; never read by a worker)."""
+    """Where the directory was on the shipper's node: a worker that sees it there, unchanged, loads it
+    in place; anyone else gets the copy."""
     names: tuple[str, ...] = ()
     refs: list[Any] = field(default_factory=list)
     """One object ref per file, inside a list so Ray does not fetch them with the call."""
@@ -36,18 +38,19 @@ def ship(path: str | Path) -> Shipped:
     files = sorted(p for p in root.rglob("*") if p.is_file())
     if not files:
         raise FileNotFoundError(f"{root}: no files to ship to the workers")
-    digest = hashlib.sha256()
-    for f in files:
-        st = f.stat()
-        digest.update(f"{f.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     names = tuple(str(f.relative_to(root)) for f in files)
-    return Shipped(digest.hexdigest()[:16], str(root), names, [ray.put(f.read_bytes()) for f in files])
+    return Shipped(digest_dir(root), str(root), names, [ray.put(f.read_bytes()) for f in files])
 
 
 def materialize(shipped: Shipped, cache: str | Path | None = None) -> Path:
-    """The shipped directory on this node (written once per key; a half-written copy is redone). Actors
-    on one node may write the same key at once: each writes its own temporary file and renames it
-    into place (a rename replaces atomically; a shared temporary name was renamed away under another)."""
+    """The shipped directory on this node: the original where this node sees it unchanged (the
+    shipper's node, or a shared filesystem), else a copy written once per key (a half-written copy
+    is redone). Actors on one node may write the same key at once: each writes its own temporary
+    file and renames it into place (a rename replaces atomically; a shared temporary name was
+    renamed away under another)."""
+    source = Path(shipped.source)
+    if source.is_dir() and digest_dir(source) == shipped.key:
+        return source
     root = Path(cache or os.environ.get("RLVR_SHIP_CACHE") or Path(tempfile.gettempdir()) / "rlvr-shipped")
     target = root / shipped.key
     done = target / ".complete"

@@ -31,13 +31,11 @@ import torch
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from rlvr.config import Config
-from rlvr.console import RunConsole
 from rlvr.deploy.ray.shipping import Shipped, ship
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import RewardResult
 from rlvr.rollout import sampling_params
 from rlvr.rollout.sync import tied_names
-from rlvr.train.parallel import train_device
 from rlvr.train.step import StepBatch, collect_batch
 from rlvr.train.sync import Synced
 
@@ -228,7 +226,10 @@ class RayBatchSource:
     """A `BatchSource` for `rlvr.train.grpo.train`: batches collected on the actor pools, in sync
     or async mode (batches sampled ahead with a bounded staleness)."""
 
-    def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int) -> None:
+    def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int,
+                 start: Shipped, start_path: str) -> None:
+        """start: the policy RL starts from, as the driver shipped it (the workers load it from the
+        object store); start_path: its copy on the trainer's node."""
         self.cfg, self.workers, self.attempt = cfg, workers, attempt
         self.params, self.algo, self.batch_size = sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size
         self.pending = list(pending_events)
@@ -240,8 +241,8 @@ class RayBatchSource:
             self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
         self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
         self.teacher = _RemoteTeacher(self) if cfg.algo.distill.teacher else None
-        self.start_path: str | None = None
-        self.start: Shipped | None = None
+        self.start, self.start_path = start, start_path
+        self.prepared = False
         self.learned_dirs: dict[str, Shipped] | None = None
         self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
         self.events: list[dict] = []
@@ -261,7 +262,6 @@ class RayBatchSource:
         self.staleness_bound = cfg.deploy.max_staleness + cfg.rollout.sync_every - 1
         """Versions a used completion may lag: the batches sampled ahead, plus the updates a
         rollout.sync_every > 1 lets the published weights fall behind by design."""
-        self.trainer_device = train_device(cfg.train.device)  # the trainer actor pinned it to its pool's
 
     def bind(self, log) -> "RayBatchSource":
         """Called by `train` with its RunLog: events that happened before it (a trainer restart) go in first."""
@@ -281,10 +281,8 @@ class RayBatchSource:
         d = self.cfg.deploy
         if d.kill_trainer_at_step == step and self.attempt == 0:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: the driver restarts us from a checkpoint
-        if self.start_path is None:  # the trainer has run (or found cached) cold-start SFT already
-            from rlvr.train.grpo import starting_point
-            self.start_path = str(starting_point(self.cfg, RunConsole(False)))
-            self.start = ship(self.start_path)  # the workers load it from the object store, not by path
+        if not self.prepared:
+            self.prepared = True
             if self.teacher is not None:
                 self.teacher.prepare(self.start_path)
             if self.cfg.rollout.speculative.method != "none":
@@ -324,16 +322,13 @@ class RayBatchSource:
         return batch
 
     def _log_placement(self, step: int) -> None:
-        """One `placement` event per actor: the GPUs Ray assigned it, the device it resolved from them
-        (rlvr.deploy.ray.devices.pool_device) and where its weights are."""
-        from rlvr.deploy.ray.devices import Placed
-
+        """One `placement` event per worker: its node, the GPUs Ray assigned it, the device it resolved
+        from them (rlvr.deploy.ray.devices.pool_device) and where its weights are. (The trainer
+        ranks': by the driver, as each pool starts.)"""
         self.placed = True
         for m in MODULES:
             for j, info in enumerate(ray.get([w.placement.remote() for w in self.workers[m]])):
                 self.log.event(step=step, kind="placement", module=m, replica=j, **info)
-        self.log.event(step=step, kind="placement", module="trainer", replica=0,
-                       **{**Placed().placement(), "weights": str(self.trainer_device)})
 
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
         self.collecting.step = step

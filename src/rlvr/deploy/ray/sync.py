@@ -10,6 +10,7 @@ trainer, `WeightHandle` through the call, `load_published` on the worker into it
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +29,11 @@ class WeightHandle:
     names: tuple[str, ...] = ()
     """The parameter name of each ref."""
     transport: str = "object_store"
-    publication: int = 0
-    """Which publication of the trainer's this is (a counter): after a rollback the same version
-    number comes again with other weights, so workers compare publications, never versions."""
+    publication: str = ""
+    """Which publication this is: its publisher's id and count. After a rollback the same version
+    number comes again with other weights, so workers compare publications, never versions; a
+    restarted trainer's publisher is a new one, so its first publication is never taken for the
+    dead trainer's first (the workers, not restarted, hold that one)."""
     checksum: int = 0
     """rlvr.rollout.sync's checksum of the weights as published (each tensor as it is, tied ones once)."""
     tied: frozenset[str] = frozenset()
@@ -44,6 +47,7 @@ class WeightPublisher:
     def __init__(self) -> None:
         self.handle: WeightHandle | None = None
         self.publications = 0
+        self.id = uuid.uuid4().hex[:12]
 
     @property
     def version(self) -> int | None:
@@ -59,7 +63,7 @@ class WeightPublisher:
             names.append(name)
             refs.append(ray.put(tensor.detach().to("cpu", copy=True)))
         self.publications += 1
-        self.handle = WeightHandle(version, refs, tuple(names), publication=self.publications,
+        self.handle = WeightHandle(version, refs, tuple(names), publication=f"{self.id}/{self.publications}",
                                    checksum=meter.checksum, tied=tied, bytes=meter.bytes)
         return self.handle
 
