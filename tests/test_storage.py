@@ -18,7 +18,7 @@ import torch
 from ops_tiny import OPS_TINY, events, sft_cache
 from s3_server import s3_server
 
-from rlvr.checkpoint import _write, list_checkpoints, verify
+from rlvr.checkpoint import _write, list_checkpoints, resume_point, verify
 from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.storage import RunStore
@@ -61,9 +61,23 @@ def test_a_checkpoint_counts_at_the_url_only_once_its_manifest_is_there(s3, tmp_
     assert (got / "model" / "weights.bin").read_bytes() == bytes([2]) * 1000
 
 
-def test_other_paths_given_by_url_are_a_config_error():
-    with pytest.raises(ConfigError, match="sft.cache_dir"):
-        load_config(None, ["sft.cache_dir=s3://runs/sft"])
+def test_a_cold_start_cache_at_a_url_is_trained_once_and_downloaded_elsewhere(s3, tmp_path, monkeypatch):
+    from rlvr.train import sft
+
+    cfg = load_config(None, [*OPS_TINY, "sft.cache_dir=s3://runs/sft-cache"])
+    for machine in ("a", "b"):
+        (tmp_path / machine).mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    trained = sft.run_sft(cfg)
+    store = RunStore("s3://runs/sft-cache", tmp_path / "unused")
+    (name,) = [p.rsplit("/", 1)[-1] for p in store.fs.ls(store.path)]
+    assert name.startswith("sft-") and store.fs.exists(store._remote(name, "sft.json"))  # uploaded, sft.json last
+    monkeypatch.chdir(tmp_path / "b")  # another machine: nothing cached, and no training allowed
+    monkeypatch.setattr(sft, "train_sft", lambda *a, **k: pytest.fail("the cold start was trained again"))
+    fetched = sft.run_sft(cfg)
+    assert (tmp_path / "b" / fetched).is_dir() and sft.sft_info(fetched) == sft.sft_info(tmp_path / "a" / trained)
+    a, b = (load_safetensors(tmp_path / m / d) for m, d in (("a", trained), ("b", fetched)))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def _train(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
@@ -96,6 +110,11 @@ def test_a_run_at_an_s3_url_resumes_after_kill_9_mid_upload_bit_identically(s3, 
 
     ref = load_safetensors(tmp_path / "ref" / "model")
     monkeypatch.chdir(machine)
+    # ckpt.resume may name a checkpoint at the URL: downloaded and verified; a missing one is a config error
+    ckpt, _ = resume_point(f"{url}/checkpoints/step_000004", machine / "unused")
+    assert ckpt.step == 4 and verify(ckpt.path) is None
+    with pytest.raises(ConfigError, match="ckpt.resume: .*step_000002: no such directory"):
+        resume_point(f"{url}/checkpoints/step_000002", machine / "unused")  # removed by ckpt.keep=2
     exported = load_model(f"{url}/model")[0].state_dict()  # the export, loaded from the URL
     assert all(torch.equal(ref[k], exported[k]) for k in ref)
     rows = lambda d: [r for r in map(json.loads, (Path(d) / "metrics.jsonl").read_text().splitlines())

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.urls import fetch_dir, is_url
+
 MANIFEST = "manifest.json"
 # Keys that may change between a run and its resumption without changing what is trained.
 _VOLATILE = {("ckpt", "resume"), ("run", "progress"), ("debug",), ("log",), ("alerts",), ("sources",), ("secrets",)}
@@ -344,12 +346,19 @@ def retain(root: Path, keep: int, keep_best: str | None = None, best_mode: str =
 
 
 def resume_point(setting: str | None, root: Path) -> tuple[Checkpoint | None, list[str]]:
-    """The checkpoint `ckpt.resume` names (None: start fresh) and the unusable ones skipped on the way."""
+    """The checkpoint `ckpt.resume` names (None: start fresh) and the unusable ones skipped on the way;
+    a checkpoint directory at a URL is downloaded first (rlvr.urls.fetch_dir)."""
     skipped: list[str] = []
     if not setting:
         return None, skipped
     if setting == "auto":
         return latest_valid(root, on_skip=lambda p, why: skipped.append(f"{p}: {why}")), skipped
+    if is_url(setting):
+        try:
+            return open_checkpoint(fetch_dir(setting)), skipped
+        except FileNotFoundError as exc:
+            from rlvr.configlib import ConfigError
+            raise ConfigError(f"ckpt.resume: {exc}; give a checkpoint directory or 'auto'") from None
     return open_checkpoint(Path(setting)), skipped
 
 

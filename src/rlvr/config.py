@@ -147,7 +147,8 @@ class SFTConfig:
     forgets each carry/borrow; a code demonstration writes its family's misconception with this x
     level / 2. With data files the records' solutions are the demonstrations (setting it: a config error)."""
     cache_dir: str = ".cache/sft"
-    """SFT checkpoints are cached here keyed by their config, so a second run reuses them."""
+    """SFT checkpoints are cached here keyed by their config, so a second run reuses them. A URL
+    (s3://bucket/sft, ...) shares them between machines: trained where missing, then uploaded."""
 
 
 @dataclass
@@ -419,7 +420,7 @@ class CkptConfig:
     """Keep the newest N checkpoints (0 = keep all), plus the best one when ckpt.keep_best is set."""
     resume: str | None = None
     """'auto' resumes from the newest checkpoint whose manifest verifies (corrupt ones are
-    reported and skipped), or give a checkpoint directory."""
+    reported and skipped), or give a checkpoint directory (a local path or a URL)."""
     keep_best: str | None = None
     """Also keep the checkpoint with the best value of this metric (e.g. 'eval/accuracy'),
     among checkpoints saved on a step that measured it."""
@@ -582,9 +583,6 @@ class Config:
                 "every rollout worker has its own copy)")
         if self.deploy.backend == "ray":
             self._check_pool_devices()
-        for key, value in (("sft.cache_dir", self.sft.cache_dir), ("ckpt.resume", self.ckpt.resume)):
-            require(not is_url(value), key, f"{value}: a URL here is not built yet (run.dir and model.name take "
-                    "URLs); give a local path")
         require(not self.debug.kill_during_upload_at_step or is_url(self.run.dir), "debug.kill_during_upload_at_step",
                 "kills the run while it uploads a checkpoint to run.dir's URL: run.dir is a local path here")
         require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges

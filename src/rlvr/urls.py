@@ -44,18 +44,37 @@ def filesystem(url: str):
                           "pip install 'rlvr[storage]'") from None
 
 
-def fetch_dir(url: str, root: str | Path) -> Path:
-    """A directory at a URL (an exported model, say) downloaded once into its local cache."""
+URL_CACHE = ".cache/urls"
+"""Where directories given by URL are downloaded (relative to the working directory)."""
+
+
+def fetch_dir(url: str, root: str | Path = URL_CACHE) -> Path:
+    """A directory at a URL (an exported model, a checkpoint, a cold start) downloaded once into its
+    local cache. Processes of one machine may fetch it at once (the ranks of a trainer group): each
+    downloads into a directory of its own, the first to finish renames it into place."""
     local = cache_dir(url, root)
     if (local / ".complete").exists():
         return local
     fs, path = filesystem(url)
     if not fs.isdir(path):
         raise FileNotFoundError(f"{url}: no such directory")
-    tmp = local.with_name(local.name + ".tmp")
+    tmp = local.with_name(f"{local.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     fs.get(path.rstrip("/") + "/", str(tmp), recursive=True)
     (tmp / ".complete").touch()
+    if (local / ".complete").exists():  # another process was first
+        shutil.rmtree(tmp)
+        return local
     shutil.rmtree(local, ignore_errors=True)
     os.replace(tmp, local)
     return local
+
+
+def put_dir(local: str | Path, url: str, *, last: str | None = None) -> None:
+    """Upload a local directory to `url`, the file named `last` after every other (the marker a
+    reader takes for the whole directory)."""
+    fs, path = filesystem(url)
+    root = Path(local)
+    files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.name == last)
+    for f in files:
+        fs.put_file(str(f), f"{path.rstrip('/')}/{f.relative_to(root).as_posix()}")

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.models.gguf import PACKAGED, ModelNotFound, dequantize_gguf, packaged_gguf
-from rlvr.urls import fetch_dir, is_url
+from rlvr.urls import URL_CACHE, fetch_dir, is_url
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -50,7 +50,7 @@ def local_path(path: str) -> str:
     if Path(path).is_dir():
         return path
     if is_url(path):
-        return _fetched(path, ".cache/urls")
+        return _fetched(path, URL_CACHE)
     if _is_path(path):
         raise ModelNotFound(f"model {path!r}: no such directory. Give a Hugging Face model directory "
                             f"(e.g. runs/<name>/model), a hub id, or a packaged model ({', '.join(PACKAGED)})")

@@ -35,6 +35,7 @@ from rlvr.tasks import VERIFIERS, build_task, data_paths, needs_code_chars, need
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 from rlvr.train.parallel import train_device
+from rlvr.urls import URL_CACHE, cache_dir, fetch_dir, filesystem, is_url, put_dir
 
 log = logging.getLogger("rlvr.sft")
 
@@ -49,13 +50,18 @@ def base_model_path(cfg: Config) -> Path:
     shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
     # the arithmetic model keeps its key
     key = _digest(shape | ({"code_chars": True} if code else {}) | ({"tool_tags": True} if tools else {}))
-    path = Path(cfg.sft.cache_dir) / f"tiny-{key}"
+    path = _cached(cfg, f"tiny-{key}")  # built where it is used, never uploaded: the same weights everywhere
     if not (path / "config.json").exists():
         save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code, tool_tags=tools)
     return path
 
 
 def sft_cache_path(cfg: Config) -> Path:
+    return _cached(cfg, _sft_name(cfg))
+
+
+def _sft_name(cfg: Config) -> str:
+    """The cold start's name in sft.cache_dir: a digest of every setting and data byte that shapes it."""
     settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
                 **({"history": cfg.env.history} if cfg.env.history else {}),
                 "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
@@ -69,7 +75,17 @@ def sft_cache_path(cfg: Config) -> Path:
         from rlvr.tasks.files import data_files
         settings["data"] = {k: v for k, v in to_dict(cfg.data).items() if k != "files"}
         settings["data_bytes"] = [_file_digest(f) for p in paths for f in data_files(Path(p))]
-    return Path(cfg.sft.cache_dir) / f"sft-{_digest(settings)}"
+    return f"sft-{_digest(settings)}"
+
+
+def _cached(cfg: Config, name: str) -> Path:
+    """A directory of sft.cache_dir: there, or for a URL its local copy (rlvr.urls.fetch_dir's)."""
+    root = cfg.sft.cache_dir
+    return cache_dir(_remote(cfg, name), URL_CACHE) if is_url(root) else Path(root) / name
+
+
+def _remote(cfg: Config, name: str) -> str:
+    return f"{cfg.sft.cache_dir.rstrip('/')}/{name}"
 
 
 def _file_digest(path: Path) -> str:
@@ -199,6 +215,11 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     out = Path(out_dir) if out_dir else sft_cache_path(cfg)
     if (out / "sft.json").exists():
         return out
+    remote = _remote(cfg, _sft_name(cfg)) if out_dir is None and is_url(cfg.sft.cache_dir) else None
+    if remote is not None:  # sft.cache_dir at a URL: a cold start trained elsewhere is downloaded
+        fs, path = filesystem(remote)
+        if fs.exists(f"{path}/sft.json"):
+            return fetch_dir(remote)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out}: exists and is not a cold-start checkpoint (no sft.json); give a new directory")
     base = base_model_path(cfg)
@@ -225,6 +246,8 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     if out.exists():
         out.rmdir()  # empty (checked above)
     tmp.rename(out)
+    if remote is not None:
+        put_dir(out, remote, last="sft.json")  # sft.json last: what readers take for the whole
     return out
 
 
