@@ -14,6 +14,7 @@ import yaml
 from rlvr.config import load_config
 from rlvr.deploy.ray.driver import modules
 from rlvr.deploy.ray.pools import pool_bundles
+from rlvr.urls import is_url
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "examples" / "deploy"
@@ -58,6 +59,9 @@ def test_the_kuberay_rayjob_runs_a_config_its_cluster_can_place():
     nodes = [node(spec["headGroupSpec"])] + [node(g) for g in spec["workerGroupSpecs"] for _ in range(g["replicas"])]
     assert packs(cfg, nodes)
     assert not packs(cfg, nodes[:2])  # one GPU node fewer does not hold the pools: the check can fail
+    # no filesystem shared between pods: the model and the run directory in object storage
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    assert is_url(cfg.run.dir) and is_url(cfg.model.name) and not any("volumes" in g["template"]["spec"] for g in groups)
 
 
 def test_the_slurm_script_is_valid_bash_and_asks_for_nodes_that_hold_the_pools():
