@@ -18,7 +18,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
-from rlvr.deploy.ray.shipping import Shipped, materialize
+from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
 from rlvr.deploy.ray.sync import WeightHandle, load_published
 from rlvr.kernels import keep_freed_memory
 from rlvr.records import Completion, Problem, RewardResult
@@ -260,9 +260,9 @@ class TrainerActor(Placed):
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def train(self, cfg: Config, start: Shipped, workers: dict, pending_events: list[dict], attempt: int, rank: int = 0,
-              world: int = 1, master: tuple[str, int] | None = None) -> dict:
-        """start: the policy RL starts from, shipped by the driver (this node's copy is loaded)."""
+    def train(self, cfg: Config, files: RunFiles, workers: dict, pending_events: list[dict], attempt: int,
+              rank: int = 0, world: int = 1, master: tuple[str, int] | None = None) -> dict:
+        """files: what the driver shipped; the policy starts from this node's copy of `files.start`."""
         import dataclasses
 
         from rlvr.deploy.ray.source import RayBatchSource
@@ -273,10 +273,9 @@ class TrainerActor(Placed):
             # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)
             os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master[0],
                                "MASTER_PORT": str(master[1]), "LOCAL_RANK": "0"})
-        start_path = materialize(start)
-        source = RayBatchSource(cfg, workers, pending_events, attempt, start, str(start_path)) if rank == 0 else None
+        source = RayBatchSource(cfg, workers, pending_events, attempt, files) if rank == 0 else None
         try:
-            return train(cfg, make_source=source.bind if source else (lambda log: None), start=start_path)
+            return train(cfg, make_source=source.bind if source else (lambda log: None), start=materialize(files.start))
         finally:
             if source is not None:
                 source.close()

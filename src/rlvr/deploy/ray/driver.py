@@ -9,8 +9,9 @@
                (x N with train.strategy=fsdp: one process group, the policy sharded across it)
 
 The trainer runs `rlvr.train.grpo.train` itself (same update, log, checkpoints, eval), so the
-run directory is the embedded one. The driver runs (or finds cached) the cold start and ships it
-through the object store: no node needs a path of the driver's. When a trainer's process dies, a
+run directory is the embedded one. The driver runs (or finds cached) the cold start and ships it,
+with the learned components' and the teacher's directories, through the object store: no node
+needs a path of the driver's. When a trainer's process dies, a
 new trainer pool resumes from the last checkpoint (ckpt.resume=auto), up to
 deploy.trainer_restarts times; with run.dir at a URL, from the last one committed there.
 """
@@ -21,6 +22,7 @@ import dataclasses
 import functools
 import json
 import time
+from pathlib import Path
 
 from rlvr.config import Config, ConfigError
 from rlvr.console import RunConsole
@@ -69,8 +71,7 @@ def run(cfg: Config) -> dict:
             local["num_cpus"] = d.num_cpus or max(os.cpu_count() or 1,
                                                   int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999))
         ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
-    from rlvr.deploy.ray.shipping import ship
-    start = ship(starting_point(cfg, console))  # the cold start (cached): to the trainer ranks' nodes
+    files = ship_run_files(cfg, starting_point(cfg, console))  # the cold start is cached by now
     placement = Placement(d, used)
     # the reward workers first: the rollout workers' tool calls run on them
     classes = {"reward": actors.RewardWorker, "rollout": actors.RolloutWorker, "inference": actors.InferenceWorker}
@@ -92,7 +93,7 @@ def run(cfg: Config) -> dict:
             trainers = [actors.actor_class(actors.TrainerActor, 0).options(
                 **placement.options("trainer", j)).remote(threads("trainer")) for j in range(d.pools["trainer"].replicas)]
             try:
-                return _train_pool(ray, trainers, run_cfg, start, workers, pending, attempt)
+                return _train_pool(ray, trainers, run_cfg, files, workers, pending, attempt)
             except RayActorError as exc:  # a trainer's process died (a Python error arrives as RayTaskError)
                 pending = [{"kind": "trainer_restarted", "attempt": attempt + 1, "error": type(exc).__name__,
                             "resume": "auto"}]
@@ -111,7 +112,28 @@ def run(cfg: Config) -> dict:
             ray.shutdown()
 
 
-def _train_pool(ray, trainers: list, cfg: Config, start, workers: dict, pending: list[dict], attempt: int) -> dict:
+def ship_run_files(cfg: Config, start_path: Path):
+    """Put every directory of the driver's that a pool or a trainer rank loads in the object store:
+    the start of RL, the learned components' (reward models, judges on a local model), the
+    distillation teacher's, whose tokenizer is checked against the policy's here (a ConfigError
+    naming the key before any actor starts)."""
+    from rlvr.deploy.ray.shipping import RunFiles, ship
+
+    r = cfg.reward
+    learned = {name: ship(m.path) for name, m in r.models.items()}
+    learned.update({name: ship(j.model) for name, j in r.judges.items() if j.base_url is None and Path(j.model).is_dir()})
+    teacher = None
+    if cfg.algo.distill.teacher:
+        from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
+        from rlvr.models.loading import load_tokenizer
+
+        path = teacher_path(cfg)
+        check_teacher_tokenizer(cfg.algo.distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
+        teacher = ship(path)
+    return RunFiles(ship(start_path), learned, teacher)
+
+
+def _train_pool(ray, trainers: list, cfg: Config, files, workers: dict, pending: list[dict], attempt: int) -> dict:
     """Run the trainer pool to the end; rank 0's summary. One trainer: the embedded loop on Ray. N
     (train.strategy=fsdp): one process group, rank 0 listening on its node; the first rank to fail
     fails the pool (the others would wait on it in a collective)."""
@@ -119,7 +141,7 @@ def _train_pool(ray, trainers: list, cfg: Config, start, workers: dict, pending:
     master = ray.get(trainers[0].address.remote()) if world > 1 else None
     pending = [*pending, *({"kind": "placement", "module": "trainer", "replica": rank, "attempt": attempt, **info}
                            for rank, info in enumerate(ray.get([t.placement.remote() for t in trainers])))]
-    refs = [t.train.remote(cfg, start, workers, pending, attempt, rank, world, master) for rank, t in enumerate(trainers)]
+    refs = [t.train.remote(cfg, files, workers, pending, attempt, rank, world, master) for rank, t in enumerate(trainers)]
     left = list(refs)
     while left:
         done, left = ray.wait(left, num_returns=1)

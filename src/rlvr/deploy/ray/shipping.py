@@ -32,6 +32,18 @@ class Shipped:
     """One object ref per file, inside a list so Ray does not fetch them with the call."""
 
 
+@dataclass(frozen=True)
+class RunFiles:
+    """Every directory the pools and the trainer ranks load, shipped once by the driver: no node
+    needs a path of the driver's (rlvr.deploy.ray.driver.ship_run_files)."""
+    start: Shipped
+    """The policy RL starts from (the cold start, cached)."""
+    learned: dict[str, Shipped] = field(default_factory=dict)
+    """Reward-model and local judge directories, by component name."""
+    teacher: Shipped | None = None
+    """The distillation teacher's directory (algo.distill.teacher)."""
+
+
 def ship(path: str | Path) -> Shipped:
     """Put every file under `path` in the object store."""
     root = Path(path)

@@ -24,14 +24,13 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from rlvr.config import Config
-from rlvr.deploy.ray.shipping import Shipped, ship
+from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import RewardResult
 from rlvr.rollout import sampling_params
@@ -93,29 +92,11 @@ class _RemoteTeacher:
 
     def __init__(self, source: "RayBatchSource") -> None:
         self.source = source
-        self.shipped: Shipped | None = None  # the teacher's directory, shipped once from the trainer's node
-
-    def prepare(self, start_path: str) -> None:
-        """Check the teacher's tokenizer against the policy's here, on the trainer (a ConfigError naming
-        the key before any worker loads it), and ship its directory."""
-        from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
-        from rlvr.models.loading import load_tokenizer
-
-        path = teacher_path(self.source.cfg)
-        check_teacher_tokenizer(self.source.cfg.algo.distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
-        self.shipped = ship(path)
 
     def logprobs(self, completions) -> torch.Tensor:
         src = self.source
-        return src.logprobs_on_pool(lambda w, part: w.teacher_logprobs.remote(src.start, self.shipped, part), completions)
-
-
-def learned_dirs(cfg) -> dict[str, Shipped]:
-    """The directories the learned components load (reward models; judges on a local model), shipped."""
-    out = {name: ship(m.path) for name, m in cfg.reward.models.items()}
-    out.update({name: ship(j.model) for name, j in cfg.reward.judges.items()
-                if j.base_url is None and Path(j.model).is_dir()})
-    return out
+        return src.logprobs_on_pool(lambda w, part: w.teacher_logprobs.remote(src.start, src.files.teacher, part),
+                                    completions)
 
 
 class _RemoteLearned:
@@ -131,9 +112,7 @@ class _RemoteLearned:
         src, workers = self.source, self.source.workers["inference"]
         j = self.turn % len(workers)
         self.turn += 1
-        if src.learned_dirs is None:  # shipped once, from the trainer's node
-            src.learned_dirs = learned_dirs(src.cfg)
-        call = lambda: workers[j].score_learned.remote(self.name, src.learned_dirs, problems, texts)  # noqa: E731
+        call = lambda: workers[j].score_learned.remote(self.name, src.files.learned, problems, texts)  # noqa: E731
 
         def failed(why: str) -> dict:
             return {"scores": [RuntimeError(why)] * len(texts), "replies": {}}
@@ -227,9 +206,9 @@ class RayBatchSource:
     or async mode (batches sampled ahead with a bounded staleness)."""
 
     def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int,
-                 start: Shipped, start_path: str) -> None:
-        """start: the policy RL starts from, as the driver shipped it (the workers load it from the
-        object store); start_path: its copy on the trainer's node."""
+                 files: RunFiles) -> None:
+        """files: what the workers load (the start of RL, the learned components, the teacher), as the
+        driver shipped it."""
         self.cfg, self.workers, self.attempt = cfg, workers, attempt
         self.params, self.algo, self.batch_size = sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size
         self.pending = list(pending_events)
@@ -241,9 +220,8 @@ class RayBatchSource:
             self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
         self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
         self.teacher = _RemoteTeacher(self) if cfg.algo.distill.teacher else None
-        self.start, self.start_path = start, start_path
-        self.prepared = False
-        self.learned_dirs: dict[str, Shipped] | None = None
+        self.files, self.start = files, files.start
+        self.checked = False  # rollout.speculative's fidelity check
         self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
         self.events: list[dict] = []
         self.busy: dict[str, float] = defaultdict(float)
@@ -281,12 +259,9 @@ class RayBatchSource:
         d = self.cfg.deploy
         if d.kill_trainer_at_step == step and self.attempt == 0:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: the driver restarts us from a checkpoint
-        if not self.prepared:
-            self.prepared = True
-            if self.teacher is not None:
-                self.teacher.prepare(self.start_path)
-            if self.cfg.rollout.speculative.method != "none":
-                self._check_speculation()
+        if not self.checked and self.cfg.rollout.speculative.method != "none":
+            self.checked = True
+            self._check_speculation()
         version = step - 1  # updates applied so far
         restored = sampler is not self.sampler  # a rollback restored the trainer (weights, a new sampler)
         if restored:
