@@ -26,9 +26,10 @@ def s3_server(bucket: str = "runs") -> Iterator[dict[str, str]]:
            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    try:
-        import fsspec
+    import fsspec
 
+    fsspec.get_filesystem_class("s3").clear_instance_cache()  # fsspec keeps filesystems, endpoint and all
+    try:
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
         deadline = time.time() + 60
         while True:
@@ -41,6 +42,7 @@ def s3_server(bucket: str = "runs") -> Iterator[dict[str, str]]:
                 time.sleep(0.2)
         yield env
     finally:
+        fsspec.get_filesystem_class("s3").clear_instance_cache()  # none may reach a server that is gone
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         server.kill()
