@@ -124,7 +124,7 @@ class RunStore:
         fewer), and the removal of older uploads that were never committed."""
         path = Path(path)
         self.fs.put_file(str(path / MANIFEST), self._remote("checkpoints", path.name, MANIFEST))
-        self._push_logs()
+        self.push_logs()
         done, partial = self.committed()
         kept = retained(done, lambda n: self.fs.cat(self._remote("checkpoints", n, MANIFEST)).decode(), **self.retention)
         for name in [n for n in done if n not in kept] + [n for n in partial if n < path.name]:
@@ -137,7 +137,8 @@ class RunStore:
             (Path(into) / rel).parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(self._remote("checkpoints", name, rel), str(Path(into) / rel))
 
-    def _push_logs(self) -> None:
+    def push_logs(self) -> None:
+        """This rank's logs, as they are now (with each checkpoint: a resume continues them)."""
         for name in LOGS:
             if (self.local / self.logs / name).exists():
                 self.fs.put_file(str(self.local / self.logs / name), self._remote(self.logs, name))

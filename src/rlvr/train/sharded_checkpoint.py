@@ -91,6 +91,8 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
     files = {name: digest for part in parts for name, digest in part.items()}
     if store is not None:
         store.upload(tmp, sorted(mine))
+        if not par.main:  # rank 0's go up with its commit
+            store.push_logs()
     par.barrier()  # every file is at the URL
     if par.main or not shared:
         if not shared and store is not None:
