@@ -95,7 +95,7 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
             store.push_logs()
     par.barrier()  # every file is at the URL
     if par.main or not shared:
-        if not shared and store is not None:
+        if not shared:  # (a store: checked above)
             store.download(final.name, sorted(set(files) - set(mine)), tmp)
         (tmp / MANIFEST).write_text(json.dumps({"step": step, **extra, "world_size": par.world,
                                                 "files": dict(sorted(files.items()))}, indent=1))
