@@ -198,11 +198,10 @@ def test_held_out_evaluation_of_an_environment_reports_its_mean_return(tmp_path)
     some maps, into the first hole on others, and a first turn cut at its token budget (no step: it
     earned 0). Success rate and mean return (1 at the goal) agree; logged as eval/return_mean."""
     from rlvr.config import load_config
-    from rlvr.envs import env_components
+    from rlvr.assembly import rule_reward
     from rlvr.evaluate import eval_metrics, evaluate
     from rlvr.models import load_model
     from rlvr.models.tiny import save_tiny
-    from rlvr.rewards import build_reward
     from rlvr.assembly import episode_spec
     from rlvr.rollout.episodes import run_episodes
     from rlvr.tasks.games import FrozenLakeTask, shortest_path
@@ -235,7 +234,7 @@ def test_held_out_evaluation_of_an_environment_reports_its_mean_return(tmp_path)
             self.plan = plans[p.id]
             return run_episodes(self, problems, params, spec, group_offset=group_offset)
 
-    with build_reward(cfg.reward, env_components(cfg)) as reward:
+    with rule_reward(cfg) as reward:
         result = evaluate(Scripted(), problems, reward, max_new_tokens=2, batch_size=1)
     assert result["n"] == 6 and result["accuracy"] == pytest.approx(3 / 6)  # along the top row never reaches G
     assert result["return_mean"] == result["accuracy"]

@@ -1,21 +1,51 @@
 """Parts of a run built from its config, above the modules that define them.
 
-    spec = episode_spec(cfg)          # what a run's rollouts run: environments, agents, their bounds
+    spec = episode_spec(cfg)                         # what its rollouts run: environments, agents, their bounds
+    reward = rule_reward(cfg)                        # the rules, with the environment's components
+    engine = rollout_engine(cfg, model, tokenizer)   # rollout.engine (or `name`) on the policy
+    ref = reference_model(cfg, model, tokenizer)     # the frozen start for the KL term
 
-(The place where the rest of a run's assembly is to join it; rlvr.rollout, rlvr.envs and
-rlvr.agents each take only what is built here.)
+Each part is built here and nowhere else; the modules below take their own section of the config
+(rlvr.rollout a RolloutConfig, rlvr.rewards a RewardConfig, rlvr.envs an EnvConfig) or plain values.
 """
 
 from __future__ import annotations
 
 from rlvr.agents import agent_spec
-from rlvr.envs import AgentProgram, Environment, env_class
+from rlvr.envs import AgentProgram, Environment, env_class, env_components
 from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost, ThreadHost
+from rlvr.inference.reference import ReferenceModel
+from rlvr.models import reference_policy
 from rlvr.records import Problem
+from rlvr.rewards import Reward, build_reward
+from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
 from rlvr.tools import hosted, resolve_tools
+
+
+def rule_reward(cfg) -> Reward:
+    """The run's rule-based reward (section reward), with the components its environment reports."""
+    return build_reward(cfg.reward, env_components(cfg.env))
+
+
+def component_weights(cfg) -> dict[str, float]:
+    """Every reward component's weight: the environment's defaults, overridden by reward.weights."""
+    return {**env_components(cfg.env), **cfg.reward.weights}
+
+
+def rollout_engine(cfg, model, tokenizer, *, name: str | None = None, model_dir=None,
+                   episodes: EpisodeSpec = SINGLE_TURN) -> RolloutEngine:
+    """The engine `name` (default rollout.engine) on `model`, sampling with the run's seed and compute
+    dtype; vllm loads `model_dir`. episodes: what its rollouts run (episode_spec)."""
+    return build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=model_dir, seed=cfg.seed,
+                        dtype=cfg.model.dtype, episodes=episodes)
+
+
+def reference_model(cfg, model, tokenizer) -> ReferenceModel:
+    """A frozen copy of `model` (the start of RL) scoring at the sampling temperature, for the KL term."""
+    return ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature, cfg.model.dtype)
 
 
 def episode_spec(cfg, tool_host=None) -> EpisodeSpec:

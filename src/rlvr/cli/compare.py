@@ -24,13 +24,12 @@ def run(args) -> int:
     cfg = config_from_args(args)
     import torch
 
-    from rlvr.envs import env_components
-    from rlvr.rewards import build_reward
+    from rlvr.assembly import rule_reward
     from rlvr.stats import paired_bootstrap, paired_report, pass_at_k
 
     problems = problems_for(cfg, args)
     runs = {}
-    with build_reward(cfg.reward, env_components(cfg)) as reward:
+    with rule_reward(cfg) as reward:
         for label, path in (("A", args.a), ("B", args.b)):
             torch.manual_seed(cfg.seed)  # the same sampling randomness for both
             runs[label] = evaluate_model(cfg, path, problems, args, reward, label=label)

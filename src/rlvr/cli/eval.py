@@ -103,16 +103,15 @@ def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
     from rich.progress import Progress
 
     from rlvr.evaluate import score_problems
-    from rlvr.assembly import episode_spec
-    from rlvr.rollout import build_engine
+    from rlvr.assembly import episode_spec, rollout_engine
 
     path = model_dir(path)
     model, tokenizer = inference_model(cfg, path)
     max_new_tokens, why = default_length(cfg, model)
     print(f"eval {label or path}: {next(model.parameters()).device}, compute {cfg.model.dtype}, "
           f"max_new_tokens {max_new_tokens} ({why})", file=sys.stderr)
-    engine = build_engine(cfg.rollout, model, tokenizer, name=cfg.eval.engine, model_dir=path, seed=cfg.seed,
-                          dtype=cfg.model.dtype, episodes=episode_spec(cfg))  # eval.engine, else rollout.engine
+    engine = rollout_engine(cfg, model, tokenizer, name=cfg.eval.engine, model_dir=path,  # eval.engine, else rollout.engine
+                            episodes=episode_spec(cfg))
     with Progress(transient=True, console=_stderr()) as bar:
         task = bar.add_task(f"eval {label or path}", total=len(problems))
         return score_problems(engine, problems, reward, max_new_tokens=max_new_tokens,
@@ -131,13 +130,12 @@ def run(args) -> int:
         return _pair_accuracy(args, cfg)
     import torch
 
-    from rlvr.envs import env_components
+    from rlvr.assembly import rule_reward
     from rlvr.evaluate import summarize
-    from rlvr.rewards import build_reward
 
     torch.manual_seed(cfg.seed)
     problems = problems_for(cfg, args)
-    with build_reward(cfg.reward, env_components(cfg)) as reward:
+    with rule_reward(cfg) as reward:
         outcomes = evaluate_model(cfg, args.model, problems, args, reward)
     report = {"model": model_dir(args.model), "samples": args.samples, "temperature": args.temperature,
               "by_source": summarize(outcomes, args.k),

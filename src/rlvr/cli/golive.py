@@ -53,8 +53,7 @@ class _Setup:
 
     def __init__(self, cfg, ui):
         from rlvr.models import load_policy
-        from rlvr.envs import env_components
-        from rlvr.rewards import build_reward
+        from rlvr.assembly import rule_reward
         from rlvr.tasks import build_task
         from rlvr.train.grpo import starting_point
 
@@ -64,18 +63,17 @@ class _Setup:
             torch.set_num_threads(cfg.train.threads)
         self.start_path = starting_point(cfg, ui)
         self.model, self.tokenizer = load_policy(cfg.model, self.start_path)
-        self.reward = build_reward(cfg.reward, env_components(cfg))
+        self.reward = rule_reward(cfg)
         self.task = build_task(cfg)
         self.prompts = self.task.held_out()[:CHECK_PROMPTS]
         self.completions = None
 
     def engine(self, model=None):
         """The run's rollout engine (rollout.engine) on `model` (default: the loaded policy)."""
-        from rlvr.assembly import episode_spec
-        from rlvr.rollout import build_engine
+        from rlvr.assembly import episode_spec, rollout_engine
 
-        return build_engine(self.cfg.rollout, self.model if model is None else model, self.tokenizer,
-                            episodes=episode_spec(self.cfg))
+        return rollout_engine(self.cfg, self.model if model is None else model, self.tokenizer,
+                              episodes=episode_spec(self.cfg))
 
     def params(self, greedy: bool = False):
         from rlvr.rollout import sampling_params
@@ -134,11 +132,10 @@ def check_sampling(s: _Setup) -> CheckLine:
 
 
 def check_reference(s: _Setup) -> CheckLine:
-    from rlvr.inference.reference import ReferenceModel
-    from rlvr.models import reference_policy
+    from rlvr.assembly import reference_model
 
     completions = s.batch()
-    ref = ReferenceModel(reference_policy(s.model), s.tokenizer.pad_token_id, s.cfg.rollout.temperature)
+    ref = reference_model(s.cfg, s.model, s.tokenizer)
     logp = ref.logprobs(completions)  # (N, T)
     diffs, finite = [], True
     for i, c in enumerate(completions):

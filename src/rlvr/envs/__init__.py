@@ -176,11 +176,11 @@ def env_class(name: str) -> type[Environment]:
                      "nor an import path 'module:Class'")
 
 
-def env_components(cfg) -> dict[str, float]:
-    """The reward components a run's environment reports, with their default weights (a `Config`)."""
-    cls = env_class(cfg.env.name)
+def env_components(env: EnvConfig) -> dict[str, float]:
+    """The reward components the environment `env` (a run's section env) reports, with their default weights."""
+    cls = env_class(env.name)
     read = getattr(cls, "components_of", None)  # a verifiers environment's: its rubric's functions
-    return read(cfg.env) if read is not None else dict(cls.components)
+    return read(env) if read is not None else dict(cls.components)
 
 
 def episode_seed(problem: Problem) -> int:

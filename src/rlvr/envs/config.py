@@ -149,7 +149,7 @@ def check_env(cfg) -> None:
         extra = sorted(set(cfg.env.settings) - env.settings_keys)
         require(not extra, "env.settings", f"{cfg.env.name} reads no setting {extra} "
                 f"(it reads {sorted(env.settings_keys) or 'none'})")
-    own = set(env_components(cfg))
+    own = set(env_components(cfg.env))
     unknown = sorted(set(cfg.reward.weights) - BUILTIN_COMPONENTS - own)
     require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
             f"{', '.join(sorted(BUILTIN_COMPONENTS | own))} (env.name={cfg.env.name})")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.assembly import episode_spec
+from rlvr.assembly import episode_spec, rollout_engine, rule_reward
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
 from rlvr.configlib import RunFailed
@@ -33,9 +33,7 @@ from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
 from rlvr.ops.report import write_report_safely
 from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
-from rlvr.rewards import build_reward
-from rlvr.envs import env_components
-from rlvr.rollout import RolloutEngine, build_engine
+from rlvr.rollout import RolloutEngine
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
 from rlvr.storage import RunStore
@@ -212,15 +210,14 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     policy = model
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
         model = copy.deepcopy(policy)
-    reward = build_reward(cfg.reward, env_components(cfg))
+    reward = rule_reward(cfg)
     task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
     episodes = episode_spec(cfg)  # one set of environment workers for both
     for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):
         if name is not None and name not in engines:
-            engines[name] = build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=start_path,
-                                         seed=cfg.seed, dtype=cfg.model.dtype,  # hf, loop: the policy's own weights
-                                         episodes=episodes)
+            engines[name] = rollout_engine(cfg, model, tokenizer, name=name, model_dir=start_path,  # hf, loop: the policy's own weights
+                                           episodes=episodes)
     task_held_out = task.held_out()[: cfg.eval.n]
     if source is None:
         engine = engines[cfg.rollout.engine]

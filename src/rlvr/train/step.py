@@ -36,6 +36,7 @@ import torch
 
 from rlvr.algos import (decoupled_advantages, distill_advantages, kl_reward_penalty, overlong_penalty, reverse_kl,
                          zero_variance_groups)
+from rlvr.assembly import reference_model
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
@@ -373,10 +374,7 @@ class LocalBatches:
         the reference is copied too)."""
         ref = None
         if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
-            from rlvr.inference.reference import ReferenceModel
-            from rlvr.models import reference_policy
-            ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature,
-                                 cfg.model.dtype)
+            ref = reference_model(cfg, model, tokenizer)
         teacher = None
         if cfg.algo.distill.teacher:
             from rlvr.inference.reference import load_teacher

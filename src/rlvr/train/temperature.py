@@ -21,13 +21,11 @@ from pathlib import Path
 
 import torch
 
-from rlvr.assembly import episode_spec
+from rlvr.assembly import episode_spec, rollout_engine, rule_reward
 from rlvr.config import AutoTemperatureConfig, Config
 from rlvr.console import RunConsole
-from rlvr.envs import env_components
 from rlvr.models import load_policy
-from rlvr.rewards import build_reward
-from rlvr.rollout import build_engine, sampling_params
+from rlvr.rollout import sampling_params
 from rlvr.tasks import ProblemSampler, build_task
 from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import sft_info
@@ -78,9 +76,9 @@ class PolicyProbe:
         self.cfg = cfg
         self.problems = ProblemSampler(build_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(
             cfg.rollout.auto_temperature.prompts)
-        self.reward = build_reward(cfg.reward, env_components(cfg))
-        self.engine = build_engine(cfg.rollout, model, tokenizer, name="loop" if cfg.rollout.engine == "loop" else "hf",
-                                   model_dir=start_path, seed=cfg.seed, dtype=cfg.model.dtype, episodes=episode_spec(cfg))
+        self.reward = rule_reward(cfg)
+        self.engine = rollout_engine(cfg, model, tokenizer, name="loop" if cfg.rollout.engine == "loop" else "hf",
+                                     model_dir=start_path, episodes=episode_spec(cfg))
 
     def __call__(self, t: float) -> tuple[float, float]:
         torch.manual_seed(self.cfg.seed)

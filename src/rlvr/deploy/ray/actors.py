@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import ray
 import torch
 
+from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
@@ -81,16 +82,14 @@ class RolloutWorker(Placed):
 
     def _build(self, start: Shipped, start_path: str) -> None:
         from rlvr.models import load_policy, load_tokenizer
-        from rlvr.assembly import episode_spec
-        from rlvr.rollout import build_engine
         c = self.cfg
         if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
             model, tokenizer = None, load_tokenizer(start_path)
         else:
             model, tokenizer = load_policy(c.model, start_path, device=pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
-        self.engine = build_engine(c.rollout, model, tokenizer, model_dir=start_path, seed=c.seed, dtype=c.model.dtype,
-                                   episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
+        self.engine = rollout_engine(c, model, tokenizer, model_dir=start_path,
+                                     episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
         self.start_key, self.publication, self.plain = start.key, None, False
 
     def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
@@ -142,11 +141,9 @@ class RewardWorker(Placed):
     the rollout workers' tool calls (in a concurrency group of their own, beside the scoring)."""
 
     def __init__(self, cfg: Config, threads: int) -> None:
-        from rlvr.envs import env_components
-        from rlvr.rewards import build_reward
         _set_up(threads)
         self.cfg = cfg
-        self.reward = build_reward(cfg.reward, env_components(cfg))
+        self.reward = rule_reward(cfg)
         self._tools: dict | None = None
         self._tools_lock = threading.Lock()
 
@@ -189,13 +186,11 @@ class InferenceWorker(Placed):
     def logprobs(self, start: Shipped, completions: Sequence[Completion]) -> dict:
         t0 = time.time()
         if self.start_key != start.key:
-            from rlvr.inference.reference import ReferenceModel
-            from rlvr.models import load_policy, reference_policy
+            from rlvr.models import load_policy
             start_path = str(materialize(start))
             model, tokenizer = load_policy(self.cfg.model, start_path, device=pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
-            self.ref = ReferenceModel(reference_policy(model), tokenizer.pad_token_id, self.cfg.rollout.temperature,
-                                      self.cfg.model.dtype)
+            self.ref = reference_model(self.cfg, model, tokenizer)
             self.start_key = start.key
         return _reply(t0, logp=self.ref.logprobs(completions))
 

@@ -29,6 +29,7 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from rlvr.assembly import component_weights
 from rlvr.config import Config
 from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
@@ -76,12 +77,7 @@ class _RemoteReference:
     """`ReferenceModel`'s interface (.logprobs) answered by the inference pool."""
 
     def __init__(self, source: "RayBatchSource") -> None:
-        from rlvr.envs import env_components
-
         self.source = source
-        cfg = source.cfg
-        self.weights = {**env_components(cfg), **cfg.reward.weights}
-        """The components' weights, for per-turn credit (env.credit=turn)."""
 
     def logprobs(self, completions) -> torch.Tensor:
         return self.source.logprobs_on_pool(lambda w, part: w.logprobs.remote(self.source.start, part), completions)
@@ -175,11 +171,8 @@ class RemoteReward:
     times out scores its samples invalid."""
 
     def __init__(self, source: "RayBatchSource") -> None:
-        from rlvr.envs import env_components
-
         self.source = source
-        cfg = source.cfg
-        self.weights = {**env_components(cfg), **cfg.reward.weights}
+        self.weights = component_weights(source.cfg)
         """The components' weights, for per-turn credit (env.credit=turn)."""
 
     def score(self, problems, texts, group_ids, env=None):
