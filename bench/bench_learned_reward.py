@@ -78,9 +78,9 @@ def run(root: Path, *, model: list[str], max_digits: int, n: int, eval_size: int
         reuse: bool = False) -> dict:
     """Steps 1-5; with `variants` ({name: extra overrides, with {rm} and {weight} filled in}) one RL
     run per variant, each in root/run-<name>. reuse: keep root's data, cold start and reward model."""
+    from rlvr.assembly import run_task
     from rlvr.cli import main
     from rlvr.config import load_config
-    from rlvr.tasks import build_task
 
     t0 = time.time()
     if reuse and (root / "sft").is_dir() and (root / "rm").is_dir():
@@ -103,7 +103,7 @@ def run(root: Path, *, model: list[str], max_digits: int, n: int, eval_size: int
         extra = [o.format(rm=root / "rm", weight=weight) for o in extra]
         assert main(["train", f"data.files=[{data}]", *common, f"model.init_from={root / 'sft'}", *rl, *extra]) == 0
         cfg = load_config(None, [f"data.files=[{data}]", *common])
-        held = build_task(cfg).held_out()
+        held = run_task(cfg).held_out()
         tokens = cfg.rollout.max_new_tokens
         summary = json.loads((run_dir / "summary.json").read_text())
         result = {"overrides": extra, "marker_rate_before": marker_rate(root / "sft", held, samples, tokens),

@@ -23,7 +23,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from math_fuzz import PROPERTIES  # noqa: E402
-from rlvr.rewards.config import MathConfig  # noqa: E402
+from rlvr.config.reward import MathConfig  # noqa: E402
 from rlvr.rewards.math_verifier import MathVerifier  # noqa: E402
 
 

@@ -71,7 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src")]
 
 from rlvr.records import Problem  # noqa: E402
-from rlvr.rewards.config import MathConfig  # noqa: E402
+from rlvr.config.reward import MathConfig  # noqa: E402
 from rlvr.rewards.math_verifier import MathVerifier  # noqa: E402
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")

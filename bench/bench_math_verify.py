@@ -99,7 +99,7 @@ TITLES = {"unique": "unique pairs (every gold and answer fresh: worst case)",
 def ours(cases: list[tuple[str, str]], workers: int, batch: int) -> dict:
     """Runs in the interpreter of the side being measured (its rlvr on sys.path)."""
     from rlvr.records import Problem
-    from rlvr.rewards.config import MathConfig
+    from rlvr.config.reward import MathConfig
     from rlvr.rewards.math_verifier import MathVerifier
 
     v = MathVerifier(MathConfig(workers=workers))
@@ -203,7 +203,7 @@ ATTACKS = {  # name -> (head, unit, tail): head + unit * k + tail, k chosen for 
 def attacks(sizes_kb: list[int]) -> dict:
     sys.path.insert(0, str(ROOT / "src"))
     from rlvr.records import Problem
-    from rlvr.rewards.config import MathConfig
+    from rlvr.config.reward import MathConfig
     from rlvr.rewards.math_verifier import MathVerifier
 
     v = MathVerifier(MathConfig())

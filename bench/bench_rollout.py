@@ -30,15 +30,15 @@ from rlvr.config import load_config  # noqa: E402
 
 def model_setup(name: str, threads: int):
     """(config, model dir, held-out problems) for 'tiny' (the default run's cold start) or 'smollm2'."""
+    from rlvr.assembly import run_task
     from rlvr.console import RunConsole
     from rlvr.models import load_tokenizer
-    from rlvr.tasks import build_task
     from rlvr.train.grpo import starting_point
 
     preset = ROOT / "configs" / "smollm2.yaml" if name == "smollm2" else None
     cfg = load_config(preset, [f"train.threads={threads}"])
     path = starting_point(cfg, RunConsole(False))
-    return cfg, path, build_task(cfg, tokenizer=load_tokenizer(path)).held_out()
+    return cfg, path, run_task(cfg, tokenizer=load_tokenizer(path)).held_out()
 
 
 def time_engine(engine, problems, params, repeats: int) -> dict:

@@ -30,7 +30,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 from rlvr.sandbox.executor import Sandbox, open_sandbox
 from rlvr.sandbox.isolation import plans_to_try
 from rlvr.sandbox.pool import ExecutionPool

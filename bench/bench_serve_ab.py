@@ -27,10 +27,10 @@ def main() -> int:
     args = parser.parse_args()
     import httpx
 
+    from rlvr.assembly import run_task
     from rlvr.config import load_config
-    from rlvr.tasks import build_task
 
-    problems = build_task(load_config()).held_out()[: args.n]
+    problems = run_task(load_config()).held_out()[: args.n]
     proc, url = start_server(args.a, ["--model-b", args.b, "--split", "0.5"])
     try:
         with httpx.Client(base_url=url, timeout=120) as client:

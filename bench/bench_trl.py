@@ -57,11 +57,12 @@ def load_cfg(args):
 
 def dump_problems(cfg, path: Path) -> None:
     """The problems rlvr's sampler draws for this run, in order, for TRL's dataset."""
+    from rlvr.assembly import run_task
     from rlvr.models import load_model, resolve_model
-    from rlvr.tasks import ProblemSampler, build_task
+    from rlvr.tasks import ProblemSampler
 
     _, tok = load_model(resolve_model(cfg.model))
-    task = build_task(cfg, tokenizer=tok)
+    task = run_task(cfg, tokenizer=tok)
     problems = ProblemSampler(task, seed=cfg.seed).take(cfg.rollout.batch_size * cfg.train.steps)
     with path.open("w") as f:
         for p in problems:
@@ -87,9 +88,9 @@ class StepMeter:
 
 
 def run_rlvr(cfg, out: Path) -> dict:
-    from rlvr.train.grpo import train
-
     import dataclasses
+
+    from rlvr.train.grpo import train
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(out / "rlvr_run")))
     train(cfg)
     rows = [json.loads(line) for line in (out / "rlvr_run" / "metrics.jsonl").read_text().splitlines()]

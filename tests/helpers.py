@@ -5,10 +5,19 @@ from __future__ import annotations
 import dataclasses
 
 from rlvr.algos import LossSettings
+from rlvr.config import Config, load_config
+from rlvr.envs.settings import check_env
 from rlvr.rollout import HFEngine
 from rlvr.train.update import UpdateSettings
 
 LOSS_FIELDS = {f.name for f in dataclasses.fields(LossSettings)}
+
+
+def checked_config(path=None, overrides: list[str] | None = None) -> Config:
+    """load_config, then the checks only the environment's class answers (as the commands and train() do)."""
+    cfg = load_config(path, overrides)
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+    return cfg
 
 
 def split_settings(flat: dict) -> UpdateSettings:
@@ -34,8 +43,8 @@ def chatty_tiny(hidden: int = 64, layers: int = 2, heads: int = 2, steps: int = 
     import random
 
     from rlvr.models.tiny import build_tiny_model, build_tokenizer
-    from rlvr.train.sft import sft_pairs, train_sft
     from rlvr.records import Problem
+    from rlvr.train.sft import sft_pairs, train_sft
 
     tok = build_tokenizer()
     model = build_tiny_model(tok, hidden, layers, heads, max_positions=512, seed=seed)

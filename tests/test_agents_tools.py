@@ -16,7 +16,7 @@ from rlvr.envs import ToolUse
 from rlvr.records import Problem
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec, run_episodes
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 from rlvr.tools import ToolCall, parse_tool_calls, resolve_tools, run_tool
 from rlvr.tools.calculator import calculator
 

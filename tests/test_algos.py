@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rlvr.algos import (
+    advantage_scale,
     decoupled_advantages,
     ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
@@ -81,6 +82,19 @@ def test_advantages_match_naive_loop(estimator, scale, g):
     torch.testing.assert_close(
         group_advantages(rewards, g, estimator=estimator, scale=scale), torch.tensor(expected), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_the_advantage_scale_is_the_naive_loops_denominator(scale):
+    """What per-turn credit divides a turn's earlier rewards by (rlvr.train.trajectories)."""
+    gen, g = torch.Generator().manual_seed(5), 3
+    rewards = torch.randint(0, 4, (4 * g,), generator=gen).float() / 3  # (N,)
+    expected = []
+    for start in range(0, len(rewards), g):
+        group = rewards[start : start + g].tolist()
+        std = {"group": statistics.stdev(group), "batch": statistics.stdev(rewards.tolist()), "none": None}[scale]
+        expected += [1.0 if std is None else std + 1e-6] * g
+    torch.testing.assert_close(advantage_scale(rewards, g, scale, 1e-6), torch.tensor(expected), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo"])

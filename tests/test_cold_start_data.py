@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from rlvr.assembly import run_task
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.rollout import build_engine
 from rlvr.rollout.engine import SamplingParams
-from rlvr.tasks import build_task
 from rlvr.tasks.files import DataError, as_chat, load_problems
 from rlvr.train.sft import sft_pairs
 
@@ -78,7 +78,7 @@ def test_sft_on_data_then_rl_from_it(tmp_path, capsys):
     ckpt = tmp_path / "cache" / out.split("SFT checkpoint: ")[1].split()[0].rsplit("/", 1)[1]
     info = json.loads((ckpt / "sft.json").read_text())
     # 8 records held out; of the 92 trained on, those whose sum is a multiple of 5 carry no solution
-    held = {p.id for p in build_task(load_config(None, [f"data.files=[{data}]", *common])).held_out()}
+    held = {p.id for p in run_task(load_config(None, [f"data.files=[{data}]", *common])).held_out()}
     no_solution = sum(1 for r in rows if "solution" not in r and r["id"] not in held)
     assert info["held_out"] == 8 and info["without_solution"] == no_solution and no_solution > 0
     assert info["examples"] == 92 - no_solution and f"{no_solution} training record(s) without one" in out

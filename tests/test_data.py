@@ -7,10 +7,11 @@ from collections import Counter
 
 import pytest
 
+from rlvr.assembly import run_task
 from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.models.tiny import build_tokenizer
-from rlvr.tasks import ProblemSampler, build_task
+from rlvr.tasks import ProblemSampler
 from rlvr.tasks.files import DataError, load_problems
 
 CHAT = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
@@ -114,7 +115,7 @@ def test_mix_ratio_is_exact_seeded_and_held_out_is_disjoint(tmp_path):
         {"input": "", "output": str(i)}]}} for i in range(20)])
     files = f"data.files=[{tmp_path / 'math.jsonl'},{tmp_path / 'code.jsonl'}]"
     cfg = _cfg(tmp_path, files, "data.mix={math: 6, code: 4}", "data.eval_size=8")
-    task = build_task(cfg)
+    task = run_task(cfg)
     held = task.held_out()
     assert Counter(p.source for p in held) == {"math": 6, "code": 2}  # per source in proportion (60:20)
     draws = list(itertools.islice(task.train_stream(cfg.seed), 100))
@@ -122,9 +123,9 @@ def test_mix_ratio_is_exact_seeded_and_held_out_is_disjoint(tmp_path):
     assert Counter(p.source for p in draws) == {"math": 60, "code": 40}
     assert not {p.id for p in held} & {p.id for p in draws}
     assert len({p.id for p in draws if p.source == "code"}) == 18  # all training code records before repeats
-    again = [p.id for p in itertools.islice(build_task(cfg).train_stream(cfg.seed), 100)]
+    again = [p.id for p in itertools.islice(run_task(cfg).train_stream(cfg.seed), 100)]
     assert again == [p.id for p in draws]  # a pure function of the seed
-    other = [p.id for p in itertools.islice(build_task(_cfg(tmp_path, files, "seed=1", "data.mix={math: 6, code: 4}",
+    other = [p.id for p in itertools.islice(run_task(_cfg(tmp_path, files, "seed=1", "data.mix={math: 6, code: 4}",
                                                              "data.eval_size=8")).train_stream(1), 100)]
     assert other != again
     # a resumed sampler replays to its position
@@ -137,9 +138,9 @@ def test_mix_must_name_the_sources(tmp_path):
     write_jsonl(tmp_path / "math.jsonl", math_rows(10))
     cfg = _cfg(tmp_path, f"task.name={tmp_path / 'math.jsonl'}", "data.mix={maths: 1}", "data.eval_size=2")
     with pytest.raises(DataError, match=r"unknown source\(s\) \['maths'\].*no share for source\(s\) \['math'\]"):
-        build_task(cfg)
+        run_task(cfg)
     with pytest.raises(ConfigError, match="task.name: 'nope.jsonl' is neither a built-in task"):
-        build_task(_cfg(tmp_path, "task.name=nope.jsonl"))
+        run_task(_cfg(tmp_path, "task.name=nope.jsonl"))
 
 
 def test_chat_wrapping_system_prompt_and_prompt_length_policies(tmp_path):
@@ -150,14 +151,14 @@ def test_chat_wrapping_system_prompt_and_prompt_length_policies(tmp_path):
     base = [f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1", "data.system_prompt=Box it.",
             "data.max_prompt_tokens=64"]
     with pytest.raises(DataError, match=r"(?s)d\.jsonl:7: prompt is 1\d\d tokens.*data.on_long_prompt=skip or truncate"):
-        build_task(_cfg(tmp_path, *base), tokenizer=tok)
+        run_task(_cfg(tmp_path, *base), tokenizer=tok)
     events = []
-    task = build_task(_cfg(tmp_path, *base, "data.on_long_prompt=skip"), tokenizer=tok,
+    task = run_task(_cfg(tmp_path, *base, "data.on_long_prompt=skip"), tokenizer=tok,
                       on_event=lambda kind, **f: events.append((kind, f)))
     assert "long" not in {p.id for p in task.all_problems()} and len(task.all_problems()) == 6
     assert [k for k, _ in events] == ["prompt_skipped", "data_loaded"] and events[0][1]["limit"] == 64
     events.clear()
-    task = build_task(_cfg(tmp_path, *base, "data.on_long_prompt=truncate"), tokenizer=tok,
+    task = run_task(_cfg(tmp_path, *base, "data.on_long_prompt=truncate"), tokenizer=tok,
                       on_event=lambda kind, **f: events.append((kind, f)))
     cut = next(p for p in task.all_problems() if p.id == "long")
     assert cut.prompt[0] == {"role": "system", "content": "Box it."}  # the system prompt goes first
@@ -165,10 +166,10 @@ def test_chat_wrapping_system_prompt_and_prompt_length_policies(tmp_path):
     rendered = tok.apply_chat_template(cut.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert 60 <= len(rendered) <= 64 and events[0][0] == "prompt_truncated"
     # plain text prompts stay text with data.chat=false; a tokenizer without a template is refused for chat
-    plain = build_task(_cfg(tmp_path, f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1", "data.chat=false"))
+    plain = run_task(_cfg(tmp_path, f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1", "data.chat=false"))
     assert all(isinstance(p.prompt, str) for p in plain.all_problems())
     with pytest.raises(DataError, match="no chat template"):
-        build_task(_cfg(tmp_path, f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1"), tokenizer=build_tokenizer())
+        run_task(_cfg(tmp_path, f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1"), tokenizer=build_tokenizer())
 
 
 def test_eval_n_above_the_records_held_out_is_a_config_error(tmp_path):
@@ -176,5 +177,5 @@ def test_eval_n_above_the_records_held_out_is_a_config_error(tmp_path):
     left at its default it is the records held out."""
     f = write_jsonl(tmp_path / "d.jsonl", math_rows(10))
     with pytest.raises(ConfigError, match="eval.n: 8 held-out problems asked for, but data.eval_size holds out 3"):
-        build_task(load_config(None, [f"task.name={f}", "data.eval_size=3", "eval.n=8"]))
-    assert len(build_task(load_config(None, [f"task.name={f}", "data.eval_size=3"])).held_out()) == 3
+        run_task(load_config(None, [f"task.name={f}", "data.eval_size=3", "eval.n=8"]))
+    assert len(run_task(load_config(None, [f"task.name={f}", "data.eval_size=3"])).held_out()) == 3

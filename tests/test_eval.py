@@ -134,7 +134,7 @@ def test_humaneval_loads_as_code_problems_whose_canonical_solutions_pass():
     import gzip
     from importlib import resources
 
-    from rlvr.sandbox.config import CodeConfig
+    from rlvr.config.code import CodeConfig
     from rlvr.sandbox.verifier import CodeVerifier
     from rlvr.tasks.humaneval import humaneval_problems
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.records import Problem
-from rlvr.rewards.config import MathConfig
+from rlvr.config.reward import MathConfig
 from rlvr.rewards.math_verifier import MathVerifier
 
 DATA = Path(__file__).parent / "data" / "math_adversarial.jsonl"

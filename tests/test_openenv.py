@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import checked_config
 from test_harness import Scripted, bounded
 
 from rlvr.assembly import episode_spec
@@ -44,4 +45,4 @@ def test_an_action_with_two_text_fields_needs_the_one_named():
     spec.host.shutdown()
     assert "name the one the policy's turn fills" in out[0].env_info["error"]
     with pytest.raises(ConfigError, match="reads no setting"):
-        load_config(None, [*GUESS, "env.settings.oops=1"])
+        checked_config(None, [*GUESS, "env.settings.oops=1"])

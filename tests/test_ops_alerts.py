@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from rlvr.assembly import run_guard
 from rlvr.config import AlertsConfig, load_config
 from rlvr.ops.alerts import AlertRules
-from rlvr.ops.guard import RunDiverged, RunGuard
+from rlvr.ops.guard import RunDiverged
 from rlvr.ops.notify import Webhook
 from rlvr.runlog import RunLog, read_jsonl
 
@@ -142,7 +143,7 @@ def test_alerts_reach_console_events_and_webhook(hook_server, tmp_path, capsys):
     cfg = load_config(None, [f"run.dir={tmp_path}", f"alerts.webhook_url={url}", "run.name=nightly"])
     log = RunLog(tmp_path, cfg.to_dict())
     from rlvr.console import RunConsole
-    guard = RunGuard(cfg, log, RunConsole(enabled=False))
+    guard = run_guard(cfg, log, RunConsole(enabled=False))
     trigger = guard.check(7, healthy(7, **{"actor/loss": float("nan")}), ["step 7: source 'x' has outcome reward 0"])
     guard.close()
     log.close()
@@ -176,7 +177,7 @@ def test_webhook_timeout_is_bounded(hook_server):
 def test_rollback_budget_is_bounded(tmp_path):
     cfg = load_config(None, [f"run.dir={tmp_path}", "rollback.max_retries=1"])
     from rlvr.console import RunConsole
-    guard = RunGuard(cfg, RunLog(tmp_path, {}), RunConsole(enabled=False))
+    guard = run_guard(cfg, RunLog(tmp_path, {}), RunConsole(enabled=False))
     trigger = guard.check(3, healthy(3, **{"actor/loss": float("nan")}))
     with pytest.raises(RunDiverged, match="no checkpoint to roll back to"):
         guard.roll_back(3, trigger, restore=lambda target: 0, weights=dict)

@@ -99,11 +99,11 @@ def test_a_corrupted_weight_sync_alerts_and_rolls_back(overrides, tmp_path, monk
     # version 3 changes one value; the checksum catches it, and the run goes back to step 2
     import copy
 
-    from rlvr.train import grpo
+    from rlvr import assembly
     from test_weight_sync import corrupting
 
-    build = grpo.build_engine
-    monkeypatch.setattr(grpo, "build_engine", lambda rollout, model, *a, **k: corrupting(
+    build = assembly.build_engine
+    monkeypatch.setattr(assembly, "build_engine", lambda rollout, model, *a, **k: corrupting(
         build(rollout, copy.deepcopy(model), *a, **k), at_version=3))
     run = tmp_path / "run"
     summary = _train_here(overrides + ["train.steps=5", "ckpt.every=2", "ckpt.keep=0", "log.report=false"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -52,7 +51,7 @@ def test_prometheus_serves_metrics_and_health():
         # a taken port is a config error that names the key, before any training starts
         cfg = load_config(None, [f"log.prometheus_port={sink.port}", "log.tensorboard=false"])
         with pytest.raises(ConfigError, match="log.prometheus_port: cannot listen on 127.0.0.1"):
-            build_sinks(cfg, Path("unused"), resume_step=None, ui=RunConsole(False))
+            build_sinks(cfg.log, Path("unused"), cfg.to_dict(), resume_step=None, ui=RunConsole(False))
     finally:
         sink.close()
 
@@ -95,7 +94,7 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
     uri = f"file:{tmp_path / 'mlruns'}"
     cfg = load_config(None, [f"run.dir={tmp_path}", "log.tensorboard=false", "log.wandb_project=rl",
                              f"log.mlflow_tracking_uri={uri}", "run.name=r1"])
-    log = RunLog(tmp_path, cfg.to_dict(), sinks=build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False)))
+    log = RunLog(tmp_path, cfg.to_dict(), sinks=build_sinks(cfg.log, tmp_path, cfg.to_dict(), resume_step=None, ui=RunConsole(False)))
     log.metrics(1, {"reward/mean": 0.5, "actor/kl": float("inf")})
     log.metrics(2, {"reward/mean": 0.6})
     log.event("rollback", step=2, reason="test")
@@ -118,7 +117,7 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
     assert {"eval/accuracy", "eval/source/a/accuracy", "reward/agreement/mean"} <= set(run.data.metrics)
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
     with pytest.raises(ConfigError, match=r"log.wandb_project: wandb is not installed: pip install 'rlvr\[tracking\]'"):
-        build_sinks(cfg, tmp_path, resume_step=None, ui=RunConsole(False))
+        build_sinks(cfg.log, tmp_path, cfg.to_dict(), resume_step=None, ui=RunConsole(False))
 
 
 def _leaves(d: dict, prefix: str = "") -> list[str]:

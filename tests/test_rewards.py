@@ -5,17 +5,24 @@ from __future__ import annotations
 import math
 
 import pytest
+from helpers import checked_config
 
 from rlvr.config import load_config
+from rlvr.config.reward import FormatConfig, ProcessConfig, RewardConfig
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem, RewardResult
-from rlvr.rewards import RewardMonitor, build_reward, compose, normalize_groups, reward_metrics
-from rlvr.rewards.config import FormatConfig, ProcessConfig, RewardConfig
+from rlvr.rewards import (
+    RewardMonitor,
+    build_reward,
+    compose,
+    reward_metrics,
+)
 from rlvr.rewards.answers import Context, analyse
 from rlvr.rewards.canonical import gold_text
 from rlvr.rewards.extract import PARSE_FAILED, extract, find_boxed
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.process import process_score
+from rlvr.stats import standardize
 
 BUILTIN = "<think>12+345: 2+5=7, 1+4=5, 0+3=3</think><answer>357</answer>"
 ARITH = Problem(id="p", prompt="12+345=", answer="357", source="arithmetic")
@@ -183,7 +190,7 @@ def test_weights_merge_over_defaults_and_unknown_components_are_refused():
     res = build_reward(cfg.reward).score([ARITH], [BUILTIN])[0]
     assert res.components["process"] == 1.0 and res.total == pytest.approx(1.6)
     with pytest.raises(ConfigError, match="reward.*unknown component"):
-        load_config(None, ["reward.weights.style=1"])
+        checked_config(None, ["reward.weights.style=1"])
     with pytest.raises(ConfigError, match="reward.math.*extract"):
         load_config(None, ["reward.math.extract=[boxed,guess]"])
 
@@ -208,7 +215,7 @@ def test_exceptions_mark_the_sample_invalid_and_never_raise(monkeypatch):
 
 
 def test_group_normalisation():
-    assert normalize_groups([1, 0, 1, 0, 5, 5], [0, 0, 0, 0, 1, 1], [True] * 6) == pytest.approx(
+    assert standardize([1, 0, 1, 0, 5, 5], [0, 0, 0, 0, 1, 1], [True] * 6) == pytest.approx(
         [1, -1, 1, -1, 0, 0], abs=1e-5)
     cfg = RewardConfig(normalize="group")
     texts = [BUILTIN, "<think>t</think><answer>358</answer>", "357", "nothing"]
@@ -279,7 +286,7 @@ def test_monitor_alerts_once_when_one_source_is_stuck_at_zero():
 
 
 def test_tolerance_is_explicit_and_configurable_but_integers_stay_exact():
-    from rlvr.rewards.config import MathConfig
+    from rlvr.config.reward import MathConfig
     from rlvr.rewards.math_verifier import MathVerifier
 
     def correct(cfg, gold, answer):

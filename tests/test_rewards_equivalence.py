@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.records import Problem
-from rlvr.rewards.config import MathConfig
+from rlvr.config.reward import MathConfig
 from rlvr.rewards.math_verifier import MathVerifier
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from math_fuzz import PROPERTIES
-from rlvr.rewards.config import MathConfig
+from rlvr.config.reward import MathConfig
 from rlvr.rewards.math_verifier import MathVerifier
 
 EXAMPLES = 60

@@ -12,7 +12,7 @@ import pytest
 
 from rlvr.records import Problem
 from rlvr.rewards import build_reward
-from rlvr.rewards.config import MathConfig, RewardConfig
+from rlvr.config.reward import MathConfig, RewardConfig
 from rlvr.rewards.math_verifier import MathVerifier
 
 # answers that reach math-verify and do not come back (power towers and deep nesting are

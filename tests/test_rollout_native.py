@@ -72,7 +72,7 @@ def test_without_a_compiler_the_stepper_uses_mkl(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("RLVR_KERNEL_CACHE", str(tmp_path))
     native.library.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="rlvr.rollout.skinny"):
+        with caplog.at_level(logging.WARNING, logger="rlvr.rollout.native"):
             assert native.library() is None
         assert "could not be built" in caplog.text and "no C compiler" in caplog.text
         linear = stepper_module._Linear(torch.nn.Linear(8, 5), rows=4)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox needs Linux namespaces")
 

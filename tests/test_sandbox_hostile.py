@@ -18,7 +18,7 @@ import time
 import pytest
 
 from rlvr.records import Problem
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox needs Linux namespaces")
 

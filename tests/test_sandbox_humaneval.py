@@ -15,7 +15,7 @@ from importlib import resources
 import pytest
 
 from rlvr.records import Problem
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox needs Linux namespaces")
 

@@ -13,7 +13,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.records import Problem
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 from rlvr.sandbox.executor import Interpreter, Sandbox
 from rlvr.sandbox.isolation import plans_to_try
 

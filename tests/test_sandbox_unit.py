@@ -10,7 +10,7 @@ from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.sandbox.cases import (TestFormatError, judge, normalize_output, parse_tests, same_value,
                                 sandbox_cases)
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 from rlvr.sandbox.executor import Execution
 from rlvr.sandbox.extract import extract_code
 from rlvr.sandbox.isolation import IsolationPlan, build_report

@@ -8,10 +8,11 @@ import random
 
 import pytest
 
+from rlvr.assembly import run_task
 from rlvr.config import load_config
 from rlvr.models.tiny import build_tokenizer
 from rlvr.rewards import build_reward
-from rlvr.tasks import build_task, needs_code_chars, teacher_solution
+from rlvr.tasks import needs_code_chars, teacher_solution
 from rlvr.tasks.code import FAMILIES, CodeTask
 
 
@@ -55,7 +56,7 @@ def test_the_teacher_errs_more_often_on_harder_families():
 
 
 def test_the_tiny_tokenizer_spells_code_only_for_the_code_task():
-    assert needs_code_chars(load_config(None, ["task.name=code"])) and not needs_code_chars(load_config())
+    assert needs_code_chars("code") and needs_code_chars("arithmetic+code") and not needs_code_chars(load_config().task.name)
     code, plain = build_tokenizer(code_chars=True), build_tokenizer()
     task = CodeTask()
     for p in task.held_out():
@@ -67,7 +68,7 @@ def test_the_tiny_tokenizer_spells_code_only_for_the_code_task():
 
 @pytest.mark.parametrize("overrides", [["task.name=code"]])
 def test_the_code_task_is_a_built_in_task(overrides):
-    task = build_task(load_config(None, overrides))
+    task = run_task(load_config(None, overrides))
     p = task.held_out()[0]
     assert p.verifier == "code" and p.tests["type"] == "function" and len(p.tests["cases"]) == 5
 
@@ -78,21 +79,21 @@ def test_math_and_code_together_mix_six_to_four_unless_data_mix_says_otherwise()
     from rlvr.configlib import ConfigError
     from rlvr.tasks.files import DataError
 
-    task = build_task(load_config(None, ["task.name=arithmetic+code", "eval.n=100"]))
+    task = run_task(load_config(None, ["task.name=arithmetic+code", "eval.n=100"]))
     held = task.held_out()
     assert Counter(p.source for p in held) == {"arithmetic": 60, "code": 40}
     assert Counter(p.source for p in held[:10]) == {"arithmetic": 6, "code": 4}  # interleaved: a prefix keeps it
     drawn = Counter(p.source for p in itertools.islice(task.train_stream(seed=0), 50))
     assert drawn == {"arithmetic": 30, "code": 20}
     assert not {p.prompt for p in held} & {p.prompt for p in itertools.islice(task.train_stream(seed=0), 2000)}
-    even = build_task(load_config(None, ["task.name=arithmetic+code", "data.mix={arithmetic: 1, code: 1}"]))
+    even = run_task(load_config(None, ["task.name=arithmetic+code", "data.mix={arithmetic: 1, code: 1}"]))
     assert Counter(p.source for p in itertools.islice(even.train_stream(seed=0), 50)) == {"arithmetic": 25, "code": 25}
     with pytest.raises(DataError, match="unknown"):
-        build_task(load_config(None, ["task.name=arithmetic+code", "data.mix={math: 1, code: 1}"]))
+        run_task(load_config(None, ["task.name=arithmetic+code", "data.mix={math: 1, code: 1}"]))
     with pytest.raises(ConfigError, match="data.mix"):
-        build_task(load_config(None, ["task.name=code", "data.mix={code: 1}"]))
+        run_task(load_config(None, ["task.name=code", "data.mix={code: 1}"]))
     with pytest.raises(ConfigError, match="arithmetic\\+code"):
-        build_task(load_config(None, ["task.name=arithmetic+poetry"]))
+        run_task(load_config(None, ["task.name=arithmetic+poetry"]))
 
 
 def test_evaluation_reports_each_source_and_counts_code_only_when_every_test_passes():
@@ -100,7 +101,7 @@ def test_evaluation_reports_each_source_and_counts_code_only_when_every_test_pas
     from rlvr.records import Completion
 
     cfg = load_config(None, ["task.name=arithmetic+code", "eval.n=10"])
-    problems = build_task(cfg).held_out()
+    problems = run_task(cfg).held_out()
 
     class Scripted:  # answers each problem with its worked solution, except every second code one
         def generate(self, ps, params, group_offset=0):

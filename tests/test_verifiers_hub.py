@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
+from helpers import checked_config
 from test_harness import Scripted
 
 from rlvr.assembly import episode_spec
@@ -59,16 +59,16 @@ def test_an_environment_error_fails_its_episode_and_the_policy_s_own_errors_are_
 
 def test_a_verifiers_environment_needs_its_task_and_loads_contained():
     with pytest.raises(ConfigError, match="set task.name=verifiers"):
-        load_config(None, [HUB[0]])
+        checked_config(None, [HUB[0]])
     with pytest.raises(ConfigError, match="set env.name=verifiers:<id>"):
-        load_config(None, [HUB[1]])
+        checked_config(None, [HUB[1]])
     with pytest.raises(ConfigError, match="'no_such_env' did not load"):
-        load_config(None, ["env.name=verifiers:no_such_env", HUB[1]])
+        checked_config(None, ["env.name=verifiers:no_such_env", HUB[1]])
     with pytest.raises(ConfigError, match="'vf_arith' did not load .*unexpected keyword"):
-        load_config(None, [*HUB, "env.settings.oops=1"])
+        checked_config(None, [*HUB, "env.settings.oops=1"])
     with pytest.raises(ConfigError, match=r"functions \['correct'\] would replace rlvr's components"):
-        load_config(None, [*HUB, "env.settings.clash=true"])
+        checked_config(None, [*HUB, "env.settings.clash=true"])
     with pytest.raises(ConfigError, match=r"unknown component\(s\) \['nope'\]"):
-        load_config(None, [*HUB, "reward.weights.nope=1"])
-    cfg = load_config(None, [*HUB, "reward.weights.exact=0.5", "env.settings.n=8"])  # load_environment(n=8)
+        checked_config(None, [*HUB, "reward.weights.nope=1"])
+    cfg = checked_config(None, [*HUB, "reward.weights.exact=0.5", "env.settings.n=8"])  # load_environment(n=8)
     assert cfg.reward.weights["exact"] == 0.5

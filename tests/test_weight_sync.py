@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rlvr.config import load_config
 from rlvr.deploy.ray import sync as ray_sync
 from rlvr.ops.alerts import AlertRules
-from rlvr.ops.config import AlertsConfig, RollbackConfig
+from rlvr.config.ops import AlertsConfig, RollbackConfig
 from rlvr.plan import Cluster, Shape, plan
 from rlvr.rollout import HFEngine
 from rlvr.rollout.sync import checksum, tied_names

@@ -1,5 +1,6 @@
 """Parts of a run built from its config, above the modules that define them.
 
+    task = run_task(cfg, tokenizer=tok)              # where its problems come from
     spec = episode_spec(cfg)                         # what its rollouts run: environments, agents, their bounds
     reward = rule_reward(cfg)                        # the rules, with the environment's components
     engine = rollout_engine(cfg, model, tokenizer)   # rollout.engine (or `name`) on the policy
@@ -16,13 +17,46 @@ from rlvr.envs import AgentProgram, Environment, env_class, env_components
 from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost, ThreadHost
-from rlvr.inference.reference import ReferenceModel
+from rlvr.inference.reference import ReferenceModel, load_teacher
 from rlvr.models import reference_policy
+from rlvr.ops.guard import RunGuard
+from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
+from rlvr.storage import RunStore
 from rlvr.rewards import Reward, build_reward
 from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
+from rlvr.tasks import build_task
 from rlvr.tools import hosted, resolve_tools
+from rlvr.urls import is_url
+
+
+def run_task(cfg, *, tokenizer=None, on_event=None):
+    """The run's task (sections task and data; env for the problems an environment grades), holding
+    out eval.n problems. tokenizer, on_event: rlvr.tasks.build_task's."""
+    return build_task(cfg.task, cfg.data, cfg.env, seed=cfg.seed, eval_n=cfg.eval.n,
+                      eval_n_set="eval.n" in cfg.sources, tokenizer=tokenizer, on_event=on_event)
+
+
+def run_guard(cfg, log, ui) -> RunGuard:
+    """Alert rules, rollback and fault injection over the run's metric stream (sections alerts, rollback)."""
+    return RunGuard(cfg.alerts, cfg.rollback, log, ui, run_name=cfg.run.name, ckpt_dir=cfg.run_dir / "checkpoints",
+                    seed=cfg.seed, base_lr=cfg.train.lr, inject_nan_at_step=cfg.debug.inject_nan_at_step)
+
+
+def metric_sinks(cfg, *, resume_step: int | None, ui) -> list:
+    """The metric sinks section log asks for (TensorBoard, W&B, MLflow, Prometheus), in the run directory."""
+    return build_sinks(cfg.log, cfg.run_dir, cfg.to_dict(), resume_step=resume_step, ui=ui)
+
+
+def run_store(cfg, rank: int = 0) -> RunStore | None:
+    """The run directory at a URL (run.dir), mirrored from its local cache, for trainer rank `rank`
+    (checkpoint retention as section ckpt keeps it); None when run.dir is a local path."""
+    if not is_url(cfg.run.dir):
+        return None
+    c = cfg.ckpt
+    return RunStore(cfg.run.dir, cfg.run_dir, retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
+                    kill_at_step=cfg.debug.kill_during_upload_at_step, rank=rank)
 
 
 def rule_reward(cfg) -> Reward:
@@ -41,6 +75,12 @@ def rollout_engine(cfg, model, tokenizer, *, name: str | None = None, model_dir=
     dtype; vllm loads `model_dir`. episodes: what its rollouts run (episode_spec)."""
     return build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=model_dir, seed=cfg.seed,
                         dtype=cfg.model.dtype, episodes=episodes)
+
+
+def teacher_model(cfg, tokenizer, device=None, path: str | None = None) -> ReferenceModel:
+    """The distillation teacher (algo.distill.teacher) scoring at the sampling temperature in the run's
+    compute dtype, on `device`; path: its directory (default: where the name resolves)."""
+    return load_teacher(cfg.algo.distill.teacher, cfg.model, cfg.rollout.temperature, tokenizer, device, path)
 
 
 def reference_model(cfg, model, tokenizer) -> ReferenceModel:

@@ -137,9 +137,10 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 def require(ok: bool, key: str, message: str) -> None:
-    """For a section's __post_init__: raise ValueError('key: message') unless ok."""
+    """Raise ConfigError('key: message') unless ok. In a section's __post_init__ `key` is the field's
+    name (from_dict names the full key); elsewhere, the full key."""
     if not ok:
-        raise ValueError(f"{key}: {message}")
+        raise ConfigError(f"{key}: {message}")
 
 
 def _leaf_key(key: str, value: Any) -> str:

@@ -1,6 +1,6 @@
 """A run directory at a URL (fsspec: s3://, gs://, file://, ...), the local disk only its cache.
 
-    store = RunStore.of(cfg)                 # None when run.dir is a local path
+    store = run_store(cfg)                   # rlvr.assembly; None when run.dir is a local path
     store.pull()                             # before the run opens: its logs and newest committed checkpoint
     ...                                      # the run writes into cfg.run_dir, the local cache
     store.push_checkpoint(path)              # after each checkpoint: its files, then its manifest
@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 
 from rlvr.checkpoint import MANIFEST, list_checkpoints, retained, verify
-from rlvr.urls import filesystem, is_url
+from rlvr.urls import filesystem
 
 LOGS = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "eval.jsonl")
 """The run's files a resume continues (rlvr.runlog), pulled with its checkpoint."""
@@ -42,14 +42,6 @@ class RunStore:
         self.rank = rank
         self.logs = "" if rank == 0 else f"ranks/rank_{rank}"
         """This rank's log directory, relative to the run directory."""
-
-    @classmethod
-    def of(cls, cfg, rank: int = 0) -> RunStore | None:
-        if not is_url(cfg.run.dir):
-            return None
-        c = cfg.ckpt
-        return cls(cfg.run.dir, cfg.run_dir, retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
-                   kill_at_step=cfg.debug.kill_during_upload_at_step, rank=rank)
 
     def _remote(self, *parts: str) -> str:
         return "/".join([self.path.rstrip("/"), *(p for p in parts if p)])

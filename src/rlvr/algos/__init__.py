@@ -21,13 +21,14 @@ Recipes (what the names add up to):
 
 The presets in configs/ (grpo, dapo, dr_grpo, gspo, rloo) name these; the loop-level
 parts (dynamic sampling, overlong shaping, truncation masking, KL folded into the
-reward) are applied in rlvr.train.step.collect_batch; rlvr.train.settings builds the
+reward) are applied in rlvr.train.step.collect_batch; rlvr.train.update.update_settings builds the
 LossSettings of a run from its config.
 """
 
 from rlvr.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
     ADVANTAGE_SCALES,
+    advantage_scale,
     decoupled_advantages,
     group_advantages,
     grpo_baseline,
@@ -59,6 +60,7 @@ __all__ = [
     "ROLLOUT_IS",
     "RatioLevel",
     "RolloutIS",
+    "advantage_scale",
     "choose",
     "decoupled_advantages",
     "distill_advantages",

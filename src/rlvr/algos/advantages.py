@@ -33,6 +33,7 @@ from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, choose, look
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ADVANTAGE_SCALES",
+    "advantage_scale",
     "decoupled_advantages",
     "group_advantages",
     "grpo_baseline",
@@ -113,6 +114,14 @@ def zero_variance_groups(rewards: Tensor, group_size: int) -> Tensor:
     """
     grouped = _grouped(rewards, group_size)  # (M, G)
     return grouped.amax(dim=1) == grouped.amin(dim=1)  # (M,)
+
+
+def advantage_scale(rewards: Tensor, group_size: int, scale: str | AdvantageScale, eps: float) -> Tensor:
+    """(N,) the denominator group_advantages divides each completion's centred reward by (its group's
+    std + eps, the batch's, or 1), from rewards (N,) laid out group after group."""
+    grouped = _grouped(rewards, group_size)  # (M, G)
+    denominator = ADVANTAGE_SCALES[choose(AdvantageScale, scale, "algo.scale")](grouped, eps)  # (M, 1) or (1, 1)
+    return denominator.expand_as(grouped).reshape(-1)  # (N,)
 
 
 def group_advantages(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rlvr.config import Config, load_config
+from rlvr.envs.settings import check_env
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,4 +37,6 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     device = getattr(args, "device", None)
     overrides = [*args.overrides, f"train.device={device}"] if device else args.overrides
-    return load_config(args.config, overrides, profile=args.profile)
+    cfg = load_config(args.config, overrides, profile=args.profile)
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+    return cfg

@@ -44,7 +44,7 @@ def model_dir(path: str) -> str:
 
 def problems_for(cfg, args) -> list:
     from rlvr.configlib import ConfigError
-    from rlvr.tasks import build_task
+    from rlvr.assembly import run_task
     from rlvr.tasks.files import as_chat, load_problems
     from rlvr.tasks.humaneval import humaneval_problems
 
@@ -53,7 +53,7 @@ def problems_for(cfg, args) -> list:
     if args.samples < 0 or args.batch_size < 1:
         raise ConfigError("--samples must be >= 0 and --batch-size >= 1")
     if not args.data:
-        problems = build_task(cfg).held_out()[: cfg.eval.n]
+        problems = run_task(cfg).held_out()[: cfg.eval.n]
     else:
         problems = []
         for name in args.data:

@@ -53,8 +53,7 @@ class _Setup:
 
     def __init__(self, cfg, ui):
         from rlvr.models import load_policy
-        from rlvr.assembly import rule_reward
-        from rlvr.tasks import build_task
+        from rlvr.assembly import rule_reward, run_task
         from rlvr.train.grpo import starting_point
 
         self.cfg, self.ui = cfg, ui
@@ -64,7 +63,7 @@ class _Setup:
         self.start_path = starting_point(cfg, ui)
         self.model, self.tokenizer = load_policy(cfg.model, self.start_path)
         self.reward = rule_reward(cfg)
-        self.task = build_task(cfg)
+        self.task = run_task(cfg)
         self.prompts = self.task.held_out()[:CHECK_PROMPTS]
         self.completions = None
 

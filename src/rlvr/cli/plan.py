@@ -74,7 +74,7 @@ def run(args) -> int:
     teacher = None
     if cfg.algo.distill.teacher:
         from rlvr.inference.reference import teacher_path
-        teacher = shape_of(teacher_path(cfg)).params
+        teacher = shape_of(teacher_path(cfg.algo.distill.teacher, cfg.model)).params
     kwargs = dict(prompt_len=args.prompt_len, ranks=args.ranks, reward_params=reward_params, teacher_params=teacher)
     decode, tflops, sync = args.decode_tps, args.train_tflops, args.sync_gbps
     if args.measured:

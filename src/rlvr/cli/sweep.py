@@ -29,6 +29,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from rlvr.config import load_config
     from rlvr.configlib import ConfigError
+    from rlvr.envs.settings import check_env
     from rlvr.sweep import axes, compare, run_trials, trials, write_report
 
     swept, fixed = axes(args.args)
@@ -36,7 +37,8 @@ def run(args) -> int:
     if args.parallel < 1:
         raise ConfigError("--parallel must be >= 1")
     for overrides in grid:  # every trial's config is checked before any trial starts
-        load_config(args.config, [*fixed, *overrides], profile=args.profile)
+        cfg = load_config(args.config, [*fixed, *overrides], profile=args.profile)
+        check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
     print(f"rlvr sweep: {len(grid)} trial(s) over {', '.join(swept)}; {args.parallel} at a time; in {args.out}",
           file=sys.stderr)
     out = Path(args.out)

@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rlvr.config.env import EnvConfig
 from rlvr.records import Message, Problem
 
 

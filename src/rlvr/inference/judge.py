@@ -84,14 +84,14 @@ class LocalClient:
     """A local model directory on an rlvr engine (greedy), the rubric through its chat template."""
 
     def __init__(self, cfg, device: str) -> None:
-        from rlvr.config import load_config
+        from rlvr.config.rollout import RolloutConfig
         from rlvr.models import load_model
         from rlvr.rollout import build_engine
         from rlvr.rollout.engine import SamplingParams
 
         self.cfg = cfg
         model, tokenizer = load_model(cfg.model)
-        self.engine = build_engine(load_config(None, []).rollout, model.to(device), tokenizer, name="loop")
+        self.engine = build_engine(RolloutConfig(), model.to(device), tokenizer, name="loop")
         self.params = SamplingParams(group_size=1, max_new_tokens=cfg.max_tokens, greedy=True)
         self.chat = getattr(tokenizer, "chat_template", None) is not None
 

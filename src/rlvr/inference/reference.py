@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlvr.config.model import ModelConfig
 from rlvr.records import Completion
 from rlvr.scoring import completion_logprobs
 
@@ -25,18 +26,17 @@ class ReferenceModel:
         return completion_logprobs(self.model, completions, self.pad_id, self.temperature, dtype=self.dtype)
 
 
-def teacher_path(cfg) -> str:
-    """The directory algo.distill.teacher names, resolved as model.name is ('smollm2', a directory, a
-    hub id in the local cache); a ConfigError naming the key when there is none."""
+def teacher_path(name: str, model: ModelConfig) -> str:
+    """The directory algo.distill.teacher (`name`) names, resolved as model.name is in section `model`
+    ('smollm2', a directory, a hub id in the local cache); a ConfigError naming the key when there is none."""
     import dataclasses
 
     from rlvr.configlib import ConfigError
     from rlvr.models.gguf import ModelNotFound
     from rlvr.models.loading import local_path, resolve_model
 
-    name = cfg.algo.distill.teacher
     try:
-        return local_path(resolve_model(dataclasses.replace(cfg.model, name=name, gguf_file=None)))
+        return local_path(resolve_model(dataclasses.replace(model, name=name, gguf_file=None)))
     except (ModelNotFound, OSError, ValueError) as exc:
         raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
 
@@ -52,17 +52,18 @@ def check_teacher_tokenizer(name: str, teacher_tokenizer, tokenizer) -> None:
                           "scores the student's own tokens, so it must share the policy's tokenizer")
 
 
-def load_teacher(cfg, tokenizer, device=None, path: str | None = None) -> ReferenceModel:
-    """algo.distill.teacher as a frozen scorer on `device` (the run's), from `path` (default: where
-    the name resolves; an inference worker passes its node's copy); its tokenizer must be the policy's."""
+def load_teacher(name: str, model_cfg: ModelConfig, temperature: float, tokenizer, device=None,
+                 path: str | None = None) -> ReferenceModel:
+    """The teacher `name` (algo.distill.teacher) as a frozen scorer at the sampling `temperature`,
+    computing in model.dtype on `device` (the run's), from `path` (default: where the name resolves;
+    an inference worker passes its node's copy); its tokenizer must be the policy's."""
     from rlvr.configlib import ConfigError
     from rlvr.models.loading import load_model
 
-    name = cfg.algo.distill.teacher
     try:
-        model, teacher_tokenizer = load_model(path or teacher_path(cfg))  # fp32; cfg.model.dtype computes
+        model, teacher_tokenizer = load_model(path or teacher_path(name, model_cfg))  # fp32; model.dtype computes
     except (OSError, ValueError) as exc:
         raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
     check_teacher_tokenizer(name, teacher_tokenizer, tokenizer)
-    return ReferenceModel(model if device is None else model.to(device), tokenizer.pad_token_id,
-                          cfg.rollout.temperature, cfg.model.dtype)
+    return ReferenceModel(model if device is None else model.to(device), tokenizer.pad_token_id, temperature,
+                          model_cfg.dtype)

@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
+from rlvr.config.reward import RewardConfig
 from rlvr.records import Message, Problem, RewardResult
+from rlvr.stats import standardize
 
 
 def render_pair(tokenizer, prompt: str | list[Message], completion: str) -> str:
@@ -95,15 +97,14 @@ class RewardModel:
         return out
 
 
-def normalize(scores: list[float], valid: list[bool], how: str, eps: float = 1e-6) -> list[float]:
+def normalize(scores: list[float], valid: list[bool], how: str) -> list[float]:
+    """A reward model's scores as its component: 'sigmoid', 'none' (raw), or 'batch' (standardised over
+    the step's valid samples; the invalid ones 0)."""
     if how == "sigmoid":
         return [1 / (1 + math.exp(-max(-60.0, min(60.0, s)))) for s in scores]
     if how == "none":
         return list(scores)
-    kept = [s for s, ok in zip(scores, valid) if ok]
-    mean = sum(kept) / len(kept) if kept else 0.0
-    std = math.sqrt(sum((s - mean) ** 2 for s in kept) / len(kept)) if kept else 0.0
-    return [(s - mean) / (std + eps) if std > eps else 0.0 for s in scores]
+    return standardize(scores, [0] * len(scores), valid)
 
 
 class LearnedReward:
@@ -184,17 +185,17 @@ class LearnedReward:
         self.close()
 
 
-def learned_components(cfg, device: str) -> dict[str, Any]:
-    """The run's `reward.models` (each loaded on its device; 'auto': `device`, the run's) and
+def learned_components(reward: RewardConfig, device: str) -> dict[str, Any]:
+    """The section's `reward.models` (each loaded on its device; 'auto': `device`, the run's) and
     `reward.judges`, by component name."""
     from rlvr.inference.judge import Judge
 
     out: dict[str, Any] = {name: RewardModel(name, m, device if m.device == "auto" else m.device)
-                           for name, m in cfg.reward.models.items()}
-    out.update({name: Judge(name, j, device) for name, j in cfg.reward.judges.items()})
+                           for name, m in reward.models.items()}
+    out.update({name: Judge(name, j, device) for name, j in reward.judges.items()})
     return out
 
 
-def with_learned_rewards(rules, cfg, device: str):
+def with_learned_rewards(rules, reward: RewardConfig, device: str):
     """`rules` as it is when no learned reward is configured, else wrapped with them (on `device`)."""
-    return LearnedReward(rules, learned_components(cfg, device)) if cfg.reward.models or cfg.reward.judges else rules
+    return LearnedReward(rules, learned_components(reward, device)) if reward.models or reward.judges else rules

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from rlvr.ops.config import AlertsConfig
+from rlvr.config.ops import AlertsConfig
 
 MIN_HISTORY = 2  # steps of history before a reward or format level counts as "recent"
 MIN_HISTORY_THROUGHPUT = 5  # the first steps are warm-up (compilation, caches, worker start)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from rlvr.checkpoint import latest_valid, state_digest
+from rlvr.config.ops import AlertsConfig, RollbackConfig
 from rlvr.ops.alerts import Alert, AlertRules
 from rlvr.ops.notify import Notifier, Webhook
 
@@ -46,15 +47,18 @@ class Snapshot:
 
 
 class RunGuard:
-    def __init__(self, cfg, log, ui):
-        rb = cfg.rollback
-        self.cfg, self.log, self.ui = cfg, log, ui
-        self.rules = AlertRules(cfg.alerts, set(rb.rules) if rb.enabled else set())
-        a = cfg.alerts
-        webhook = Webhook(a.webhook_url, timeout_s=a.webhook_timeout_s, backoff_s=a.webhook_backoff_s) \
-            if a.webhook_url else None
-        self.notifier = Notifier(log, ui, webhook, run_name=cfg.run.name)
-        self.ckpt_dir = Path(cfg.run_dir) / "checkpoints"
+    def __init__(self, alerts: AlertsConfig, rollback: RollbackConfig, log, ui, *, run_name: str, ckpt_dir: Path,
+                 seed: int, base_lr: float, inject_nan_at_step: int = 0):
+        """alerts, rollback: the sections; ckpt_dir: where rollbacks look for checkpoints; seed: the
+        run's (the data order after a rollback is derived from it); base_lr: train.lr;
+        inject_nan_at_step: debug.inject_nan_at_step (0: never)."""
+        self.alerts, self.rollback, self.log, self.ui = alerts, rollback, log, ui
+        self.run_name, self.seed, self.base_lr, self.inject_nan_at_step = run_name, seed, base_lr, inject_nan_at_step
+        self.rules = AlertRules(alerts, set(rollback.rules) if rollback.enabled else set())
+        webhook = Webhook(alerts.webhook_url, timeout_s=alerts.webhook_timeout_s, backoff_s=alerts.webhook_backoff_s) \
+            if alerts.webhook_url else None
+        self.notifier = Notifier(log, ui, webhook, run_name=run_name)
+        self.ckpt_dir = Path(ckpt_dir)
         self.start: Snapshot | None = None
         # bookkeeping that outlives a rollback
         self.rollbacks = 0
@@ -64,7 +68,7 @@ class RunGuard:
     # -- in the loop ---------------------------------------------------------------------------------
     def fault(self, step: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """The loss transform for debug.inject_nan_at_step (fires once per run, rollbacks included)."""
-        if step != self.cfg.debug.inject_nan_at_step or self.fault_fired:
+        if step != self.inject_nan_at_step or self.fault_fired:
             return None
         self.fault_fired = True
         self.log.event("fault_injected", step=step, fault="nan_loss")
@@ -85,27 +89,27 @@ class RunGuard:
                   weights: Callable[[], dict[str, torch.Tensor]]) -> int:
         """Restore the last good state before `step`; returns the step training continues from.
         weights: the restored model's full state dict (for the event's digest)."""
-        if self.rollbacks >= self.cfg.rollback.max_retries:
+        if self.rollbacks >= self.rollback.max_retries:
             raise RunDiverged(f"step {step}: {trigger.message}; {self.rollbacks} rollback(s) already "
-                              f"(rollback.max_retries={self.cfg.rollback.max_retries}), giving up")
+                              f"(rollback.max_retries={self.rollback.max_retries}), giving up")
         skipped = []
         target = latest_valid(self.ckpt_dir, before=step, on_skip=lambda p, why: skipped.append(f"{p.name}: {why}"))
         target = target or self.start
         if target is None:
             raise RunDiverged(f"step {step}: {trigger.message}; no checkpoint to roll back to")
         self.rollbacks += 1
-        self.lr_scale *= self.cfg.rollback.lr_factor
+        self.lr_scale *= self.rollback.lr_factor
         to = restore(target)
         self.log.rewind(to)
         record = self.log.event(
             "rollback", step=step, to_step=to, rule=trigger.rule, reason=trigger.message,
             checkpoint=str(getattr(target, "path", "start of run")), rollbacks=self.rollbacks,
-            lr_scale=self.lr_scale, data_seed=self.data_seed(self.cfg.seed), skipped_checkpoints=skipped,
-            weights_sha256=state_digest(weights()), base_lr=self.cfg.train.lr * self.lr_scale)
+            lr_scale=self.lr_scale, data_seed=self.data_seed(self.seed), skipped_checkpoints=skipped,
+            weights_sha256=state_digest(weights()), base_lr=self.base_lr * self.lr_scale)
         self.ui.warn(f"rolled back from step {step} to step {to} ({trigger.rule}); learning rate x{self.lr_scale:g}, "
-                     f"new data order; rollback {self.rollbacks}/{self.cfg.rollback.max_retries}")
+                     f"new data order; rollback {self.rollbacks}/{self.rollback.max_retries}")
         if self.notifier.webhook is not None:
-            self.notifier.webhook.post({"source": "rlvr", "run": self.cfg.run.name, **record})
+            self.notifier.webhook.post({"source": "rlvr", "run": self.run_name, **record})
         return to
 
     # -- state ---------------------------------------------------------------------------------------

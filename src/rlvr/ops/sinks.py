@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rlvr.config.run import LogConfig
+
 
 def _finite(values: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in values.items()
@@ -237,16 +239,17 @@ def _refused(key: str, exc: Exception) -> Exception:
     return ConfigError(f"{key}: {type(exc).__name__}: {exc}")
 
 
-def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
-    """The sinks `cfg.log` asks for. A configured W&B/MLflow that is not installed is a config error."""
+def build_sinks(log: LogConfig, run_dir: Path, config: dict, *, resume_step: int | None, ui) -> list:
+    """The sinks section `log` asks for; `config`: the run's, as plain data, for the trackers that keep
+    it. A configured W&B/MLflow that is not installed is a config error."""
     from rlvr.configlib import ConfigError
 
-    log, sinks = cfg.log, []
+    sinks = []
     if log.tensorboard:
         sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard", resume_step))
     if log.wandb_project:
         try:
-            sinks.append(WandbSink(log.wandb_project, run_dir, cfg.to_dict(), resume=resume_step is not None))
+            sinks.append(WandbSink(log.wandb_project, run_dir, config, resume=resume_step is not None))
         except ImportError:
             raise ConfigError("log.wandb_project: wandb is not installed: pip install 'rlvr[tracking]' (or wandb), "
                               "or unset log.wandb_project") from None
@@ -254,7 +257,7 @@ def build_sinks(cfg, run_dir: Path, *, resume_step: int | None, ui) -> list:
             raise _refused("log.wandb_project", exc) from None
     if log.mlflow_tracking_uri:
         try:
-            sinks.append(MLflowSink(log.mlflow_tracking_uri, log.mlflow_experiment, Path(run_dir).name, cfg.to_dict()))
+            sinks.append(MLflowSink(log.mlflow_tracking_uri, log.mlflow_experiment, Path(run_dir).name, config))
         except ImportError:
             raise ConfigError("log.mlflow_tracking_uri: mlflow is not installed: pip install 'rlvr[tracking]' (or "
                               "mlflow), or unset log.mlflow_tracking_uri") from None

@@ -11,9 +11,9 @@ Importing this package is cheap: sympy and math-verify load only in the
 verification workers, which start on the first answer that needs them.
 """
 
-from rlvr.rewards.compose import VERIFIERS, Reward, build_reward, env_kwargs, env_outcomes, normalize_groups
-from rlvr.rewards.config import FormatConfig, MathConfig, MonitorConfig, RewardConfig
+from rlvr.rewards.compose import VERIFIERS, Reward, build_reward, env_kwargs, env_outcomes
+from rlvr.config.reward import FormatConfig, MathConfig, MonitorConfig, RewardConfig
 from rlvr.rewards.monitor import RewardMonitor, reward_metrics
 
 __all__ = ["VERIFIERS", "env_kwargs", "env_outcomes", "FormatConfig", "MathConfig", "MonitorConfig", "Reward", "RewardConfig",
-           "RewardMonitor", "build_reward", "normalize_groups", "reward_metrics"]
+           "RewardMonitor", "build_reward", "reward_metrics"]

@@ -15,17 +15,17 @@ sample invalid (total 0, excluded from the loss, counted in `reward/invalid_frac
 from __future__ import annotations
 
 import importlib
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from rlvr.config.reward import RewardConfig
 from rlvr.configlib import ConfigError, import_object
 from rlvr.records import Problem, RewardResult
-from rlvr.rewards.config import RewardConfig
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.math_verifier import MathVerifier
 from rlvr.rewards.process import process_score
+from rlvr.stats import standardize
 
 
 class Verifier(Protocol):
@@ -50,24 +50,6 @@ class _Unavailable:
 
     def verify(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
         return [RewardResult.invalid(self.error, {"correct": 0.0}) for _ in texts]
-
-
-def normalize_groups(values: Sequence[float], group_ids: Sequence[Any], valid: Sequence[bool],
-                     eps: float = 1e-6) -> list[float]:
-    """Standardise `values` within each group over its valid members: (v - mean) / (std + eps).
-    A group whose values are all equal carries no signal for that component: all 0."""
-    members: dict[Any, list[int]] = defaultdict(list)
-    for i, (g, ok) in enumerate(zip(group_ids, valid)):
-        if ok:
-            members[g].append(i)
-    out = [0.0] * len(values)
-    for idx in members.values():
-        vs = [values[i] for i in idx]
-        mean = sum(vs) / len(vs)
-        std = math.sqrt(sum((v - mean) ** 2 for v in vs) / len(vs))
-        for i in idx:
-            out[i] = 0.0 if std < eps else (values[i] - mean) / (std + eps)
-    return out
 
 
 EnvOutcome = tuple[dict[str, float], dict[str, Any]]
@@ -193,7 +175,7 @@ class Reward:
 
     def _normalize(self, results: list[RewardResult], groups: list[Any]) -> None:
         valid = [r.valid for r in results]
-        normed = {name: normalize_groups([r.components.get(name, 0.0) for r in results], groups, valid)
+        normed = {name: standardize([r.components.get(name, 0.0) for r in results], groups, valid)
                   for name in self.weights}
         for i, r in enumerate(results):
             if r.valid:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlvr.rewards.config import FormatConfig
+from rlvr.config.reward import FormatConfig
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _THINK_ANSWER_RE = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)

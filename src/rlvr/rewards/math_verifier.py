@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards.answers import Cand, Context, Parsed, analyse, context_of, judge
 from rlvr.rewards.canonical import gold_text
-from rlvr.rewards.config import MathConfig
+from rlvr.config.reward import MathConfig
 from rlvr.rewards.extract import PARSE_FAILED, extract
 from rlvr.rewards.fastpath import cand_equal
 from rlvr.rewards.pool import VerifyPool

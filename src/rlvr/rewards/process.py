@@ -147,12 +147,6 @@ def arithmetic_steps(reasoning: str, prompt: str = "") -> list[float]:
     return scores
 
 
-def equality_checks(reasoning: str, prompt: str = "") -> tuple[int, int]:
-    """(true and grounded, checked) equalities of the reasoning."""
-    scores = arithmetic_steps(reasoning, prompt)
-    return int(sum(scores)), len(scores)
-
-
 def reasoning_of(text: str) -> str:
     m = re.search(r"<think>(.*?)</think>", text, re.DOTALL)
     return m.group(1) if m else text

@@ -9,9 +9,9 @@ raises `WeightSyncError` naming the step instead of hanging the run.
 Behaviour log-probs come from vLLM's sampler after temperature scaling
 (`logprobs_mode="processed_logprobs"`), the distribution the trainer scores
 with; the trainer recomputes them every step and reports the difference
-(rlvr.train.fidelity). Sampling is seeded per call from torch's generator (on
-CPU it draws from that generator itself), so a seeded run samples the same on
-the same machine.
+(rlvr.train.update.recompute_anchor, rlvr.algos.logprob_mismatch). Sampling is
+seeded per call from torch's generator (on CPU it draws from that generator
+itself), so a seeded run samples the same on the same machine.
 
 Speculative decoding (`rollout.speculative`) is vLLM's; its draft acceptance
 is read from vLLM's counters after each call (`speculative_stats`), and

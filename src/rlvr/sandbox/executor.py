@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 from rlvr.sandbox.forkserver import ForkServer, exchange
 from rlvr.sandbox.isolation import IsolationPlan, IsolationReport, build_report, plans_to_try
 

@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 
 REQUIRED = ("network", "filesystem", "processes")
 NAMESPACE_FLAGS = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--propagation", "private"]

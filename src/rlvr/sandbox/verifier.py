@@ -19,7 +19,7 @@ from concurrent.futures import Future
 
 from rlvr.records import Problem, RewardResult
 from rlvr.sandbox.cases import TestFormatError, TestSpec, judge, parse_tests, sandbox_cases
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 from rlvr.sandbox.executor import Execution, open_sandbox
 from rlvr.sandbox.extract import extract_code
 from rlvr.sandbox.pool import ExecutionPool

@@ -29,7 +29,7 @@ from rlvr.configlib import ConfigError
 from rlvr.records import Problem
 from rlvr.serve.ab import ABTest, ground_truth, problem_key
 from rlvr.serve.backends import Backend, GenParams
-from rlvr.serve.config import ServeConfig
+from rlvr.config.serve import ServeConfig
 from rlvr.serve.errors import APIError, install_handlers
 from rlvr.serve.metrics import MetricsMiddleware, ServeMetrics
 from rlvr.serve.text import TextStream

@@ -18,7 +18,7 @@ log = logging.getLogger("rlvr.data")
 
 
 def rendered_lengths(tokenizer, problems: list[Problem]) -> list[int]:
-    """Token count of each prompt exactly as rollout feeds it (rlvr.rollout.hf.render_prompt)."""
+    """Token count of each prompt exactly as rollout feeds it (rlvr.rollout.engine.render_prompt)."""
     texts = [p.prompt if isinstance(p.prompt, str) else
              tokenizer.apply_chat_template(p.prompt, add_generation_prompt=True, tokenize=False) for p in problems]
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False).input_ids]

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.assembly import episode_spec, rollout_engine, rule_reward
+from rlvr.assembly import episode_spec, metric_sinks, rollout_engine, rule_reward, run_guard, run_store, run_task
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
+from rlvr.envs.settings import check_env
 from rlvr.configlib import RunFailed
 from rlvr.console import RunConsole
 from rlvr.evaluate import eval_metrics, evaluate
@@ -31,13 +32,11 @@ from rlvr.kernels import keep_freed_memory
 from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
 from rlvr.ops.report import write_report_safely
-from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
 from rlvr.rollout import RolloutEngine
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
 from rlvr.storage import RunStore
-from rlvr.tasks import build_task
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import base_model_path, describe, run_sft, sft_cache_path, sft_info
@@ -172,7 +171,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     (a Ray trainer: the driver's, shipped to its node); None: `starting_point` here."""
     par = par or Parallel()
     t_start = time.time()
-    store = RunStore.of(cfg, par.rank)  # run.dir at a URL: the local run directory is its cache
+    store = run_store(cfg, par.rank)  # run.dir at a URL: the local run directory is its cache
     uploads_cut = []
     if store is not None and cfg.ckpt.resume:
         if not par.main:
@@ -184,14 +183,14 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     unusable = uploads_cut + unusable
     resume_step = resume.step if resume else None
     if par.main:
-        log = RunLog(cfg.run_dir, cfg.to_dict(), sinks=build_sinks(cfg, cfg.run_dir, resume_step=resume_step, ui=ui),
+        log = RunLog(cfg.run_dir, cfg.to_dict(), sinks=metric_sinks(cfg, resume_step=resume_step, ui=ui),
                      resume_step=resume_step)
     else:
         log = RunLog(cfg.run_dir / "ranks" / f"rank_{par.rank}", cfg.to_dict(), resume_step=resume_step)
     for problem in unusable:
         ui.warn(f"checkpoint {problem}; skipped in favour of an older one")
         log.event("checkpoint_skipped", problem=problem)
-    guard = RunGuard(cfg, log, ui)  # alert rules, rollback, fault injection
+    guard = run_guard(cfg, log, ui)  # alert rules, rollback, fault injection
     source = make_source(log) if make_source else None
     if par.sharded and make_source is not None:  # batches from outside the group: rank 0's source serves all
         source = RankZeroBatches(source if par.main else None, par)
@@ -211,7 +210,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
         model = copy.deepcopy(policy)
     reward = rule_reward(cfg)
-    task = build_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
+    task = run_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
     episodes = episode_spec(cfg)  # one set of environment workers for both
     for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):
@@ -224,7 +223,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         if cfg.rollout.speculative.method != "none":
             check_speculation(cfg, engine, model, tokenizer, task_held_out, log)
         from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
-        learned = with_learned_rewards(reward, cfg, str(train_device(cfg.train.device)))
+        learned = with_learned_rewards(reward, cfg.reward, str(train_device(cfg.train.device)))
         source = LocalBatches.create(cfg, model, tokenizer, engine, learned, log, par)
     retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
                      best_mode=cfg.ckpt.best_mode)
@@ -305,6 +304,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
     make_source: called with the run log, returns where batches come from (the Ray backend's
     actors); None samples in this process. start: the policy RL starts from when the caller
     resolved it (the Ray driver); None: the cold start, run or found cached here."""
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
     device = train_device(cfg.train.device)
     if device.type == "cuda" and cfg.rollout.speculative.method != "none" and cfg.rollout.engine != "vllm":
         from rlvr.configlib import ConfigError

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlvr.algos.advantages import zero_variance_groups
 from rlvr.envs import episode_returns
 from rlvr.envs.faults import FAULT_KINDS
 from rlvr.records import Completion
@@ -19,8 +20,7 @@ def rollout_metrics(completions: Sequence[Completion], rewards: torch.Tensor, gr
     """Lengths count the tokens the policy sampled (a trajectory's appended ones aside); multi-turn
     episodes add agent_metrics."""
     lengths = [sum(c.mask) for c in completions]
-    grouped = rewards.view(-1, group_size)  # (M, G)
-    zero_std = (grouped.amax(1) == grouped.amin(1)).float()  # (M,)
+    zero_std = zero_variance_groups(rewards, group_size).float()  # (M,)
     len_p90 = p90(lengths)
     return {
         "rollout/len_mean": sum(lengths) / len(lengths),

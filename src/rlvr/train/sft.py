@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from rlvr.assembly import run_task
 from rlvr.config import Config
 from rlvr.configlib import ConfigError, to_dict
 from rlvr.models import load_model, save_model
@@ -31,7 +32,7 @@ from rlvr.models.loading import load_tokenizer
 from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.rollout.engine import render_prompt
-from rlvr.tasks import VERIFIERS, build_task, data_paths, needs_code_chars, needs_tool_tags, teacher_solution
+from rlvr.tasks import VERIFIERS, data_paths, needs_code_chars, needs_tool_tags, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 from rlvr.train.parallel import train_device
@@ -46,7 +47,7 @@ def base_model_path(cfg: Config) -> Path:
         from rlvr.models import resolve_model  # a directory, hub id, GGUF (dequantized once) or packaged model
         return Path(resolve_model(cfg.model))
     m = cfg.model
-    code, tools = needs_code_chars(cfg), needs_tool_tags(cfg)
+    code, tools = needs_code_chars(cfg.task.name), needs_tool_tags(cfg.task.name)
     shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
     # the arithmetic model keeps its key
     key = _digest(shape | ({"code_chars": True} if code else {}) | ({"tool_tags": True} if tools else {}))
@@ -70,7 +71,7 @@ def _sft_name(cfg: Config) -> str:
         settings["code_task"] = versions.pop("code")
     if versions:
         settings["task_versions"] = versions
-    paths = data_paths(cfg)
+    paths = data_paths(cfg.task, cfg.data)
     if paths:  # the demonstrations are the files' solutions: every byte of them, and how they are read
         from rlvr.tasks.files import data_files
         settings["data"] = {k: v for k, v in to_dict(cfg.data).items() if k != "files"}
@@ -181,7 +182,7 @@ def demonstrations(cfg: Config, task) -> tuple[list[Problem], list, dict[str, in
     s = cfg.sft
     if cfg.task.name == VERIFIERS:  # an environment's rows carry no worked solution
         return [], [], {"examples": 0}
-    if not data_paths(cfg):
+    if not data_paths(cfg.task, cfg.data):
         problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), s.examples))
         rng = random.Random(f"teacher-{cfg.seed}")
         return problems, [teacher_solution(p, s.teacher_error, rng) for p in problems], {"examples": len(problems)}
@@ -209,7 +210,7 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
             ) -> Path | None:
     """Train the cold-start checkpoint (or reuse the cached one) and return its directory; None when
     the data files carry no worked solution to imitate (RL then starts from the base model)."""
-    if data_paths(cfg) and "sft.teacher_error" in cfg.sources:
+    if data_paths(cfg.task, cfg.data) and "sft.teacher_error" in cfg.sources:
         raise ConfigError("sft.teacher_error: the built-in tasks' teacher; with data files the demonstrations are "
                           "the records' own solutions: remove the key")
     out = Path(out_dir) if out_dir else sft_cache_path(cfg)
@@ -224,13 +225,13 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
         raise ConfigError(f"{out}: exists and is not a cold-start checkpoint (no sft.json); give a new directory")
     base = base_model_path(cfg)
     tokenizer = load_tokenizer(base)
-    task = build_task(cfg, tokenizer=tokenizer)  # data files: the prompt-length policy as the run applies it
+    task = run_task(cfg, tokenizer=tokenizer)  # data files: the prompt-length policy as the run applies it
     problems, solutions, counts = demonstrations(cfg, task)
     if counts.get("without_solution"):
         log.warning("cold-start SFT: %s", describe(counts))
     if not problems:
         log.warning("cold-start SFT skipped: no training record of %s carries a worked solution",
-                    ", ".join(data_paths(cfg)) or cfg.env.name)
+                    ", ".join(data_paths(cfg.task, cfg.data)) or cfg.env.name)
         return None
     torch.manual_seed(cfg.seed)
     model, tokenizer = load_model(base, "float32")  # fp32 master weights (model.dtype: compute)

@@ -36,7 +36,7 @@ import torch
 
 from rlvr.algos import (decoupled_advantages, distill_advantages, kl_reward_penalty, overlong_penalty, reverse_kl,
                          zero_variance_groups)
-from rlvr.assembly import reference_model
+from rlvr.assembly import reference_model, teacher_model
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import env_kwargs, reward_metrics
@@ -377,8 +377,7 @@ class LocalBatches:
             ref = reference_model(cfg, model, tokenizer)
         teacher = None
         if cfg.algo.distill.teacher:
-            from rlvr.inference.reference import load_teacher
-            teacher = load_teacher(cfg, tokenizer, next(model.parameters()).device)
+            teacher = teacher_model(cfg, tokenizer, next(model.parameters()).device)
         spec = cfg.rollout.speculative
         return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
                    cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par or Parallel(),

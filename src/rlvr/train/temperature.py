@@ -21,12 +21,12 @@ from pathlib import Path
 
 import torch
 
-from rlvr.assembly import episode_spec, rollout_engine, rule_reward
+from rlvr.assembly import episode_spec, rollout_engine, rule_reward, run_task
 from rlvr.config import AutoTemperatureConfig, Config
 from rlvr.console import RunConsole
 from rlvr.models import load_policy
 from rlvr.rollout import sampling_params
-from rlvr.tasks import ProblemSampler, build_task
+from rlvr.tasks import ProblemSampler
 from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import sft_info
 from rlvr.train.step import group_signal
@@ -74,7 +74,7 @@ class PolicyProbe:
     def __init__(self, cfg: Config, start_path: Path) -> None:
         model, tokenizer = load_policy(cfg.model, start_path, device=train_device(cfg.train.device))
         self.cfg = cfg
-        self.problems = ProblemSampler(build_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(
+        self.problems = ProblemSampler(run_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(
             cfg.rollout.auto_temperature.prompts)
         self.reward = rule_reward(cfg)
         self.engine = rollout_engine(cfg, model, tokenizer, name="loop" if cfg.rollout.engine == "loop" else "hf",

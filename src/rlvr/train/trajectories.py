@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algos.advantages import _std
+from rlvr.algos.advantages import advantage_scale, zero_variance_groups
 from rlvr.records import Completion
 
 
@@ -72,8 +72,8 @@ def training_view(completions: Sequence[Completion], advantages: torch.Tensor, l
     (single-turn runs: the batch is trained as it is)."""
     if not any(split_by_turn(c, credit) for c in completions):
         return None
-    denom = _scale(shaped, group_size, scale, eps)  # (N,)
-    flat = _flat_groups(shaped, group_size)  # (N,) no reward variance in the group: no signal at all
+    denom = advantage_scale(shaped, group_size, scale, eps)  # (N,)
+    flat = zero_variance_groups(shaped, group_size).repeat_interleave(group_size).tolist()  # (N,) no signal at all
     seqs, advs, masks, owner = [], [], [], []
     for i, c in enumerate(completions):
         if not split_by_turn(c, credit):
@@ -85,19 +85,3 @@ def training_view(completions: Sequence[Completion], advantages: torch.Tensor, l
             seqs.append(seq), advs.append(adv), masks.append(float(loss_mask[i])), owner.append(i)
             before += _weighted(t.info.get("components", {}), weights)
     return TrainView(seqs, torch.tensor(advs, dtype=torch.float32), torch.tensor(masks, dtype=torch.float32), owner)
-
-
-def _flat_groups(rewards: torch.Tensor, group_size: int) -> list[bool]:
-    grouped = rewards.view(-1, group_size)  # (M, G)
-    flat = (grouped.amax(1) == grouped.amin(1))  # (M,)
-    return flat.repeat_interleave(group_size).tolist()
-
-
-def _scale(rewards: torch.Tensor, group_size: int, scale: str, eps: float) -> torch.Tensor:
-    """(N,) the denominator group_advantages divides by, per trajectory."""
-    if scale == "none":
-        return torch.ones_like(rewards)
-    if scale == "batch":
-        return torch.full_like(rewards, float(_std(rewards)) + eps)
-    std = _std(rewards.view(-1, group_size), dim=1) + eps  # (M, 1), Bessel-corrected as group_advantages
-    return std.expand(-1, group_size).reshape(-1)  # (N,)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import ray
 import torch
 
-from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward
+from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward, teacher_model
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
@@ -199,10 +199,9 @@ class InferenceWorker(Placed):
         trainer checked its tokenizer against the policy's, `start`)."""
         t0 = time.time()
         if self.teacher is None:
-            from rlvr.inference.reference import load_teacher
             from rlvr.models.loading import load_tokenizer
             tokenizer = load_tokenizer(materialize(start))
-            self.teacher = load_teacher(self.cfg, tokenizer, pool_device()[1], path=str(materialize(teacher)))
+            self.teacher = teacher_model(self.cfg, tokenizer, pool_device()[1], path=str(materialize(teacher)))
         return _reply(t0, logp=self.teacher.logprobs(completions))
 
     def _learned(self, shipped: dict[str, Shipped] | None = None) -> dict:
@@ -216,8 +215,8 @@ class InferenceWorker(Placed):
             local = {name: str(materialize(s)) for name, s in (shipped or {}).items()}
             models = {n: dataclasses.replace(m, path=local.get(n, m.path)) for n, m in r.models.items()}
             judges = {n: dataclasses.replace(j, model=local.get(n, j.model)) for n, j in r.judges.items()}
-            cfg = dataclasses.replace(self.cfg, reward=dataclasses.replace(r, models=models, judges=judges))
-            self.learned = learned_components(cfg, str(pool_device()[1]))  # 'auto' devices: the pool's
+            here = dataclasses.replace(r, models=models, judges=judges)
+            self.learned = learned_components(here, str(pool_device()[1]))  # 'auto' devices: the pool's
             if self.weights_device is None and r.models:
                 self.weights_device = str(pool_device()[1])
         return self.learned

@@ -24,7 +24,9 @@ import json
 import time
 from pathlib import Path
 
+from rlvr.assembly import run_store
 from rlvr.config import Config, ConfigError
+from rlvr.envs.settings import check_env
 from rlvr.console import RunConsole
 from rlvr.train.grpo import starting_point
 from rlvr.train.temperature import auto_temperature
@@ -53,6 +55,7 @@ def modules(cfg: Config) -> list[str]:
 
 
 def run(cfg: Config) -> dict:
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
     ray = _import_ray()
     from ray.exceptions import RayActorError
 
@@ -127,7 +130,7 @@ def ship_run_files(cfg: Config, start_path: Path):
         from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
         from rlvr.models.loading import load_tokenizer
 
-        path = teacher_path(cfg)
+        path = teacher_path(cfg.algo.distill.teacher, cfg.model)
         check_teacher_tokenizer(cfg.algo.distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
         teacher = ship(path)
     return RunFiles(ship(start_path), learned, teacher)
@@ -151,9 +154,7 @@ def _train_pool(ray, trainers: list, cfg: Config, files, workers: dict, pending:
 
 def _failed_summary(cfg: Config, restarts: int) -> None:
     """The trainer died more often than deploy.trainer_restarts allows; say so where a user looks."""
-    from rlvr.storage import RunStore
-
-    store = RunStore.of(cfg)  # run.dir at a URL: the events so far, then ours after them
+    store = run_store(cfg)  # run.dir at a URL: the events so far, then ours after them
     if store is not None:
         store.pull(checkpoint=False)
     run_dir = cfg.run_dir

@@ -29,7 +29,7 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from rlvr.assembly import component_weights
+from rlvr.assembly import component_weights, run_task
 from rlvr.config import Config
 from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
@@ -389,10 +389,8 @@ class RayBatchSource:
 
         from ray.exceptions import RayTaskError
 
-        from rlvr.tasks import build_task
-
         spec = self.cfg.rollout.speculative
-        problems = build_task(self.cfg).held_out()[: spec.check_prompts]
+        problems = run_task(self.cfg).held_out()[: spec.check_prompts]
         params = dataclasses.replace(self.params, group_size=2)
         workers = self.workers["rollout"]
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlvr.configlib import ConfigError, require
+from rlvr.configlib import require
 
 
 @dataclass
@@ -104,52 +104,3 @@ class EnvConfig:
                     "another multi-turn environment) for more")
             require(self.history == 0 and self.max_tokens == 0 and self.credit == "trajectory", "history",
                     "env.history, env.max_tokens and env.credit=turn act on multi-turn episodes: set env.name")
-
-
-def check_env(cfg) -> None:
-    """A run's `env` section against the rest of its `Config` (rlvr.config.Config.validate): the
-    environment exists, the task is its episode, the algorithm settings work on turns, and
-    reward.weights names only components someone computes."""
-    from rlvr.envs import GAMES, AgentProgram, env_class, env_components
-    from rlvr.rewards.config import BUILTIN_COMPONENTS
-    from rlvr.envs.verifiers_hub import TASK, is_verifiers
-
-    try:
-        env = env_class(cfg.env.name)
-    except ValueError as exc:
-        raise ConfigError(f"env.name: {exc}") from None
-    for game in GAMES:
-        require(cfg.task.name != game or cfg.env.name == game, "env.name",
-                f"task {game} is an episode of the {game} environment: set env.name={game} (configs/{game}.yaml)")
-    if "tool_arithmetic" in cfg.task.name.split("+"):
-        with_calculator = cfg.env.name == "tools" and "calculator" in cfg.env.tools
-        require((with_calculator or cfg.env.name == "agent") and cfg.env.tool_format == "compact",
-                "env.name", "task tool_arithmetic is an episode with a calculator: set env.name=tools "
-                "env.tools=[calculator] env.tool_format=compact (configs/tool_arithmetic.yaml has them), or an "
-                "agent with env.tool_format=compact (configs/agent_tool_arithmetic.yaml)")
-    hub = is_verifiers(cfg.env.name)
-    require(hub == (cfg.task.name == TASK), "task.name",
-            "a verifiers environment's problems are its own dataset: set task.name=verifiers with "
-            "env.name=verifiers:<id>" if hub else "task.name=verifiers trains on the dataset of a verifiers "
-            "environment: set env.name=verifiers:<id>")
-    program = issubclass(env, AgentProgram)
-    require(not program or (cfg.env.credit == "trajectory" and cfg.env.history == 0), "env.credit",
-            "an agent program's episodes train with env.credit=trajectory and env.history=0 (the program decides "
-            "what each request sees)")
-    by_turn = cfg.env.credit == "turn" or cfg.env.history > 0 or program
-    require(not (by_turn and cfg.algo.kl_in_reward), "algo.kl_in_reward",
-            "folds each trajectory's KL into its reward; with env.history or env.credit=turn the update scores "
-            "turns on their own: put the KL in the loss (algo.kl_in_reward=false)")
-    require(not (by_turn and cfg.algo.noise_std > 0), "algo.noise_std",
-            "reward noise with env.history or env.credit=turn (turns trained on their own) is not built yet: "
-            "set algo.noise_std=0")
-    require(not (cfg.env.credit == "turn" and cfg.reward.normalize == "group"), "env.credit",
-            "per-turn credit needs the raw step rewards; reward.normalize=group standardises the totals: use one")
-    if env.settings_keys is not None:
-        extra = sorted(set(cfg.env.settings) - env.settings_keys)
-        require(not extra, "env.settings", f"{cfg.env.name} reads no setting {extra} "
-                f"(it reads {sorted(env.settings_keys) or 'none'})")
-    own = set(env_components(cfg.env))
-    unknown = sorted(set(cfg.reward.weights) - BUILTIN_COMPONENTS - own)
-    require(not unknown, "reward.weights", f"unknown component(s) {unknown}: the components are "
-            f"{', '.join(sorted(BUILTIN_COMPONENTS | own))} (env.name={cfg.env.name})")

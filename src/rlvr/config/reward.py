@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rlvr.configlib import require
-from rlvr.sandbox.config import CodeConfig
+from rlvr.config.code import CodeConfig
 
 EXTRACT_POLICIES = ("answer_tag", "boxed", "answer_line", "gsm8k", "last_number")
 DEFAULT_WEIGHTS = {"format": 0.1, "correct": 1.0}
