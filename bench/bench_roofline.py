@@ -58,7 +58,7 @@ start_as_rlvr()  # the kernels and allocator settings `rlvr train` runs with (RL
 import torch  # noqa: E402
 
 BASE_REV = "4be00f4"
-"""The last commit before the performance work (issue 28): its decode loop is the rollout baseline."""
+"""The last commit before the CPU performance work (2026-12-03): its decode loop is the rollout baseline."""
 
 
 def timed(fn, *, min_s: float = 1.0, min_reps: int = 3) -> float:

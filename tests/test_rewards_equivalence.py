@@ -129,7 +129,7 @@ TABLE = [
     # multiple choice
     ("\\text{(B)}", B("B"), True),
     ("B", B("C"), False),
-    # issue 25's classes, one row each in the form the issue gives
+    # the recall classes of docs/guides/rewards.md, one row each
     ("12", B("12、15"), False),                    # hedges with CJK and fullwidth separators, ranges
     ("8", B("8，9"), False),
     ("2", B("2 \\sim 3"), False),
