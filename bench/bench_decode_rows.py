@@ -29,7 +29,7 @@ from rlvr.kernels import start_as_rlvr  # noqa: E402
 
 start_as_rlvr()  # the kernels and allocator settings `rlvr train` runs with (RLVR_NATIVE_KERNELS=1: the CPU's own kernels)
 
-import torch
+import torch  # noqa: E402
 
 
 def main() -> int:

@@ -2,8 +2,8 @@ from rlvr.kernels import start_as_rlvr
 
 start_as_rlvr()  # before torch loads, as the `rlvr` command does: runs in this process and in its subprocesses agree
 
-import pytest
-from ops_tiny import OPS_TINY
+import pytest  # noqa: E402  (after the pin above: torch must not load first)
+from ops_tiny import OPS_TINY  # noqa: E402
 
 # A tiny, fast run that still learns something (varied rewards, so updates move the weights).
 TINY = OPS_TINY + ["train.steps=3", "eval.n=24", "ckpt.every=2"]

@@ -53,7 +53,7 @@ def chatty_tiny(hidden: int = 64, layers: int = 2, heads: int = 2, steps: int = 
     solutions = []
     for _ in problems:
         turns = []
-        for k in range(3):
+        for _ in range(3):
             turns.append(("".join(rng.choice("0123456789") for _ in range(rng.randint(1, 5))), True))
             turns.append(("ok\n", False))
         solutions.append(turns[:-1])

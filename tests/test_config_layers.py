@@ -4,7 +4,6 @@ the origin of every key; secrets kept out of every run file and sink."""
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 
 import pytest

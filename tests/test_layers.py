@@ -66,18 +66,52 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The floors of the package, bottom first: a package imports only packages on floors below its own.
+# The configuration sits low, beside the models: it composes sections and imports no module it
+# configures; rlvr.assembly builds the run's parts from it, and only the drivers above use it.
+FLOORS = [
+    {"rlvr", "records", "configlib", "stats", "kernels", "runlog", "console", "harness", "algos", "plan"},
+    {"configfiles", "urls", "scoring"},
+    {"config", "models"},
+    {"rewards", "sandbox", "checkpoint"},
+    {"tools", "ops", "storage"},
+    {"envs"},
+    {"rollout", "tasks"},
+    {"inference", "evaluate", "serve"},
+    {"agents"},
+    {"assembly"},
+    {"train"},
+    {"deploy", "sweep"},
+    {"cli"},
+    {"docgen"},
+]
+
+
+def package_imports() -> dict[str, set[str]]:
+    """rlvr.<package> -> the rlvr packages its modules import (rlvr.train.step -> rlvr.train)."""
+    top = {m: ".".join(m.split(".")[:2]) for m in MODULES}
+    packages: dict[str, set[str]] = {}
+    for m in MODULES:
+        packages.setdefault(top[m], set()).update(top[d] for d in imports_of(m) if top[d] != top[m])
+    return packages
+
+
 def test_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_import_cycle_between_modules_or_between_packages():
-    graph = {m: imports_of(m) for m in MODULES}
-    assert cycles(graph) == []
-    top = {m: ".".join(m.split(".")[:2]) for m in MODULES}  # rlvr.train.step -> rlvr.train
-    packages: dict[str, set[str]] = {}
-    for m, deps in graph.items():
-        packages.setdefault(top[m], set()).update(top[d] for d in deps if top[d] != top[m])
-    assert cycles(packages) == []
+    assert cycles({m: imports_of(m) for m in MODULES}) == []
+    assert cycles(package_imports()) == []
+
+
+def test_every_package_imports_only_from_the_floors_below_it():
+    floor = {f"rlvr.{name}" if name != "rlvr" else name: i for i, names in enumerate(FLOORS) for name in names}
+    packages = package_imports()
+    assert set(packages) - set(floor) == set(), "a new package: give it a floor in FLOORS"
+    upward = sorted(f"{p} (floor {floor[p]}) imports {d} (floor {floor[d]})"
+                    for p, deps in packages.items() for d in deps if floor[d] >= floor[p])
+    assert upward == []
 
 
 def test_every_module_imports():

@@ -91,7 +91,9 @@ def test_fsdp_ranks_on_two_nodes_killed_and_resumed_from_the_url_match_one_node(
     placed = [e for e in url_rows("s3://runs/one-node", "events.jsonl") if e["kind"] == "placement"]
     assert len({e["node"] for e in placed if e["module"] == "trainer"}) == 1
 
-    strip = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))}
+    def strip(r):
+        return {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))}
+
     steps = {u: [strip(r) for r in url_rows(f"s3://runs/{u}", "metrics.jsonl") if "reward/mean" in r]
              for u in ("one-node", "two-nodes")}
     assert [r["step"] for r in steps["two-nodes"]] == [1, 2, 3]

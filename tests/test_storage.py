@@ -117,9 +117,12 @@ def test_a_run_at_an_s3_url_resumes_after_kill_9_mid_upload_bit_identically(s3, 
         resume_point(f"{url}/checkpoints/step_000002", machine / "unused")  # removed by ckpt.keep=2
     exported = load_model(f"{url}/model")[0].state_dict()  # the export, loaded from the URL
     assert all(torch.equal(ref[k], exported[k]) for k in ref)
-    rows = lambda d: [r for r in map(json.loads, (Path(d) / "metrics.jsonl").read_text().splitlines())
-                      if "reward/mean" in r]
-    strip = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))}
+    def rows(d):
+        return [r for r in map(json.loads, (Path(d) / "metrics.jsonl").read_text().splitlines()) if "reward/mean" in r]
+
+    def strip(r):
+        return {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))}
+
     assert [strip(r) for r in rows(local)] == [strip(r) for r in rows(tmp_path / "ref")]
 
 

@@ -65,7 +65,7 @@ class Environment(ABC):
     def reset(self, problem: Problem, seed: int) -> list[Message] | str:
         return problem.prompt
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: most environments hold nothing to release)
         """Called once the episode is over, however it ended (release what reset acquired)."""
 
     @abstractmethod

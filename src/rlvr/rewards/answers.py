@@ -166,10 +166,8 @@ def stated_decimals(text: str) -> int | None:
     sci = re.search(r"(\d+)(?:\.(\d+))?\s*\\times\s*10\^\{?(-?\d+)\}?\s*$", text[-64:])
     if sci:
         return len(sci.group(2) or "") - int(sci.group(3))
-    m = None
-    for m in re.finditer(r"\d+(?:\.(\d+))?", text):
-        pass
-    return None if m is None else len(m.group(1) or "")
+    numbers = list(re.finditer(r"\d+(?:\.(\d+))?", text))
+    return len(numbers[-1].group(1) or "") if numbers else None
 
 
 # --- quantities: value, unit, scale, label -------------------------------------------------
@@ -198,7 +196,7 @@ _STOP_LABELS = {
     "is", "are", "was", "were", "be", "been", "not", "no", "none", "wrong", "incorrect", "false", "true", "right",
     "correct", "maybe", "perhaps", "possibly", "probably", "likely", "or", "and", "but", "either", "neither",
     "nor", "than", "more", "less", "fewer", "least", "most", "at", "over", "under", "above", "below", "exactly",
-    "only", "just", "the", "a", "an", "of", "to", "in", "on", "for", "by", "per", "times", "squared", "cubed",
+    "only", "just", "the", "a", "an", "of", "to", "in", "on", "for", "by", "per", "squared", "cubed",
     "half", "halves", "third", "thirds", "quarter", "quarters", "tenth", "tenths", "hundredth", "hundredths",
     "thousandth", "thousandths", "negative", "minus", "plus", "percent", "point", "answer", "final", "total",
     "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}

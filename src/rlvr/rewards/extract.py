@@ -196,10 +196,8 @@ def _policy_hits(policy: str, text: str, max_chars: int) -> tuple[list[str], boo
     elif policy == "gsm8k":
         return _gsm8k(text, MAX_ANSWERS), False
     elif policy == "last_number":
-        m = None
-        for m in _NUMBER_RE.finditer(text):
-            pass
-        return ([m.group()] if m else []), False
+        numbers = list(_NUMBER_RE.finditer(text))
+        return ([numbers[-1].group()] if numbers else []), False
     else:
         raise ValueError(f"unknown extraction policy {policy!r}")
     # an over-long block is refused before it is searched again (keeps the work linear)

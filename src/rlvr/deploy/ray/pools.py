@@ -27,7 +27,7 @@ def pool_bundles(pools: dict[str, PoolConfig]) -> dict[str, list[dict[str, float
     for name, pool in pools.items():
         if pool.colocate_with is None:
             bundles[name] = [_resources(pool) for _ in range(pool.replicas)]
-    for name, pool in pools.items():
+    for pool in pools.values():
         if pool.colocate_with is not None:
             own = bundles[pool.colocate_with]
             for j in range(pool.replicas):
