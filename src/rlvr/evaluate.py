@@ -10,11 +10,12 @@ from rlvr.envs import episode_returns
 from rlvr.records import Problem
 from rlvr.rewards.canonical import normalise
 from rlvr.rewards.compose import env_kwargs
+from rlvr.rewards.scorer import Scorer
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.stats import majority_correct, pass_at_k
 
 
-def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
+def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer, *, max_new_tokens: int,
              batch_size: int = 500) -> dict[str, float]:
     """{"accuracy", "n", "format", "len_mean", "problems"} over `problems`, decoding greedily with
     `engine`, `batch_size` problems per engine call; "problems" is each one's {"id", "source",
@@ -77,7 +78,7 @@ def _passes(results) -> list[bool]:
     return [r.valid and r.components.get("correct", 0.0) >= 1.0 - 1e-9 for r in results]
 
 
-def score_problems(engine: RolloutEngine, problems: Sequence[Problem], reward, *, max_new_tokens: int,
+def score_problems(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer, *, max_new_tokens: int,
                    samples: int = 0, temperature: float = 1.0, top_p: float = 1.0, batch_size: int = 64,
                    progress: Callable[[int], None] | None = None) -> list[Outcome]:
     """Greedy decoding of every problem, then `samples` completions each at `temperature`, scored

@@ -33,6 +33,7 @@ import torch
 
 from rlvr.config.reward import RewardConfig
 from rlvr.records import Message, Problem, RewardResult
+from rlvr.rewards.scorer import ComponentScorer, EnvOutcome, Scorer
 from rlvr.stats import standardize
 
 
@@ -110,7 +111,7 @@ def normalize(scores: list[float], valid: list[bool], how: str) -> list[float]:
 class LearnedReward:
     """The rule reward (rlvr.rewards.Reward, or anything with its `score`) plus learned components."""
 
-    def __init__(self, rules, models: dict[str, Any]):
+    def __init__(self, rules: Scorer, models: dict[str, ComponentScorer]):
         self.rules, self.models = rules, models
         self._raw: dict[str, list[float]] = {}
         self._failures = dict.fromkeys(models, 0)
@@ -125,8 +126,9 @@ class LearnedReward:
         rlvr.algos.decoupled_advantages)."""
         return {name: m.cfg.weight for name, m in self.models.items()}
 
-    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids=None, **kwargs) -> list[RewardResult]:
-        results = self.rules.score(problems, texts, group_ids=group_ids, **kwargs)
+    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
+              env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
+        results = self.rules.score(problems, texts, group_ids=group_ids, env=env)
         for r in results:
             r.rules_total = r.total
         for name, m in self.models.items():

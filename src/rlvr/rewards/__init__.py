@@ -7,6 +7,9 @@
     alerts = monitor.update(step, metrics)                    # "source stuck at 0" messages
     reward.close()                                            # stops verification workers, if any
 
+Everything that scores completions is a `Scorer` (or, one learned component, a `ComponentScorer`):
+rlvr.rewards.scorer.
+
 Importing this package is cheap: sympy and math-verify load only in the
 verification workers, which start on the first answer that needs them.
 """
@@ -14,6 +17,7 @@ verification workers, which start on the first answer that needs them.
 from rlvr.rewards.compose import VERIFIERS, Reward, build_reward, env_kwargs, env_outcomes
 from rlvr.config.reward import FormatConfig, MathConfig, MonitorConfig, RewardConfig
 from rlvr.rewards.monitor import RewardMonitor, reward_metrics
+from rlvr.rewards.scorer import ComponentScorer, EnvOutcome, Scorer
 
-__all__ = ["VERIFIERS", "env_kwargs", "env_outcomes", "FormatConfig", "MathConfig", "MonitorConfig", "Reward", "RewardConfig",
-           "RewardMonitor", "build_reward", "reward_metrics"]
+__all__ = ["VERIFIERS", "env_kwargs", "env_outcomes", "ComponentScorer", "EnvOutcome", "FormatConfig", "MathConfig", "MonitorConfig",
+           "Reward", "RewardConfig", "RewardMonitor", "Scorer", "build_reward", "reward_metrics"]

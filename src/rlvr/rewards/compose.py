@@ -25,6 +25,7 @@ from rlvr.records import Problem, RewardResult
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.math_verifier import MathVerifier
 from rlvr.rewards.process import process_score
+from rlvr.rewards.scorer import EnvOutcome
 from rlvr.stats import standardize
 
 
@@ -50,10 +51,6 @@ class _Unavailable:
 
     def verify(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[RewardResult]:
         return [RewardResult.invalid(self.error, {"correct": 0.0}) for _ in texts]
-
-
-EnvOutcome = tuple[dict[str, float], dict[str, Any]]
-"""What an episode's environment reported: (summed reward components, final info)."""
 
 
 def env_outcomes(completions: Sequence[Any]) -> list[EnvOutcome] | None:

@@ -33,6 +33,7 @@ from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
 from rlvr.ops.report import write_report_safely
 from rlvr.records import Problem
+from rlvr.rewards import Scorer
 from rlvr.rollout import RolloutEngine
 from rlvr.runlog import RunLog
 from rlvr.stats import paired_report
@@ -82,7 +83,7 @@ class Run:
     tokenizer: Any
     engine: RolloutEngine
     """Evaluation's engine (eval.engine), in this process."""
-    reward: Any
+    reward: Scorer
     held_out: list[Problem]
     source: BatchSource
     settings: UpdateSettings

@@ -39,7 +39,7 @@ from rlvr.algos import (decoupled_advantages, distill_advantages, kl_reward_pena
 from rlvr.assembly import reference_model, teacher_model
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
-from rlvr.rewards import env_kwargs, reward_metrics
+from rlvr.rewards import Scorer, env_kwargs, reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 from rlvr.train.parallel import Parallel
@@ -181,7 +181,7 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
     engine: samples the completions (a `RolloutEngine`, holding the current policy's weights);
-    reward: scores them (`.score(problems, texts, group_ids=...)`, rlvr.rewards.Reward or a pool);
+    reward: scores them (a `Scorer`: rlvr.rewards.Reward, the rules with learned rewards, or a pool);
     ref: a `ReferenceModel` (anything with `.logprobs(completions) -> (N, T)`), or None when
     algo.beta = 0; its log-probs are taken for the kept completions only and returned for the loss.
     teacher: the algo.distill teacher (a `ReferenceModel` of the teacher's weights), or None; its
@@ -349,7 +349,7 @@ class LocalBatches:
     """Batches sampled and scored in the trainer's process (deploy.backend=embedded)."""
 
     engine: RolloutEngine
-    reward: object
+    reward: Scorer
     ref: object | None
     params: SamplingParams
     algo: AlgoConfig

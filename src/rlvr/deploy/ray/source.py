@@ -23,7 +23,9 @@ import signal
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import ray
 import torch
@@ -33,7 +35,8 @@ from rlvr.assembly import component_weights, run_task
 from rlvr.config import Config
 from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
-from rlvr.records import RewardResult
+from rlvr.records import Problem, RewardResult
+from rlvr.rewards import EnvOutcome
 from rlvr.rollout import sampling_params
 from rlvr.rollout.sync import tied_names
 from rlvr.train.step import StepBatch, collect_batch
@@ -104,7 +107,7 @@ class _RemoteLearned:
         self.turn = 0
         self.replies: dict[int, str] = {}
 
-    def score(self, problems, texts) -> list:
+    def score(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | Exception]:
         src, workers = self.source, self.source.workers["inference"]
         j = self.turn % len(workers)
         self.turn += 1
@@ -175,7 +178,8 @@ class RemoteReward:
         self.weights = component_weights(source.cfg)
         """The components' weights, for per-turn credit (env.credit=turn)."""
 
-    def score(self, problems, texts, group_ids, env=None):
+    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
+              env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
         src, workers = self.source, self.source.workers["reward"]
         starts = [i for i in range(len(group_ids)) if i == 0 or group_ids[i] != group_ids[i - 1]]
         bounds = starts + [len(group_ids)]  # group m is rows bounds[m]:bounds[m + 1]
