@@ -72,11 +72,11 @@ def test_a_ray_worker_checks_what_arrived_and_what_it_holds(policy, monkeypatch)
     handle = ray_sync.WeightHandle(1, names=tuple(weights), checksum=checksum(
         t for n, t in weights.items() if n not in tied), tied=tied)
     monkeypatch.setattr(ray_sync, "fetch_weights", lambda h: weights)
-    assert ray_sync.load_published(HFEngine(copy.deepcopy(policy), None), handle)["checksum_ok"]
+    assert ray_sync.load_published(HFEngine(copy.deepcopy(policy), None), handle).checksum_ok
     bad = corrupting(HFEngine(copy.deepcopy(policy), None), at_version=1)
-    assert not ray_sync.load_published(bad, handle)["checksum_ok"]
+    assert not ray_sync.load_published(bad, handle).checksum_ok
     weights["model.norm.weight"][0] += 1.0  # changed on its way through the object store
-    assert not ray_sync.load_published(HFEngine(copy.deepcopy(policy), None), handle)["checksum_ok"]
+    assert not ray_sync.load_published(HFEngine(copy.deepcopy(policy), None), handle).checksum_ok
 
 
 def test_a_mismatch_is_a_critical_alert_of_a_default_rollback_rule():

@@ -19,6 +19,7 @@ import torch
 from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward, teacher_model
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
+from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
 from rlvr.deploy.ray.sync import WeightHandle, load_published
 from rlvr.kernels import keep_freed_memory
@@ -32,10 +33,6 @@ def _set_up(threads: int) -> None:
     keeps it (rlvr.kernels.keep_freed_memory: the loop engine packs its weights again every decode)."""
     torch.set_num_threads(max(1, threads))
     keep_freed_memory()
-
-
-def _reply(t0: float, **out) -> dict:
-    return {**out, "busy_s": time.time() - t0, "pid": os.getpid()}
 
 
 TOOL_THREADS = 16
@@ -93,7 +90,7 @@ class RolloutWorker(Placed):
         self.start_key, self.publication, self.plain = start.key, None, False
 
     def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
-               group_offset: int, rng: dict, speculate: bool = True) -> dict:
+               group_offset: int, rng: dict, speculate: bool = True) -> Sampled:
         """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
@@ -111,10 +108,11 @@ class RolloutWorker(Placed):
         else:
             torch.manual_seed(rng["seed"])
         completions = self.engine.generate(problems, params, group_offset=group_offset)
-        return _reply(t0, completions=completions, rng_state=torch.get_rng_state(), weights_loaded=loaded,
-                      speculative=dict(getattr(self.engine, "speculative_stats", {}) or {}))
+        return Sampled(completions=completions, rng_state=torch.get_rng_state(), weights_loaded=loaded,
+                       speculative=dict(getattr(self.engine, "speculative_stats", {}) or {})).timed(t0)
 
-    def check_speculation(self, start: Shipped, problems: Sequence[Problem], params: SamplingParams) -> dict:
+    def check_speculation(self, start: Shipped, problems: Sequence[Problem], params: SamplingParams
+                          ) -> SpeculationChecked:
         """rlvr.rollout.speculative's fidelity check, here where the engine samples: one calibration
         batch with the speculative engine and one with plain decoding of the same weights, both
         scored by this worker's policy copy; a ConfigError (the run stops) when they disagree."""
@@ -133,7 +131,7 @@ class RolloutWorker(Placed):
         tokenizer = self.engine.tokenizer
         stats = check_speculative(self.engine, HFEngine(scorer, tokenizer, dtype=self.cfg.model.dtype), scorer,
                                   tokenizer, problems, params, method=spec.method, tolerance=spec.check_tolerance)
-        return _reply(t0, stats=stats)
+        return SpeculationChecked(stats=stats).timed(t0)
 
 
 class RewardWorker(Placed):
@@ -158,13 +156,13 @@ class RewardWorker(Placed):
     def pid(self) -> int:
         return os.getpid()
 
-    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[int], env=None) -> dict:
+    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[int], env=None) -> Scored:
         t0 = time.time()
         try:
             results = self.reward.score(problems, texts, group_ids=group_ids, env=env)
         except Exception as exc:  # a reward failure degrades to invalid samples, never a stalled step
             results = [RewardResult.invalid(f"reward worker failed: {type(exc).__name__}: {exc}") for _ in texts]
-        return _reply(t0, results=results)
+        return Scored(results=results).timed(t0)
 
 
 class InferenceWorker(Placed):
@@ -183,7 +181,7 @@ class InferenceWorker(Placed):
     def pid(self) -> int:
         return os.getpid()
 
-    def logprobs(self, start: Shipped, completions: Sequence[Completion]) -> dict:
+    def logprobs(self, start: Shipped, completions: Sequence[Completion]) -> LogProbs:
         t0 = time.time()
         if self.start_key != start.key:
             from rlvr.models import load_policy
@@ -192,9 +190,9 @@ class InferenceWorker(Placed):
             self.weights_device = str(next(model.parameters()).device)
             self.ref = reference_model(self.cfg, model, tokenizer)
             self.start_key = start.key
-        return _reply(t0, logp=self.ref.logprobs(completions))
+        return LogProbs(logp=self.ref.logprobs(completions)).timed(t0)
 
-    def teacher_logprobs(self, start: Shipped, teacher: Shipped, completions: Sequence[Completion]) -> dict:
+    def teacher_logprobs(self, start: Shipped, teacher: Shipped, completions: Sequence[Completion]) -> LogProbs:
         """The teacher's log-probs of the completions, from this node's copy of its directory (the
         trainer checked its tokenizer against the policy's, `start`)."""
         t0 = time.time()
@@ -202,7 +200,7 @@ class InferenceWorker(Placed):
             from rlvr.models.loading import load_tokenizer
             tokenizer = load_tokenizer(materialize(start))
             self.teacher = teacher_model(self.cfg, tokenizer, pool_device()[1], path=str(materialize(teacher)))
-        return _reply(t0, logp=self.teacher.logprobs(completions))
+        return LogProbs(logp=self.teacher.logprobs(completions)).timed(t0)
 
     def _learned(self, shipped: dict[str, Shipped] | None = None) -> dict:
         """The learned components, built on first use from this node's copies of their directories
@@ -222,13 +220,13 @@ class InferenceWorker(Placed):
         return self.learned
 
     def score_learned(self, name: str, shipped: dict[str, Shipped], problems: Sequence[Problem],
-                      texts: Sequence[str]) -> dict:
+                      texts: Sequence[str]) -> ComponentScores:
         """One learned component's raw scores (an exception in place of a sample's score: invalid),
         and the replies a judge gave (by sample index)."""
         t0 = time.time()
         component = self._learned(shipped)[name]
         scores = component.score(problems, texts)
-        return _reply(t0, scores=scores, replies=dict(getattr(component, "replies", {})))
+        return ComponentScores(scores=scores, replies=dict(getattr(component, "replies", {}))).timed(t0)
 
     def learned_metrics(self, name: str) -> dict:
         return dict(getattr(self._learned()[name], "metrics", dict)())

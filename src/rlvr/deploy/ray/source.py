@@ -33,6 +33,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from rlvr.assembly import component_weights, run_task
 from rlvr.config import Config
+from rlvr.deploy.ray.replies import ComponentScores, Reply, Scored
 from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
 from rlvr.records import Problem, RewardResult
@@ -113,11 +114,11 @@ class _RemoteLearned:
         self.turn += 1
         call = lambda: workers[j].score_learned.remote(self.name, src.files.learned, problems, texts)  # noqa: E731
 
-        def failed(why: str) -> dict:
-            return {"scores": [RuntimeError(why)] * len(texts), "replies": {}}
+        def failed(why: str) -> ComponentScores:
+            return ComponentScores(scores=[RuntimeError(why)] * len(texts))
         out = src.get("inference", j, call(), call, timeout=src.cfg.deploy.reward_timeout_s, fallback=failed)
-        self.replies = out["replies"]
-        return out["scores"]
+        self.replies = out.replies
+        return out.scores
 
     def metrics(self) -> dict[str, float]:
         workers = self.source.workers["inference"]
@@ -160,13 +161,13 @@ class RemoteEngine:
         src.inject_kill("rollout", self.step)
         outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
         if exact:
-            torch.set_rng_state(outs[0]["rng_state"])
-        self.loads += [out["weights_loaded"] for out in outs if out.get("weights_loaded")]
-        stats = [out["speculative"] for out in outs if out.get("speculative")]
+            torch.set_rng_state(outs[0].rng_state)
+        self.loads += [out.weights_loaded for out in outs if out.weights_loaded]
+        stats = [out.speculative for out in outs if out.speculative]
         if stats:  # draft acceptance: the mean over the replicas that sampled speculatively
             with src.lock:
                 src.spec_stats = {k: sum(st[k] for st in stats) / len(stats) for k in ("accept_rate", "accept_len")}
-        return [c for out in outs for c in out["completions"]]
+        return [c for out in outs for c in out.completions]
 
 
 class RemoteReward:
@@ -191,11 +192,11 @@ class RemoteReward:
         src.inject_kill("reward", getattr(src.collecting, "step", None))
         outs = []
         for j, (a, b) in enumerate(parts):
-            def invalid(why: str, n=b - a) -> dict:
-                return {"results": [RewardResult.invalid(why) for _ in range(n)]}
+            def invalid(why: str, n=b - a) -> Scored:
+                return Scored(results=[RewardResult.invalid(why) for _ in range(n)])
             outs.append(src.get("reward", j, refs[j], calls[j], timeout=src.cfg.deploy.reward_timeout_s,
                                 fallback=invalid))
-        return [r for out in outs for r in out["results"]]
+        return [r for out in outs for r in out.results]
 
 
 class RayBatchSource:
@@ -308,8 +309,8 @@ class RayBatchSource:
         batch = collect_batch(engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
                               ref=self.ref, credit=self.cfg.env.credit, teacher=self.teacher)
         if engine.loads:  # the slowest worker's load; a worker whose checksum check failed is a mismatch
-            Synced(max(w["load_s"] for w in engine.loads), 0, engine.sync_method,
-                   sum(not w["checksum_ok"] for w in engine.loads)).add_to(batch.metrics)
+            Synced(max(w.load_s for w in engine.loads), 0, engine.sync_method,
+                   sum(not w.checksum_ok for w in engine.loads)).add_to(batch.metrics)
         return batch
 
     def logprobs_on_pool(self, call, completions) -> torch.Tensor:
@@ -319,7 +320,7 @@ class RayBatchSource:
         calls = [lambda j=j, a=a, b=b: call(workers[j], completions[a:b]) for j, (a, b) in enumerate(parts)]
         refs = [c() for c in calls]
         self.inject_kill("inference", getattr(self.collecting, "step", None))
-        outs = [self.get("inference", j, refs[j], calls[j])["logp"] for j in range(len(parts))]
+        outs = [self.get("inference", j, refs[j], calls[j]).logp for j in range(len(parts))]
         out = torch.zeros(len(completions), max(o.shape[1] for o in outs))  # (N, T)
         for (a, b), o in zip(parts, outs):
             out[a:b, : o.shape[1]] = o
@@ -338,7 +339,7 @@ class RayBatchSource:
 
     # -- calls that survive a worker's death
 
-    def get(self, module: str, j: int, ref, reissue, timeout: float | None = None, fallback=None) -> dict:
+    def get(self, module: str, j: int, ref, reissue, timeout: float | None = None, fallback=None) -> Reply:
         """The reply of call `ref` to replica j; re-issued while Ray restarts a dead worker.
         fallback(reason): the reply to use when the call cannot be answered (None: raise)."""
         tries = self.cfg.deploy.worker_restarts + 1
@@ -359,9 +360,9 @@ class RayBatchSource:
                 ray.kill(self.workers[module][j], no_restart=False)
                 self._event("worker_timeout", module=module, replica=j, timeout_s=timeout)
                 return fallback(f"{module} call timed out after {timeout}s")
-            self._note_pid(module, j, out["pid"])
+            self._note_pid(module, j, out.pid)
             with self.lock:
-                self.busy[module] += out["busy_s"]
+                self.busy[module] += out.busy_s
             return out
         if fallback is not None:
             return fallback(f"{module} worker died {tries} times")
@@ -402,7 +403,7 @@ class RayBatchSource:
         except RayTaskError as exc:
             raise exc.as_instanceof_cause() from None  # the worker's ConfigError, as it was raised
         for j, reply in enumerate(replies):
-            self._event("speculative_checked", method=spec.method, replica=j, **reply["stats"])
+            self._event("speculative_checked", method=spec.method, replica=j, **reply.stats)
 
     def _watch_speculation(self, batch: StepBatch, step: int) -> None:
         """Acceptance metrics; plain decoding in every rollout worker from the next call on once the

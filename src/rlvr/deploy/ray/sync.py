@@ -16,6 +16,7 @@ from typing import Any
 
 import ray
 
+from rlvr.deploy.ray.replies import WeightsLoaded
 from rlvr.rollout.sync import SyncMeter, checksum
 
 
@@ -76,13 +77,13 @@ def fetch_weights(handle: WeightHandle) -> dict:
     return dict(zip(handle.names, ray.get(handle.refs), strict=True))
 
 
-def load_published(engine, handle: WeightHandle) -> dict:
+def load_published(engine, handle: WeightHandle) -> WeightsLoaded:
     """Worker side: fetch the published weights into `engine` and check them twice: what arrived
     against the trainer's checksum, and what the engine holds after loading against what arrived
-    (in the dtype it holds). {'load_s', 'checksum_ok'} for the trainer's sync metrics."""
+    (in the dtype it holds), for the trainer's sync metrics."""
     t0 = time.time()
     weights = fetch_weights(handle)
     engine.load_weights(weights.items(), handle.version)
     kept = [t for name, t in weights.items() if name not in handle.tied]
     ok = checksum(kept) == handle.checksum and engine.weights_checksum() == checksum(kept, engine.sync_dtype)
-    return {"load_s": time.time() - t0, "checksum_ok": ok}
+    return WeightsLoaded(load_s=time.time() - t0, checksum_ok=ok)
