@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from rlvr.envs import episode_returns
 from rlvr.records import Problem
@@ -15,19 +16,41 @@ from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.stats import majority_correct, pass_at_k
 
 
+ProblemResult = TypedDict("ProblemResult", {"id": str, "source": str, "correct": bool, "return": float}, total=False)
+"""One held-out problem's greedy result, for paired tests between runs: id, source, correct, and
+"return" where the episodes' environment reports returns."""
+
+
+class _Evaluation(TypedDict):
+    accuracy: float
+    n: int
+    format: float
+    len_mean: float
+    problems: list[ProblemResult]
+
+
+class Evaluation(_Evaluation, total=False):
+    """What `evaluate` returns (and summary.json and a checkpoint keep, as JSON): accuracy, format
+    and mean length over the problems, each problem's result; with several sources the accuracy
+    of each; for agents the tool calls per solved problem and per problem, and the mean return
+    (rlvr.envs.episode_returns)."""
+    by_source: dict[str, float]
+    tool_calls_per_solved: float
+    tool_calls_mean: float
+    return_mean: float
+
+
 def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer, *, max_new_tokens: int,
-             batch_size: int = 500) -> dict[str, float]:
-    """{"accuracy", "n", "format", "len_mean", "problems"} over `problems`, decoding greedily with
-    `engine`, `batch_size` problems per engine call; "problems" is each one's {"id", "source",
-    "correct"} (for paired tests; and "return" where the episodes' environment reports returns); with several sources also "by_source" (accuracy of each); for agents
-    "tool_calls_per_solved", "tool_calls_mean" and "return_mean" (rlvr.envs.episode_returns)."""
+             batch_size: int = 500) -> Evaluation:
+    """The greedy evaluation of `problems` (an `Evaluation`), decoding with `engine`, `batch_size`
+    problems per engine call."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     completions = [c for start in range(0, len(problems), batch_size)
                    for c in engine.generate(problems[start:start + batch_size], params)]
     results = reward.score(list(problems), [c.text for c in completions], **env_kwargs(completions))
     n = len(problems)
     passes = _passes(results)  # a code answer counts when all its tests pass
-    out = {
+    out: Evaluation = {
         "accuracy": sum(passes) / n,
         "n": n,
         "format": sum(r.components.get("format", 0.0) for r in results) / n,
@@ -51,7 +74,7 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer,
     return out
 
 
-def eval_metrics(result: dict) -> dict[str, float]:
+def eval_metrics(result: Evaluation) -> dict[str, float]:
     """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/source/<source>/accuracy, and
     for agents eval/tool_calls_per_solved, eval/tool_calls_mean, eval/return_mean."""
     out = {"eval/accuracy": result["accuracy"], "eval/format": result["format"]}

@@ -27,7 +27,7 @@ from rlvr.config import Config
 from rlvr.envs.settings import check_env
 from rlvr.configlib import RunFailed
 from rlvr.console import RunConsole
-from rlvr.evaluate import eval_metrics, evaluate
+from rlvr.evaluate import Evaluation, eval_metrics, evaluate
 from rlvr.kernels import keep_freed_memory
 from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
@@ -99,7 +99,7 @@ class Run:
     eval_sync: Synced | None = None
     """The sync an evaluation made, reported by the next step (which then holds those weights)."""
 
-    def evaluate(self, state: TrainerState, problems: list[Problem]) -> dict[str, float]:
+    def evaluate(self, state: TrainerState, problems: list[Problem]) -> Evaluation:
         """Greedy accuracy of the current weights (an engine with weights of its own gets them first);
         in a trainer group rank 0 evaluates and every rank gets its figures."""
         synced = sync_weights(self.engine, state.model, state.step, state.step, self.par)

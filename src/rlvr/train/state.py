@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlvr.checkpoint import load_weights, rng_state, set_rng_state
+from rlvr.evaluate import Evaluation
 from rlvr.ops.guard import RunGuard, rescale_lr
 from rlvr.rewards import RewardMonitor
 from rlvr.tasks import ProblemSampler
@@ -51,7 +52,7 @@ class TrainerState:
     consumed: int = 0
     """The sampler's position at the end of the last batch trained on (not of batches sampled
     ahead, async Ray): where a resume continues."""
-    eval_before: dict[str, float] | None = None
+    eval_before: Evaluation | None = None
     history: dict[str, list] = field(default_factory=_history)
     """'reward': reward/mean per step; 'eval': (step, accuracy) of the evaluations during the run."""
 
