@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.configlib import ConfigError
 from rlvr.urls import fetch_dir, is_url
 
 MANIFEST = "manifest.json"
@@ -300,7 +301,6 @@ def open_checkpoint(path: Path) -> Checkpoint:
     path = Path(path)
     problem = verify(path) if path.is_dir() else "no such directory"
     if problem:
-        from rlvr.configlib import ConfigError
         raise ConfigError(f"ckpt.resume: {path}: {problem}; give a checkpoint directory or 'auto'")
     return Checkpoint(path, json.loads((path / MANIFEST).read_text())["step"])
 
@@ -357,7 +357,6 @@ def resume_point(setting: str | None, root: Path) -> tuple[Checkpoint | None, li
         try:
             return open_checkpoint(fetch_dir(setting)), skipped
         except FileNotFoundError as exc:
-            from rlvr.configlib import ConfigError
             raise ConfigError(f"ckpt.resume: {exc}; give a checkpoint directory or 'auto'") from None
     return open_checkpoint(Path(setting)), skipped
 

@@ -32,6 +32,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from rlvr.configlib import to_dict
+
 CONFIG_PAGE = "docs/reference/config.md"
 CLI_PAGE = "docs/reference/cli.md"
 COMMAND = "python -m rlvr.docgen"
@@ -108,8 +110,6 @@ def _yaml(value: Any) -> str:
 
 
 def _default(f: dataclasses.Field) -> Any:
-    from rlvr.configlib import to_dict
-
     if f.default is not dataclasses.MISSING:
         return to_dict(f.default)
     if f.default_factory is not dataclasses.MISSING:

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.configlib import ConfigError
+from rlvr.runlog import read_jsonl
+from rlvr.stats import paired_report
 
 
 def split_values(text: str) -> list[str]:
@@ -140,8 +142,6 @@ def outcomes(run_dir: Path) -> dict[str, float] | None:
 
 def compare(results: list[dict[str, Any]], *, alpha: float = 0.05) -> dict[str, Any]:
     """Rank the completed trials by held-out accuracy after training; each against the best, paired."""
-    from rlvr.stats import paired_report
-
     def accuracy(r: dict) -> float | None:
         return ((r["summary"] or {}).get("eval_after") or {}).get("accuracy")
 
@@ -171,7 +171,6 @@ def write_report(comparison: dict[str, Any], out_dir: Path) -> Path:
     import base64
 
     from rlvr.ops.plots import PlotSpec, render_png
-    from rlvr.runlog import read_jsonl
 
     merged: dict[str, list[dict]] = {}
     for t in comparison["trials"]:

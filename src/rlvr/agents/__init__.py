@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.configlib import ConfigError, import_object
 from rlvr.envs import AgentProgram
 
 
@@ -50,7 +51,6 @@ class AgentSpec:
 
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
-    from rlvr.configlib import ConfigError, import_object
     from rlvr.envs import verifiers_hub
 
     if verifiers_hub.is_verifiers(env_cfg.name):
@@ -82,7 +82,6 @@ class FileFunction:
         return self.attr
 
     def __call__(self, *args: Any) -> Any:
-        from rlvr.configlib import import_object
         return import_object(f"{self.path}:{self.attr}", "env.agent")(*args)
 
 

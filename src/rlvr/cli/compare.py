@@ -8,6 +8,7 @@ import sys
 
 from rlvr.cli._common import add_config_arguments, config_from_args
 from rlvr.cli.eval import add_sampling_arguments, evaluate_model, model_dir, problems_for, write_report
+from rlvr.stats import paired_bootstrap, paired_report, pass_at_k
 
 
 def add_arguments(parser) -> None:
@@ -25,7 +26,6 @@ def run(args) -> int:
     import torch
 
     from rlvr.assembly import rule_reward
-    from rlvr.stats import paired_bootstrap, paired_report, pass_at_k
 
     problems = problems_for(cfg, args)
     runs = {}

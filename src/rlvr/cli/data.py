@@ -27,6 +27,7 @@ from typing import Any
 
 from rlvr.cli._common import add_config_files, config_from_args
 from rlvr.cli.reward import print_table
+from rlvr.configlib import ConfigError
 from rlvr.records import Problem
 
 _ARITH_PROMPT_RE = re.compile(
@@ -190,7 +191,6 @@ def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> 
 def run(args: argparse.Namespace) -> int:
     if args.action == "recording":
         return recording(args)
-    from rlvr.configlib import ConfigError
     from rlvr.tasks.files import data_files
 
     cfg = config_from_args(args)

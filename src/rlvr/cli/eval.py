@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rlvr.cli._common import add_config_arguments, add_device_argument, config_from_args
+from rlvr.configlib import ConfigError
 
 
 def add_sampling_arguments(parser) -> None:
@@ -43,7 +44,6 @@ def model_dir(path: str) -> str:
 
 
 def problems_for(cfg, args) -> list:
-    from rlvr.configlib import ConfigError
     from rlvr.assembly import run_task
     from rlvr.tasks.files import as_chat, load_problems
     from rlvr.tasks.humaneval import humaneval_problems

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from rlvr.runlog import RunLog, read_jsonl
+
 CHECK_PROMPTS = 8  # fixed held-out prompts used by every line
 MEMORY_STEPS = 4
 MEMORY_SLACK_MB = 64.0  # growth allowed between the first and the last measured step
@@ -226,7 +228,6 @@ def check_memory(s: _Setup) -> CheckLine:
 def check_alerts(s: _Setup) -> CheckLine:
     from rlvr.ops.alerts import Alert
     from rlvr.ops.notify import Notifier, Webhook
-    from rlvr.runlog import RunLog, read_jsonl
 
     a = s.cfg.alerts
     with tempfile.TemporaryDirectory(prefix="rlvr-check-") as tmp:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlvr.cli._common import add_config_arguments, config_from_args
 from rlvr.configlib import ConfigError
+from rlvr.runlog import read_jsonl
 
 
 def add_arguments(parser) -> None:
@@ -40,8 +41,6 @@ def measured_throughputs(run_dir: str, plan_fn) -> tuple[float, float, float | N
     """(decode tokens/s, training TFLOP/s, weight sync GB/s) from a run's metrics: the medians of
     perf/rollout_tok_s, of the update's FLOPs (rlvr.plan, with the run's own settings) over
     time/update_s, and of sync/bytes over sync/seconds (None: no sync moved bytes)."""
-    from rlvr.runlog import read_jsonl
-
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise ConfigError(f"--measured: {path} does not exist; give a run directory")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from rlvr.configlib import ConfigError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -43,7 +45,6 @@ def base_model(name: str, overrides: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlvr.configlib import ConfigError
     from rlvr.train.rm import load_pairs, train_reward_model
 
     if args.steps < 1 or args.batch_size < 1 or not 0 <= args.eval_frac < 1:

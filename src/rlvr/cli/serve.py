@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlvr.cli._common import add_config_arguments, add_device_argument, config_from_args
 from rlvr.configlib import ConfigError
+from rlvr.runlog import read_jsonl
 
 
 def add_arguments(parser) -> None:
@@ -53,7 +54,6 @@ def default_max_tokens(cfg, path: str, generation_config=None) -> tuple[int, str
     generation_config.json max_new_tokens (an rlvr export writes the recommended length there),
     else serve.max_tokens' default."""
     from rlvr.ops.report import recommended_length
-    from rlvr.runlog import read_jsonl
 
     if "serve.max_tokens" in cfg.sources:
         return cfg.serve.max_tokens, "serve.max_tokens"

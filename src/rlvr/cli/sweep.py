@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from rlvr.cli._common import add_config_files
+from rlvr.configlib import ConfigError
 
 
 def add_arguments(parser) -> None:
@@ -28,7 +29,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from rlvr.config import load_config
-    from rlvr.configlib import ConfigError
     from rlvr.envs.settings import check_env
     from rlvr.sweep import axes, compare, run_trials, trials, write_report
 

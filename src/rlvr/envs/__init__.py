@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rlvr.config.env import EnvConfig
+from rlvr.configlib import import_object
 from rlvr.records import Message, Problem
 
 
@@ -167,8 +168,6 @@ def env_class(name: str) -> type[Environment]:
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
-        from rlvr.configlib import import_object
-
         cls = import_object(name, "env.name")
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")

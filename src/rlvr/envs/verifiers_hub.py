@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from unittest import mock
 
+from rlvr.configlib import ConfigError
 from rlvr.envs import AgentProgram
 from rlvr.records import Problem
 
@@ -140,7 +141,6 @@ def describe(env_id: str, args: str) -> dict[str, Any]:
 def description(env_name: str, settings: str) -> dict[str, Any]:
     """The environment's rubric and rows, loaded in a harness worker (its import and load_environment
     are user code) that is then ended. A failure is a config error naming the environment."""
-    from rlvr.configlib import ConfigError
     from rlvr.harness import CallFailed, Worker
 
     name = id_of(env_name)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from rlvr.config.model import ModelConfig
+from rlvr.configlib import ConfigError
 from rlvr.records import Completion
 from rlvr.scoring import completion_logprobs
 
@@ -31,7 +32,6 @@ def teacher_path(name: str, model: ModelConfig) -> str:
     ('smollm2', a directory, a hub id in the local cache); a ConfigError naming the key when there is none."""
     import dataclasses
 
-    from rlvr.configlib import ConfigError
     from rlvr.models.gguf import ModelNotFound
     from rlvr.models.loading import local_path, resolve_model
 
@@ -44,8 +44,6 @@ def teacher_path(name: str, model: ModelConfig) -> str:
 def check_teacher_tokenizer(name: str, teacher_tokenizer, tokenizer) -> None:
     """A ConfigError naming algo.distill.teacher unless the teacher's tokenizer is the policy's, token
     for token: a teacher scores the student's own tokens."""
-    from rlvr.configlib import ConfigError
-
     if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
         raise ConfigError(f"algo.distill.teacher: {name!r} has another tokenizer than the policy "
                           f"({len(teacher_tokenizer)} tokens against {len(tokenizer)}, or other ids); a teacher "
@@ -57,7 +55,6 @@ def load_teacher(name: str, model_cfg: ModelConfig, temperature: float, tokenize
     """The teacher `name` (algo.distill.teacher) as a frozen scorer at the sampling `temperature`,
     computing in model.dtype on `device` (the run's), from `path` (default: where the name resolves;
     an inference worker passes its node's copy); its tokenizer must be the policy's."""
-    from rlvr.configlib import ConfigError
     from rlvr.models.loading import load_model
 
     try:

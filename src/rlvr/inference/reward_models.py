@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from rlvr.config.reward import RewardConfig
+from rlvr.configlib import ConfigError
 from rlvr.records import Message, Problem, RewardResult
 from rlvr.rewards.scorer import ComponentScorer, EnvOutcome, Scorer
 from rlvr.stats import standardize
@@ -52,7 +53,6 @@ def load_reward_model(path: str, device: str = "cpu"):
     """(model, tokenizer) of a reward model directory: one output, fp32, eval mode, padding known."""
     from transformers import AutoModelForSequenceClassification
 
-    from rlvr.configlib import ConfigError
     from rlvr.models.loading import _pretrained, load_tokenizer
 
     tokenizer = load_tokenizer(path)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config.run import LogConfig
+from rlvr.configlib import ConfigError
 
 
 def _finite(values: dict[str, Any]) -> dict[str, float]:
@@ -232,8 +233,6 @@ class PrometheusSink:
 def _refused(key: str, exc: Exception) -> Exception:
     """The library's own refusal (no API key, a store it will not open) as a config error naming the key;
     anything else is a bug and keeps its traceback."""
-    from rlvr.configlib import ConfigError
-
     if type(exc).__module__.split(".")[0] not in ("wandb", "mlflow"):
         return exc
     return ConfigError(f"{key}: {type(exc).__name__}: {exc}")
@@ -242,8 +241,6 @@ def _refused(key: str, exc: Exception) -> Exception:
 def build_sinks(log: LogConfig, run_dir: Path, config: dict, *, resume_step: int | None, ui) -> list:
     """The sinks section `log` asks for; `config`: the run's, as plain data, for the trackers that keep
     it. A configured W&B/MLflow that is not installed is a config error."""
-    from rlvr.configlib import ConfigError
-
     sinks = []
     if log.tensorboard:
         sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard", resume_step))

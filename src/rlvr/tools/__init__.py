@@ -31,6 +31,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlvr.configlib import import_object
 from rlvr.harness import CallFailed, Worker, safe_text
 from rlvr.tools.calculator import calculator
 from rlvr.tools.calls import MAX_CALLS, ToolCall, format_call, parse_tool_calls, read_json
@@ -272,8 +273,6 @@ def resolve_tools(names: Sequence[str], sandbox_cfg=None) -> dict[str, Tool]:
         if name in BUILTIN:
             tool = BUILTIN[name](sandbox_cfg)
         elif ":" in name:
-            from rlvr.configlib import import_object
-
             fn = import_object(name, "tool")
             tool = fn if isinstance(fn, Tool) else Tool.from_function(fn)
         else:

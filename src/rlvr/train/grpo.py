@@ -25,7 +25,7 @@ from rlvr.assembly import episode_spec, metric_sinks, rollout_engine, rule_rewar
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
 from rlvr.envs.settings import check_env
-from rlvr.configlib import RunFailed
+from rlvr.configlib import ConfigError, RunFailed
 from rlvr.console import RunConsole
 from rlvr.evaluate import Evaluation, eval_metrics, evaluate
 from rlvr.kernels import keep_freed_memory
@@ -35,7 +35,7 @@ from rlvr.ops.report import write_report_safely
 from rlvr.records import Problem
 from rlvr.rewards import Scorer
 from rlvr.rollout import RolloutEngine
-from rlvr.runlog import RunLog
+from rlvr.runlog import RunLog, read_jsonl
 from rlvr.stats import paired_report
 from rlvr.storage import RunStore
 from rlvr.train.memory import peak_memory, reset_peak_memory
@@ -308,12 +308,10 @@ def train(cfg: Config, ui: RunConsole | None = None,
     check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
     device = train_device(cfg.train.device)
     if device.type == "cuda" and cfg.rollout.speculative.method != "none" and cfg.rollout.engine != "vllm":
-        from rlvr.configlib import ConfigError
         raise ConfigError("rollout.speculative: the loop engine's speculative decoding runs on the CPU only; on "
                           "CUDA use rollout.engine=vllm (vLLM's methods, through the same fidelity check) or "
                           "rollout.speculative.method=none")
     if cfg.train.offload and device.type != "cuda":
-        from rlvr.configlib import ConfigError
         raise ConfigError("train.offload: there is no GPU memory to offload from (train.device resolved to "
                           f"{device.type}); leave train.offload=false")
     par = Parallel.create(cfg.train, device)
@@ -409,7 +407,6 @@ def eval_change(before: dict | None, after: dict | None) -> dict | None:
 def recommended_tokens(run_dir: Path) -> int | None:
     """The run's recommended inference length so far (1.2 x P90 of the last steps' completion lengths)."""
     from rlvr.ops.report import recommended_length
-    from rlvr.runlog import read_jsonl
 
     metrics = run_dir / "metrics.jsonl"
     rec = recommended_length(read_jsonl(metrics), None) if metrics.exists() else None

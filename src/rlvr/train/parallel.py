@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from rlvr.configlib import ConfigError
+
 T = TypeVar("T")
 
 _TIMEOUT = timedelta(hours=2)
@@ -43,7 +45,6 @@ def train_device(name: str) -> torch.device:
     """train.device: 'auto' is CUDA when a device is visible, else the CPU; 'cuda' without one is a
     config error (before anything is loaded)."""
     if name == "cuda" and not torch.cuda.is_available():
-        from rlvr.configlib import ConfigError
         why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
         raise ConfigError(f"train.device=cuda: {why} (torch {torch.__version__}); use train.device=cpu or auto")
     if name == "auto":
@@ -80,8 +81,6 @@ class Parallel:
         if train.strategy != "fsdp":
             return cls(device=device)
         import torch.distributed as dist
-
-        from rlvr.configlib import ConfigError
 
         if "RANK" not in os.environ:
             raise ConfigError("train.strategy=fsdp: no RANK/WORLD_SIZE in the environment; start with `rlvr train` "

@@ -27,6 +27,7 @@ import torch
 
 from rlvr.checkpoint import (MANIFEST, Checkpoint, Checkpointer, _fsync_dir, _fsync_tree, _sha256, _state_bytes,
                              read_weights, retain, rng_state)
+from rlvr.configlib import ConfigError
 from rlvr.storage import RunStore
 
 _LOCAL = ("optimizer", "rng")
@@ -119,8 +120,6 @@ def load_sharded(path: Path, model, optimizer, par) -> dict[str, Any]:
     (collective); returns this rank's RNG state."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    from rlvr.configlib import ConfigError
 
     path = Path(path)
     saved = json.loads((path / MANIFEST).read_text()).get("world_size")
