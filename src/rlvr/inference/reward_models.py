@@ -128,7 +128,8 @@ class LearnedReward:
 
     def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
               env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
-        results = self.rules.score(problems, texts, group_ids=group_ids, env=env)
+        outcomes = {} if env is None else {"env": env}  # a rules scorer of a single-turn run may take no env=
+        results = self.rules.score(problems, texts, group_ids=group_ids, **outcomes)
         for r in results:
             r.rules_total = r.total
         for name, m in self.models.items():

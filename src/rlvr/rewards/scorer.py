@@ -23,7 +23,8 @@ class Scorer(Protocol):
     def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
               env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
         """One result per text, in order; a sample that could not be scored is invalid, never an exception.
-        group_ids: each text's group (for standardisation within groups); env: each text's episode outcome."""
+        group_ids: each text's group (for standardisation within groups); env: each text's episode outcome,
+        passed only where an environment reported one (a scorer for single-turn runs may take no env=)."""
         ...
 
 
