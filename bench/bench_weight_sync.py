@@ -72,7 +72,7 @@ def bench_ray(model, model_dir: str, repeats: int) -> dict:
             torch.set_num_threads(1)
             self.engine = HFEngine(load_model(path)[0], None)
 
-        def load(self, handle) -> dict:
+        def load(self, handle):
             return load_published(self.engine, handle)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -85,8 +85,8 @@ def bench_ray(model, model_dir: str, repeats: int) -> dict:
             handle = publisher.publish(model.state_dict().items(), version, tied_names(model))
             published = time.perf_counter() - t0
             loaded = ray.get(worker.load.remote(handle))
-            assert loaded["checksum_ok"]
-            rows.append(published + loaded["load_s"])
+            assert loaded.checksum_ok
+            rows.append(published + loaded.load_s)
         seconds = statistics.median(rows[1:])
         return {"method": "object_store", "engine": "ray worker (hf)", "bytes": handle.bytes,
                 "seconds": round(seconds, 4), "gb_s": round(handle.bytes / seconds / 1e9, 3)}

@@ -16,7 +16,7 @@ LOSS_FIELDS = {f.name for f in dataclasses.fields(LossSettings)}
 def checked_config(path=None, overrides: list[str] | None = None) -> Config:
     """load_config, then the checks only the environment's class answers (as the commands and train() do)."""
     cfg = load_config(path, overrides)
-    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
     return cfg
 
 

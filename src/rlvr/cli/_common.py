@@ -38,5 +38,5 @@ def config_from_args(args: argparse.Namespace) -> Config:
     device = getattr(args, "device", None)
     overrides = [*args.overrides, f"train.device={device}"] if device else args.overrides
     cfg = load_config(args.config, overrides, profile=args.profile)
-    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
     return cfg

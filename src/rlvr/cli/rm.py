@@ -36,11 +36,13 @@ def base_model(name: str, overrides: list[str]) -> str:
     from pathlib import Path
 
     from rlvr.config import load_config
+    from rlvr.envs.settings import check_env
     from rlvr.train.sft import base_model_path
 
     if Path(name).is_dir():
         return name
     cfg = load_config(None, [*overrides, f"model.name={name}"])
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)  # the whole config checked, as every command does
     return str(base_model_path(cfg))
 
 

@@ -38,7 +38,7 @@ def run(args) -> int:
         raise ConfigError("--parallel must be >= 1")
     for overrides in grid:  # every trial's config is checked before any trial starts
         cfg = load_config(args.config, [*fixed, *overrides], profile=args.profile)
-        check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+        check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
     print(f"rlvr sweep: {len(grid)} trial(s) over {', '.join(swept)}; {args.parallel} at a time; in {args.out}",
           file=sys.stderr)
     out = Path(args.out)

@@ -36,7 +36,7 @@ __all__ = ["DEPLOY_MODULES", "ROLLBACK_RULES", "AlertsConfig", "AlgoConfig", "Au
            "Config", "ConfigError", "DataConfig", "DebugConfig", "DeployConfig", "DistillConfig", "EnvConfig",
            "EvalConfig", "LogConfig", "LoraConfig", "ModelConfig", "PoolConfig", "RewardConfig", "RollbackConfig",
            "RolloutConfig", "RunConfig", "SFTConfig", "ServeConfig", "SpeculativeConfig", "TaskConfig", "TrainConfig",
-           "VLLMConfig", "load_config"]
+           "VLLMConfig", "load_config", "located"]
 
 
 @dataclass
@@ -156,9 +156,13 @@ def load_config(path: str | Path | Sequence[str | Path] | None = None, overrides
     data["sources"] = {k: v for k, v in layers.origins.items() if k != "sources" and not k.startswith("sources.")}
     try:
         return configlib.from_dict(Config, data)
-    except ConfigError as exc:  # name the file that set the key
-        key = str(exc).split(":", 1)[0]
-        origin = data["sources"].get(key)
-        if origin is None or origin == "override":
-            raise
-        raise ConfigError(f"{exc} (set in {origin})") from None
+    except ConfigError as exc:
+        raise located(exc, data["sources"]) from None
+
+
+def located(exc: ConfigError, sources: dict[str, str]) -> ConfigError:
+    """exc ("key: what is wrong") naming the file that set the key, where a file did."""
+    origin = sources.get(str(exc).split(":", 1)[0])
+    if origin is None or origin == "override":
+        return exc
+    return ConfigError(f"{exc} (set in {origin})")

@@ -1,6 +1,6 @@
 """A run's settings checked against its environment's class, before anything runs.
 
-    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)   # a ConfigError naming the key
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)   # a ConfigError naming the key (and its file)
 
 (rlvr.config validates each key on load; what only the environment's class can answer, its
 components, its settings keys, whether it is an agent program, is checked here, by the commands
@@ -9,6 +9,7 @@ and by train() as they start.)
 
 from __future__ import annotations
 
+from rlvr.config import located
 from rlvr.config.algo import AlgoConfig
 from rlvr.config.data import TaskConfig
 from rlvr.config.env import EnvConfig
@@ -18,10 +19,19 @@ from rlvr.envs import GAMES, AgentProgram, env_class, env_components
 from rlvr.envs.verifiers_hub import TASK, is_verifiers
 
 
-def check_env(env: EnvConfig, task: TaskConfig, algo: AlgoConfig, reward: RewardConfig) -> None:
+def check_env(env: EnvConfig, task: TaskConfig, algo: AlgoConfig, reward: RewardConfig,
+              sources: dict[str, str] | None = None) -> None:
     """A run's `env` section against its task, algorithm and reward: the environment exists, the task
     is its episode, the algorithm settings work on turns, and reward.weights names only components
-    someone computes. A ConfigError naming the key otherwise."""
+    someone computes. A ConfigError naming the key otherwise, and the file that set it (`sources`: the
+    config's, as load_config's own errors name it)."""
+    try:
+        _check(env, task, algo, reward)
+    except ConfigError as exc:
+        raise located(exc, sources or {}) from None
+
+
+def _check(env: EnvConfig, task: TaskConfig, algo: AlgoConfig, reward: RewardConfig) -> None:
     try:
         cls = env_class(env.name)
     except ValueError as exc:

@@ -305,7 +305,7 @@ def train(cfg: Config, ui: RunConsole | None = None,
     make_source: called with the run log, returns where batches come from (the Ray backend's
     actors); None samples in this process. start: the policy RL starts from when the caller
     resolved it (the Ray driver); None: the cold start, run or found cached here."""
-    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
     device = train_device(cfg.train.device)
     if device.type == "cuda" and cfg.rollout.speculative.method != "none" and cfg.rollout.engine != "vllm":
         raise ConfigError("rollout.speculative: the loop engine's speculative decoding runs on the CPU only; on "

@@ -55,7 +55,7 @@ def modules(cfg: Config) -> list[str]:
 
 
 def run(cfg: Config) -> dict:
-    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward)
+    check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
     ray = _import_ray()
     from ray.exceptions import RayActorError
 
