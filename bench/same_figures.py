@@ -9,7 +9,7 @@ the tool task (configs/tool_arithmetic.yaml), FSDP over 2 gloo ranks and a Ray r
 each on the tiny model of tests/ops_tiny.py for 2-3 steps. Then every row of each run's
 metrics.jsonl is compared (all keys but timings) and the sha1 of every weight file the run wrote
 (checkpoints and export). A refactor with no behaviour change gives 0 differing values and
-identical weights in all four (3-4 minutes on 2 cores alone).
+identical weights in all four (about 2 minutes on 2 cores).
 """
 
 from __future__ import annotations
