@@ -167,8 +167,7 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     act_bytes = 2 if m.dtype == "bfloat16" else 4
     micro = (max(1, t.micro_batch_tokens // seq) if t.micro_batch_tokens  # packed: full-length sequences per budget
              else t.micro_batch_size or math.ceil(rows / t.mini_batches / n))
-    recompute = a.recompute_logprobs == "always" or (a.recompute_logprobs == "auto" and (
-        r.engine == "vllm" or a.rollout_is != "none"))
+    recompute = a.recomputes(r.engine)
     no_grad_rows = min(REF_MICRO, rows)
     trainer = {
         "weights": 4 * p / n + (4 * trainable if m.lora.enabled else 0),

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, choose, lookup
+from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, choose, lookup, registered
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -59,10 +59,10 @@ def rloo_baseline(grouped: Tensor) -> Tensor:
     return (grouped.sum(dim=1, keepdim=True) - grouped) / (g - 1)  # (M, G)
 
 
-ADVANTAGE_ESTIMATORS: dict[AdvantageEstimator, Callable[[Tensor], Tensor]] = {
+ADVANTAGE_ESTIMATORS: dict[AdvantageEstimator, Callable[[Tensor], Tensor]] = registered(AdvantageEstimator, {
     AdvantageEstimator.GRPO: grpo_baseline,
     AdvantageEstimator.RLOO: rloo_baseline,
-}
+})
 
 
 def _std(x: Tensor, dim: int | None = None) -> Tensor:
@@ -85,11 +85,11 @@ def _no_denominator(grouped: Tensor, eps: float) -> Tensor:
     return grouped.new_ones(1, 1)  # (1, 1)
 
 
-ADVANTAGE_SCALES: dict[AdvantageScale, Callable[[Tensor, float], Tensor]] = {
+ADVANTAGE_SCALES: dict[AdvantageScale, Callable[[Tensor, float], Tensor]] = registered(AdvantageScale, {
     AdvantageScale.GROUP: _group_denominator,
     AdvantageScale.BATCH: _batch_denominator,
     AdvantageScale.NONE: _no_denominator,
-}
+})
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from rlvr.algos.kl import LOG_RATIO_CLAMP
-from rlvr.algos.registry import RolloutIS, lookup
+from rlvr.algos.registry import RolloutIS, lookup, registered
 
 __all__ = ["ROLLOUT_IS", "logprob_mismatch", "rollout_is_weights"]
 
@@ -34,11 +34,11 @@ def _sequence_weights(log_ratio: Tensor, mask: Tensor) -> Tensor:
     return seq.exp().expand_as(log_ratio)  # (B, T)
 
 
-ROLLOUT_IS: dict[RolloutIS, Callable[[Tensor, Tensor], Tensor] | None] = {
+ROLLOUT_IS: dict[RolloutIS, Callable[[Tensor, Tensor], Tensor] | None] = registered(RolloutIS, {
     RolloutIS.NONE: None,
     RolloutIS.TOKEN: _token_weights,
     RolloutIS.SEQUENCE: _sequence_weights,
-}
+})
 
 
 def rollout_is_weights(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, *, level: str | RolloutIS,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from rlvr.algos.registry import KLEstimator, lookup
+from rlvr.algos.registry import KLEstimator, lookup, registered
 
 __all__ = ["KL_ESTIMATORS", "LOG_RATIO_CLAMP", "kl_estimate", "kl_reward_penalty"]
 
@@ -40,11 +40,11 @@ def _k3(log_ratio: Tensor) -> Tensor:
     return torch.expm1(log_ratio) - log_ratio  # (B, T); expm1 keeps precision for small ratios
 
 
-KL_ESTIMATORS: dict[KLEstimator, Callable[[Tensor], Tensor]] = {
+KL_ESTIMATORS: dict[KLEstimator, Callable[[Tensor], Tensor]] = registered(KLEstimator, {
     KLEstimator.K1: _k1,
     KLEstimator.K2: _k2,
     KLEstimator.K3: _k3,
-}
+})
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str | KLEstimator = "k3") -> Tensor:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from rlvr.algos.kl import LOG_RATIO_CLAMP, kl_estimate
-from rlvr.algos.registry import KLEstimator, LossType, RatioLevel, choose
+from rlvr.algos.registry import KLEstimator, LossType, RatioLevel, choose, registered
 
 __all__ = ["LOG_RATIOS", "LOSS_AGGREGATIONS", "Aggregation", "LossSettings", "masked_mean", "policy_loss"]
 
@@ -84,11 +84,11 @@ class Aggregation:
     units(micro) / units(mini-batch) sums to the loss of the whole mini-batch."""
 
 
-LOSS_AGGREGATIONS: dict[LossType, Aggregation] = {
+LOSS_AGGREGATIONS: dict[LossType, Aggregation] = registered(LossType, {
     LossType.GRPO: Aggregation(aggregate_grpo, lambda mask: (mask.sum(1) > 0).sum()),  # sequences with tokens
     LossType.TOKEN_MEAN: Aggregation(aggregate_token_mean, lambda mask: mask.sum()),  # tokens
     LossType.DR_GRPO: Aggregation(aggregate_dr_grpo, lambda mask: torch.tensor(float(mask.shape[0]))),  # sequences
-}
+})
 
 
 # --- importance log-ratios: (logp, old_logp, mask) -> (B, T), before clamping ------------
@@ -109,10 +109,10 @@ def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     return seq.detach() + logp - logp.detach()  # (B, T)
 
 
-LOG_RATIOS: dict[RatioLevel, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+LOG_RATIOS: dict[RatioLevel, Callable[[Tensor, Tensor, Tensor], Tensor]] = registered(RatioLevel, {
     RatioLevel.TOKEN: token_log_ratio,
     RatioLevel.SEQUENCE: sequence_log_ratio,
-}
+})
 
 
 def _check(logp: Tensor, **tensors: Tensor | None) -> None:

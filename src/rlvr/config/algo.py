@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlvr.algos.registry import AdvantageEstimator, AdvantageScale, KLEstimator, LossType, RatioLevel, RolloutIS
 from rlvr.configlib import require
 
 
@@ -26,11 +27,11 @@ class DistillConfig:
 
 @dataclass
 class AlgoConfig:
-    advantage: Literal["grpo", "rloo"] = "grpo"
-    scale: Literal["group", "batch", "none"] = "group"
+    advantage: AdvantageEstimator = AdvantageEstimator.GRPO
+    scale: AdvantageScale = AdvantageScale.GROUP
     """Divide advantages by the group std ('group'), the batch std, or not at all (Dr. GRPO)."""
     eps: float = 1e-6
-    loss_type: Literal["grpo", "token_mean", "dr_grpo"] = "token_mean"
+    loss_type: LossType = LossType.TOKEN_MEAN
     """How token losses are aggregated: 'token_mean' (every token of the batch weighs the same; DAPO,
     verl's default), 'grpo' (mean per sequence, then over sequences), 'dr_grpo' (sum / (N x max length))."""
     clip_low: float = 0.2
@@ -38,10 +39,10 @@ class AlgoConfig:
     """Upper clip of the ratio: 0.28 > clip_low is DAPO's clip-higher (keeps exploration alive)."""
     beta: float = 0.0
     """KL coefficient to the reference model; 0 loads no reference model at all."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: KLEstimator = KLEstimator.K3
     dual_clip: float | None = None
     """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens (None = off)."""
-    ratio_level: Literal["token", "sequence"] = "token"
+    ratio_level: RatioLevel = RatioLevel.TOKEN
     """Importance ratio per token (PPO/GRPO) or per sequence (GSPO)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (0 = off; entropy is reported either way)."""
@@ -70,7 +71,7 @@ class AlgoConfig:
     """Score each batch with the trainer's weights before the update and use those log-probs as the PPO
     anchor, reporting rollout/logprob_diff_mean|max and rollout/engine_kl against the engine's.
     'auto': when the engine holds its own weights (rollout.engine=vllm) or algo.rollout_is is on."""
-    rollout_is: Literal["none", "token", "sequence"] = "none"
+    rollout_is: RolloutIS = RolloutIS.NONE
     """Truncated importance-sampling correction for the engine/trainer mismatch (rlvr.algos.correction):
     per token, or one weight per sequence."""
     rollout_is_cap: float = 2.0
@@ -87,3 +88,9 @@ class AlgoConfig:
         require(self.rollout_is_cap > 0, "rollout_is_cap", f"must be > 0, got {self.rollout_is_cap}")
         require(self.rollout_is == "none" or self.recompute_logprobs != "never", "rollout_is",
                 "the correction needs the trainer's log-probs: algo.recompute_logprobs must not be 'never'")
+
+    def recomputes(self, engine: str) -> bool:
+        """Whether the update anchors on the trainer's own log-probs of each batch (algo.recompute_logprobs)
+        when `engine` (rollout.engine) samples."""
+        return self.recompute_logprobs == "always" or (self.recompute_logprobs == "auto" and (
+            engine == "vllm" or self.rollout_is != "none"))

@@ -114,9 +114,7 @@ class Run:
     @property
     def recompute(self) -> bool:
         """Whether the update anchors on the trainer's own log-probs (algo.recompute_logprobs)."""
-        a = self.cfg.algo
-        return a.recompute_logprobs == "always" or (a.recompute_logprobs == "auto" and (
-            self.cfg.rollout.engine == "vllm" or a.rollout_is != "none"))
+        return self.cfg.algo.recomputes(self.cfg.rollout.engine)
 
     def save(self, state: TrainerState, metrics: dict | None = None) -> None:
         self.checkpointer.save(state.step, state.model, self.tokenizer, state.state_dict(self.cfg.to_dict()),
