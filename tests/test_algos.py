@@ -13,6 +13,8 @@ import statistics
 import pytest
 import torch
 
+from rlvr.config.algo import AlgoConfig
+from rlvr.configlib import ConfigError, from_dict
 from rlvr.algos import (
     advantage_scale,
     decoupled_advantages,
@@ -26,6 +28,7 @@ from rlvr.algos import (
     kl_reward_penalty,
     lookup,
     overlong_penalty,
+    registered,
     zero_variance_groups,
 )
 
@@ -175,6 +178,13 @@ def test_every_enum_member_is_registered():
     with pytest.raises(ValueError, match="unknown algo.kl_estimator 'k4'"):
         kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
     assert [s.value for s in AdvantageScale] == ["group", "batch", "none"]
+    with pytest.raises(TypeError, match=r"KLEstimator names \['k2', 'k3'\] without an implementation"):
+        registered(KLEstimator, {KLEstimator.K1: KL_ESTIMATORS[KLEstimator.K1]})
+    # the config's key is the Enum: its name prints as written, and a wrong one is refused naming the key
+    algo = from_dict(AlgoConfig, {"kl_estimator": "k2"}, prefix="algo")
+    assert algo.kl_estimator is KLEstimator.K2 and f"{algo.kl_estimator}" == "k2"
+    with pytest.raises(ConfigError, match="algo.kl_estimator: expected one of 'k1', 'k2', 'k3', got 'k4'"):
+        from_dict(AlgoConfig, {"kl_estimator": "k4"}, prefix="algo")
 
 
 # --- KL -----------------------------------------------------------------------------------
