@@ -23,10 +23,11 @@ def check(run_dir: Path) -> dict:
     from rlvr.assembly import run_task
     from rlvr.config import load_config
     from rlvr.models import load_tokenizer
-    from rlvr.plan import Cluster, plan, shape_of
+    from rlvr.assembly import run_plan
+    from rlvr.plan import Cluster, shape_of
     from rlvr.rollout import render_prompt
     from rlvr.runlog import read_jsonl
-    from rlvr.train.sft import base_model_path
+    from rlvr.assembly import base_model_path
 
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     saved.pop("sources", None)
@@ -40,7 +41,7 @@ def check(run_dir: Path) -> dict:
     base = base_model_path(cfg)
     tok = load_tokenizer(base)
     prompt = max(len(render_prompt(tok, p)) for p in run_task(cfg).held_out())
-    result = plan(cfg, shape_of(base), Cluster(), prompt_len=prompt)
+    result = run_plan(cfg, shape_of(base), Cluster(), prompt_len=prompt)
     measured = max(r["perf/peak_rss_gb"] for r in read_jsonl(run_dir / "metrics.jsonl") if "perf/peak_rss_gb" in r)
     planned = result["embedded_process_gb"]
     return {"run": str(run_dir), "model_params": result["model"]["params"], "prompt_len": prompt,

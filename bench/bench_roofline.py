@@ -201,7 +201,7 @@ def update(name, cfg, model, tok, completions, counts, lim, budget: int) -> dict
     attention = sum(6 * counts["layers"] * counts["hidden"] * L * L / 2 for L in all_tokens)  # causal: half
     train_flops = 6 * counts["body"] * sum(all_tokens) + 6 * counts["head"] * scored + attention
     adv = torch.linspace(-1, 1, n)[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
-    s = upd.update_settings(cfg)
+    s = upd.update_settings(cfg.algo, cfg.train, cfg.rollout, cfg.model.dtype)
     s = dataclasses.replace(s, ppo_epochs=1, mini_batches=1)
     variants = {"before": (s, unchunked_scores), "chunked": (s, upd.completion_scores),
                 "packed": (dataclasses.replace(s, micro_batch_size=0, micro_batch_tokens=budget), upd.completion_scores)}

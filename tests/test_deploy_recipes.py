@@ -28,7 +28,7 @@ def train_config(command: str, extra: list[str] = ()):
 
 def packs(cfg, nodes: list[dict[str, float]]) -> bool:
     """Whether every bundle of the run's pools fits on the nodes (largest first, first fit)."""
-    used = modules(cfg)
+    used = modules(cfg.algo, cfg.reward)
     bundles = [b for pool in pool_bundles({m: cfg.deploy.pools[m] for m in used}).values() for b in pool]
     free = [dict(n) for n in nodes]
     for b in sorted(bundles, key=lambda b: (-b.get("GPU", 0), -b.get("CPU", 0))):

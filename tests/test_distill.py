@@ -57,11 +57,12 @@ def test_a_student_moves_toward_its_teacher_and_bad_teachers_are_config_errors(t
 def test_the_plan_counts_the_teacher():
     """`rlvr plan`: the teacher's weights in the inference pool, and its log-prob pass in the step's FLOPs."""
     from rlvr.config import load_config
-    from rlvr.plan import GB, Cluster, plan, shape_for_params
+    from rlvr.assembly import run_plan
+    from rlvr.plan import GB, Cluster, shape_for_params
 
     shape, teacher = shape_for_params(0.5e9), 1.7e9
-    alone = plan(load_config(None, []), shape, Cluster(), prompt_len=24)
-    taught = plan(load_config(None, ["algo.distill.teacher=t"]), shape, Cluster(), prompt_len=24,
+    alone = run_plan(load_config(None, []), shape, Cluster(), prompt_len=24)
+    taught = run_plan(load_config(None, ["algo.distill.teacher=t"]), shape, Cluster(), prompt_len=24,
                   teacher_params=int(teacher))
     assert taught["pools"]["inference"]["terms_gb"]["teacher_weights"] == pytest.approx(4 * teacher / GB, rel=1e-6)
     assert "teacher_weights" not in alone["pools"]["inference"]["terms_gb"]

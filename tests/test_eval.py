@@ -83,7 +83,8 @@ def models(tmp_path_factory):
     """The tiny base model and its cold start: (base dir, SFT dir, overrides)."""
     from conftest import TINY
 
-    from rlvr.train.sft import base_model_path, run_sft
+    from rlvr.assembly import base_model_path
+    from rlvr.train.sft import run_sft
 
     cache = tmp_path_factory.mktemp("eval-sft")
     overrides = TINY + [f"sft.cache_dir={cache}", "rollout.max_new_tokens=24"]

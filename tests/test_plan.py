@@ -9,7 +9,8 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.plan import GB, PUBLISHED, Cluster, plan, shape_for_params, shape_of
+from rlvr.assembly import run_plan
+from rlvr.plan import GB, PUBLISHED, Cluster, shape_for_params, shape_of
 from test_models import save_tiny
 
 
@@ -25,7 +26,7 @@ def test_published_figures_of_a_7b_model():
     # KV cache per token in bf16: 28 layers x 4 KV heads x 128 dims x (K, V) x 2 bytes = 57,344 bytes
     cfg = load_config(None, ["model.dtype=bfloat16", "rollout.batch_size=1", "rollout.group_size=2",
                              "rollout.max_new_tokens=1000"])
-    p = plan(cfg, shape, Cluster(), prompt_len=24)
+    p = run_plan(cfg, shape, Cluster(), prompt_len=24)
     assert p["pools"]["rollout"]["terms_gb"]["kv_cache"] * GB == pytest.approx(57_344 * 2 * 1024)
     # fp32 weights + gradients + AdamW's two moments: 16 bytes per parameter (ZeRO, Rajbhandari et al. 2020, 3.1)
     states = sum(p["pools"]["trainer"]["terms_gb"][k] for k in ("weights", "gradients", "optimizer")) * GB

@@ -69,7 +69,8 @@ def models(tmp_path_factory):
     """The tiny base model and its cold start (1-digit sums), and the overrides that made them."""
     from conftest import TINY
 
-    from rlvr.train.sft import base_model_path, run_sft
+    from rlvr.assembly import base_model_path
+    from rlvr.train.sft import run_sft
 
     # hidden 64: vLLM's CPU attention needs a head size of at least 32
     overrides = TINY + ["model.tiny_hidden=64", f"sft.cache_dir={tmp_path_factory.mktemp('serve-sft')}"]

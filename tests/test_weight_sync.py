@@ -14,7 +14,8 @@ from rlvr.config import load_config
 from rlvr.deploy.ray import sync as ray_sync
 from rlvr.ops.alerts import AlertRules
 from rlvr.config.ops import AlertsConfig, RollbackConfig
-from rlvr.plan import Cluster, Shape, plan
+from rlvr.assembly import run_plan
+from rlvr.plan import Cluster, Shape
 from rlvr.rollout import HFEngine
 from rlvr.rollout.sync import checksum, tied_names
 from rlvr.train.sync import sync_weights
@@ -89,8 +90,8 @@ def test_a_mismatch_is_a_critical_alert_of_a_default_rollback_rule():
 
 def test_the_plan_counts_a_syncs_bytes_and_time():
     shape = Shape(layers=2, hidden=64, heads=2, kv_heads=2, intermediate=128, vocab=100)
-    embedded = plan(load_config(None, []), shape, Cluster(), sync_gbps=1.0)
+    embedded = run_plan(load_config(None, []), shape, Cluster(), sync_gbps=1.0)
     assert embedded["sync"] == {"method": "shared", "bytes": 0, "every_steps": 1} and "sync_s" not in embedded["times"]
-    ray = plan(load_config(None, ["deploy.backend=ray", "rollout.sync_every=2"]), shape, Cluster(), sync_gbps=2.0)
+    ray = run_plan(load_config(None, ["deploy.backend=ray", "rollout.sync_every=2"]), shape, Cluster(), sync_gbps=2.0)
     assert ray["sync"] == {"method": "object_store", "bytes": 4 * shape.params, "every_steps": 2}
     assert ray["times"]["sync_s"] == pytest.approx(4 * shape.params / 2e9 / 2)

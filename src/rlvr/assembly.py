@@ -5,6 +5,8 @@
     reward = rule_reward(cfg)                        # the rules, with the environment's components
     engine = rollout_engine(cfg, model, tokenizer)   # rollout.engine (or `name`) on the policy
     ref = reference_model(cfg, model, tokenizer)     # the frozen start for the KL term
+    base = base_model_path(cfg)                      # the weights a run starts from (the tiny model built here)
+    cold = cold_start_dir(cfg)                       # where its cold start is cached, keyed by what shapes it
 
 Each part is built here and nowhere else; the modules below take their own section of the config
 (rlvr.rollout a RolloutConfig, rlvr.rewards a RewardConfig, rlvr.envs an EnvConfig) or plain values.
@@ -12,23 +14,31 @@ Each part is built here and nowhere else; the modules below take their own secti
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 from rlvr.agents import agent_spec
+from rlvr.configlib import to_dict
 from rlvr.envs import AgentProgram, Environment, env_class, env_components
 from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost, ThreadHost
 from rlvr.inference.reference import ReferenceModel, load_teacher
-from rlvr.models import reference_policy
+from rlvr.models import reference_policy, resolve_model
+from rlvr.models.tiny import save_tiny
 from rlvr.ops.guard import RunGuard
+from rlvr.plan import Cluster, Shape, plan
 from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
 from rlvr.storage import RunStore
 from rlvr.rewards import Reward, build_reward
 from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
-from rlvr.tasks import build_task
+from rlvr.tasks import GAMES, build_task, builtin_names, code, data_paths, games, needs_code_chars, needs_tool_tags, tool_arithmetic
+from rlvr.tasks.files import data_files
 from rlvr.tools import hosted, resolve_tools
-from rlvr.urls import is_url
+from rlvr.urls import URL_CACHE, cache_dir, is_url
 
 
 def run_task(cfg, *, tokenizer=None, on_event=None):
@@ -36,6 +46,13 @@ def run_task(cfg, *, tokenizer=None, on_event=None):
     out eval.n problems. tokenizer, on_event: rlvr.tasks.build_task's."""
     return build_task(cfg.task, cfg.data, cfg.env, seed=cfg.seed, eval_n=cfg.eval.n,
                       eval_n_set="eval.n" in cfg.sources, tokenizer=tokenizer, on_event=on_event)
+
+
+def run_plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, **estimates) -> dict:
+    """rlvr.plan's estimate of the run (its sections model, rollout, algo, train, deploy, reward) on
+    `cluster`; prompt_len defaults to data.max_prompt_tokens. estimates: plan's measured figures."""
+    return plan(shape, cluster, model=cfg.model, rollout=cfg.rollout, algo=cfg.algo, train=cfg.train,
+                deploy=cfg.deploy, reward=cfg.reward, prompt_len=prompt_len or cfg.data.max_prompt_tokens, **estimates)
 
 
 def run_guard(cfg, log, ui) -> RunGuard:
@@ -126,3 +143,79 @@ def isolation(setting: str, cls: type) -> str:
     if setting != "auto":
         return setting
     return "thread" if cls.__module__.startswith("rlvr.") and not cls.hosts_user_code else "process"
+
+
+# -- where a run starts: its base model, and the cache key of its cold start
+
+
+def base_model_path(cfg) -> Path:
+    """The starting weights (section model): the tiny model (built locally once, in sft.cache_dir) or a
+    user's model (a directory, hub id, GGUF dequantized once, or a packaged model)."""
+    if cfg.model.name != "tiny":
+        return Path(resolve_model(cfg.model))
+    m = cfg.model
+    code, tools = needs_code_chars(cfg.task.name), needs_tool_tags(cfg.task.name)
+    shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
+    # the arithmetic model keeps its key
+    key = _digest(shape | ({"code_chars": True} if code else {}) | ({"tool_tags": True} if tools else {}))
+    path = _cached(cfg, f"tiny-{key}")  # built where it is used, never uploaded: the same weights everywhere
+    if not (path / "config.json").exists():
+        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code, tool_tags=tools)
+    return path
+
+
+def cold_start_dir(cfg) -> Path:
+    """Where the run's cold-start checkpoint is cached (sft.cache_dir; for a URL, its local copy)."""
+    return _cached(cfg, _sft_name(cfg))
+
+
+def cold_start_url(cfg) -> str | None:
+    """The cold start's place at sft.cache_dir's URL; None when sft.cache_dir is a local path."""
+    return _remote(cfg, _sft_name(cfg)) if is_url(cfg.sft.cache_dir) else None
+
+
+def _sft_name(cfg) -> str:
+    """The cold start's name in sft.cache_dir: a digest of every setting and data byte that shapes it."""
+    settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
+                **({"history": cfg.env.history} if cfg.env.history else {}),
+                "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
+    versions = task_versions(cfg)  # generators that changed since they shipped; arithmetic keys stay
+    if "code" in versions:
+        settings["code_task"] = versions.pop("code")
+    if versions:
+        settings["task_versions"] = versions
+    paths = data_paths(cfg.task, cfg.data)
+    if paths:  # the demonstrations are the files' solutions: every byte of them, and how they are read
+        settings["data"] = {k: v for k, v in to_dict(cfg.data).items() if k != "files"}
+        settings["data_bytes"] = [_file_digest(f) for p in paths for f in data_files(Path(p))]
+    return f"sft-{_digest(settings)}"
+
+
+def _cached(cfg, name: str) -> Path:
+    """A directory of sft.cache_dir: there, or for a URL its local copy (rlvr.urls.fetch_dir's)."""
+    root = cfg.sft.cache_dir
+    return cache_dir(_remote(cfg, name), URL_CACHE) if is_url(root) else Path(root) / name
+
+
+def _remote(cfg, name: str) -> str:
+    return f"{cfg.sft.cache_dir.rstrip('/')}/{name}"
+
+
+def _file_digest(path: Path) -> str:
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def task_versions(cfg) -> dict[str, int]:
+    """The VERSION of each built-in task of the run that has one (its demonstrations or prompts changed)."""
+    modules = {"code": code, "tool_arithmetic": tool_arithmetic, **dict.fromkeys(GAMES, games)}
+    return {n: modules[n].VERSION for n in builtin_names(cfg.task.name) or [] if n in modules}
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]

@@ -26,15 +26,6 @@ class RunConsole:
         # warnings always show, even with progress off
         self.console.print(f"[bold yellow]warning:[/] {message}")
 
-    def banner(self, cfg, run_dir, start_from: str) -> None:
-        r, a, t = cfg.rollout, cfg.algo, cfg.train
-        self.print(f"[bold]rlvr train[/]  run dir [cyan]{run_dir}[/]")
-        self.print(f"  model {cfg.model.name} from {start_from}  task {cfg.task.name}  seed {cfg.seed}")
-        self.print(f"  {t.steps} steps x {r.batch_size} prompts x G={r.group_size}  T={r.temperature}"
-                   f"  max_new_tokens={r.max_new_tokens}  lr={t.lr}  mu={t.ppo_epochs}")
-        self.print(f"  loss {a.loss_type}  advantage {a.advantage}/{a.scale}  clip [{a.clip_low}, {a.clip_high}]"
-                   f"  beta={a.beta}  backend {cfg.deploy.backend}")
-
     def start(self, total: int, completed: int = 0) -> None:
         if not self.enabled:
             return

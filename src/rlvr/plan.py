@@ -1,7 +1,7 @@
 """`rlvr plan`: the memory, compute and GPUs a run needs, per pool, before anything starts.
 
     shape = shape_of(model_dir)                      # layers, widths, vocabulary, parameters (config.json)
-    table = plan(cfg, shape, Cluster(nodes=2, gpus_per_node=8, gpu_gb=80), prompt_len=512)
+    table = run_plan(cfg, shape, Cluster(nodes=2, gpus_per_node=8, gpu_gb=80), prompt_len=512)  # rlvr.assembly
 
 Memory per pool, from the shapes and the run's settings (bytes; GiB in the table):
 
@@ -147,21 +147,22 @@ def _activation_bytes(shape: Shape, tokens: int, act_bytes: int, checkpointing: 
     return tokens * act_bytes * shape.layers * per_layer
 
 
-def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, ranks: int | None = None,
-         decode_tps: float | None = None, train_tflops: float | None = None,
+def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy, reward, prompt_len: int,
+         ranks: int | None = None, decode_tps: float | None = None, train_tflops: float | None = None,
          reward_params: dict[str, int] | None = None, teacher_params: int | None = None,
          sync_gbps: float | None = None) -> dict:
     """The plan as plain data: per pool its memory terms (GiB), and the step's tokens, FLOPs, time
-    and GPU split. ranks: trainer ranks (default: train.world_size, the trainer pool's replicas, 1).
+    and GPU split. model, rollout, algo, train, deploy, reward: the run's sections of those names.
+    ranks: trainer ranks (default: train.world_size, the trainer pool's replicas, 1).
     teacher_params: the algo.distill teacher's parameters (its weights and one log-prob pass a step).
     sync_gbps: GB/s of a weight sync (trainer to rollout engine), for its time a step."""
-    t, r, a, m = cfg.train, cfg.rollout, cfg.algo, cfg.model
-    prompt = prompt_len or cfg.data.max_prompt_tokens
+    t, r, a, m = train, rollout, algo, model
+    prompt = prompt_len
     seq = prompt + r.max_new_tokens
     rows = r.batch_size * r.group_size
-    ray = cfg.deploy.backend == "ray"
+    ray = deploy.backend == "ray"
     n = ranks or (t.world_size if t.strategy == "fsdp" and t.world_size else
-                  (cfg.deploy.pools["trainer"].replicas if ray else 1))
+                  (deploy.pools["trainer"].replicas if ray else 1))
     p = shape.params
     trainable = lora_params(shape, m.lora) if m.lora.enabled else p
     act_bytes = 2 if m.dtype == "bfloat16" else 4
@@ -181,7 +182,7 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     if recompute:
         trainer["anchor_logits"] = no_grad_logits
     kv_bytes = 2 if (m.dtype == "bfloat16" or (r.engine == "vllm" and r.vllm.dtype == "bfloat16")) else 4
-    replicas = cfg.deploy.pools["rollout"].replicas if ray else 1
+    replicas = deploy.pools["rollout"].replicas if ray else 1
     rollout_rows = math.ceil(rows / replicas)
     rollout = {"kv_cache": 2 * shape.layers * shape.kv_width * kv_bytes * rollout_rows * seq,
                "decode_logits": rollout_rows * shape.vocab * 4 * 2}
@@ -208,7 +209,7 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
     # one process holds every pool when embedded: the runtime counted once
     embedded_gb = sum(sum(pool["terms_gb"].values()) for pool in out_pools.values()) + RUNTIME_GB
 
-    scorers = cfg.deploy.pools["reward"].replicas if ray else 1
+    scorers = deploy.pools["reward"].replicas if ray else 1
     generated = rows * r.max_new_tokens
     tokens = rows * seq
     passes = (1 if recompute else 0) + (1 if a.beta > 0 else 0)
@@ -222,7 +223,7 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
             times["rollout_worst_s"] = rounds_max * times["rollout_s"]
     if train_tflops:
         times["train_s"] = (flops["update"] + flops["logprob_passes"]) / (train_tflops * 1e12)
-    sync = weight_sync(cfg, p)
+    sync = weight_sync(r, deploy, t, m, p)
     if sync_gbps and sync["bytes"]:  # a sync every rollout.sync_every steps
         times["sync_s"] = sync["bytes"] / (sync_gbps * 1e9) / r.sync_every
     result = {
@@ -230,32 +231,32 @@ def plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, 
         "settings": {"dtype": m.dtype, "strategy": t.strategy, "trainer_ranks": n, "lora": m.lora.enabled,
                      "prompt_len": prompt, "max_new_tokens": r.max_new_tokens, "group_size": r.group_size,
                      "prompts_per_step": r.batch_size, "micro_batch": micro, "gradient_checkpointing": m.gradient_checkpointing,
-                     "backend": cfg.deploy.backend, "rollout_engine": r.engine, "rollout_replicas": replicas,
+                     "backend": deploy.backend, "rollout_engine": r.engine, "rollout_replicas": replicas,
                      "sampling_rounds_max": rounds_max},
         "pools": out_pools, "embedded_process_gb": embedded_gb,
         "rollout_weights_gb": p * (2 if m.dtype == "bfloat16" or r.vllm.dtype == "bfloat16" else 4) / GB,
         "tokens_per_step": tokens, "generated_per_step": generated, "flops_per_step": flops, "times": times,
         "sync": sync,
         # per scorer: the math verifier's worker processes and the sandbox's programs at once, one core each
-        "sandbox": {"cpus": (cfg.reward.math.workers + cfg.reward.code.max_parallel) * scorers,
-                    "memory_gb": cfg.reward.code.total_memory_mb * scorers / 1024},
+        "sandbox": {"cpus": (reward.math.workers + reward.code.max_parallel) * scorers,
+                    "memory_gb": reward.code.total_memory_mb * scorers / 1024},
         "cluster": asdict(cluster),
     }
     result["split"] = split_gpus(result, cluster)
     return result
 
 
-def weight_sync(cfg, params: int) -> dict:
+def weight_sync(r, deploy, train, model, params: int) -> dict:
     """How the trainer's weights reach the rollout engine (rlvr.rollout.sync's methods) and the bytes
-    each sync moves: nothing when an in-process engine samples with the trainer's own tensors."""
-    r = cfg.rollout
-    if cfg.deploy.backend == "ray":
+    each sync moves: nothing when an in-process engine samples with the trainer's own tensors.
+    r, deploy, train, model: the run's sections rollout, deploy, train and model."""
+    if deploy.backend == "ray":
         method = "object_store"
     elif r.engine == "vllm":
         method = "vllm_reload"
     else:  # hf, loop: the policy's own tensors, unless they are sharded (a full copy to load)
-        method = "copy" if cfg.train.strategy == "fsdp" else "shared"
-    size = 2 if cfg.model.dtype == "bfloat16" else 4
+        method = "copy" if train.strategy == "fsdp" else "shared"
+    size = 2 if model.dtype == "bfloat16" else 4
     return {"method": method, "bytes": 0 if method == "shared" else params * size, "every_steps": r.sync_every}
 
 

@@ -112,8 +112,9 @@ class _Setup:
                              weights=self.reward.weights, group_size=g, scale=self.cfg.algo.scale, eps=self.cfg.algo.eps)
         if view is not None:  # turns trained in the context they were sampled in
             completions, adv, mask = view.sequences, view.advantages, view.loss_mask
-        return policy_update(model, optimizer, completions, adv, mask, None,
-                             self.tokenizer.pad_token_id, update_settings(self.cfg),
+        c = self.cfg
+        return policy_update(model, optimizer, completions, adv, mask, None, self.tokenizer.pad_token_id,
+                             update_settings(c.algo, c.train, c.rollout, c.model.dtype),
                              generator=torch.Generator().manual_seed(self.cfg.seed))
 
 

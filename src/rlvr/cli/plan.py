@@ -57,7 +57,8 @@ def measured_throughputs(run_dir: str, plan_fn) -> tuple[float, float, float | N
 
 
 def run(args) -> int:
-    from rlvr.plan import parse_cluster, plan, shape_for_params, shape_of
+    from rlvr.assembly import run_plan
+    from rlvr.plan import parse_cluster, shape_for_params, shape_of
 
     cfg = config_from_args(args)
     try:
@@ -67,7 +68,7 @@ def run(args) -> int:
     if args.params:
         shape = shape_for_params(args.params)
     else:
-        from rlvr.train.sft import base_model_path  # 'tiny' is built locally, once
+        from rlvr.assembly import base_model_path  # 'tiny' is built locally, once
         shape = shape_of(base_model_path(cfg))
     reward_params = {name: shape_of(m.path).params for name, m in cfg.reward.models.items()}
     teacher = None
@@ -81,10 +82,10 @@ def run(args) -> int:
 
         def with_lengths(mean_len: float) -> dict:  # the update's FLOPs at the run's mean completion length
             r = dataclasses.replace(cfg.rollout, max_new_tokens=max(1, round(mean_len)))
-            return plan(dataclasses.replace(cfg, rollout=r), shape, cluster, **kwargs)
+            return run_plan(dataclasses.replace(cfg, rollout=r), shape, cluster, **kwargs)
         decode, tflops, measured_sync = measured_throughputs(args.measured, with_lengths)
         sync = sync or measured_sync
-    result = plan(cfg, shape, cluster, decode_tps=decode, train_tflops=tflops, sync_gbps=sync, **kwargs)
+    result = run_plan(cfg, shape, cluster, decode_tps=decode, train_tflops=tflops, sync_gbps=sync, **kwargs)
     print_plan(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

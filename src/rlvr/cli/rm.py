@@ -37,7 +37,7 @@ def base_model(name: str, overrides: list[str]) -> str:
 
     from rlvr.config import load_config
     from rlvr.envs.settings import check_env
-    from rlvr.train.sft import base_model_path
+    from rlvr.assembly import base_model_path
 
     if Path(name).is_dir():
         return name

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.assembly import episode_spec, metric_sinks, rollout_engine, rule_reward, run_guard, run_store, run_task
+from rlvr.assembly import (base_model_path, cold_start_dir, episode_spec, metric_sinks, reference_model, rollout_engine, rule_reward, run_guard, run_store,
+                           run_task, teacher_model)
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
-from rlvr.config import Config
+from rlvr.config import Config, RolloutConfig
 from rlvr.envs.settings import check_env
 from rlvr.configlib import ConfigError, RunFailed
 from rlvr.console import RunConsole
@@ -34,13 +35,13 @@ from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
 from rlvr.ops.report import write_report_safely
 from rlvr.records import Problem
 from rlvr.rewards import Scorer
-from rlvr.rollout import RolloutEngine
+from rlvr.rollout import RolloutEngine, sampling_params
 from rlvr.runlog import RunLog, read_jsonl
 from rlvr.stats import paired_report
 from rlvr.storage import RunStore
 from rlvr.train.memory import peak_memory, reset_peak_memory
 from rlvr.train.parallel import Parallel, train_device
-from rlvr.train.sft import base_model_path, describe, run_sft, sft_cache_path, sft_info
+from rlvr.train.sft import describe, run_sft, sft_info
 from rlvr.train.sharded_checkpoint import ShardedCheckpointer
 from rlvr.train.state import TrainerState, seed_everything
 from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches, StepBatch
@@ -49,17 +50,13 @@ from rlvr.train.temperature import auto_temperature
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor, update_settings
 
 
-def config_hash(cfg: Config) -> str:
-    return config_fingerprint(cfg.to_dict())
-
-
 def starting_point(cfg: Config, ui: RunConsole) -> Path:
     """The policy RL starts from: model.init_from, or the (cached) cold-start SFT checkpoint."""
     if cfg.model.init_from:
         return Path(cfg.model.init_from)
     if cfg.sft.steps == 0:
         return base_model_path(cfg)
-    if not (sft_cache_path(cfg) / "sft.json").exists():  # (a cached one: the banner names it)
+    if not (cold_start_dir(cfg) / "sft.json").exists():  # (a cached one: the banner names it)
         ui.print(f"cold-start SFT: {cfg.sft.steps} steps (cached after the first run)")
     path = run_sft(cfg)
     if path is None:
@@ -70,6 +67,17 @@ def starting_point(cfg: Config, ui: RunConsole) -> Path:
     if info and "without_solution" in info:
         ui.print(f"cold-start SFT on {describe(info)}")
     return path
+
+
+def banner(cfg: Config, start_from: Path) -> list[str]:
+    """What the run is, in four lines, before it starts."""
+    r, a, t = cfg.rollout, cfg.algo, cfg.train
+    return [f"[bold]rlvr train[/]  run dir [cyan]{cfg.run_dir}[/]",
+            f"  model {cfg.model.name} from {start_from}  task {cfg.task.name}  seed {cfg.seed}",
+            f"  {t.steps} steps x {r.batch_size} prompts x G={r.group_size}  T={r.temperature}"
+            f"  max_new_tokens={r.max_new_tokens}  lr={t.lr}  mu={t.ppo_epochs}",
+            f"  loss {a.loss_type}  advantage {a.advantage}/{a.scale}  clip [{a.clip_low}, {a.clip_high}]"
+            f"  beta={a.beta}  backend {cfg.deploy.backend}"]
 
 
 @dataclass
@@ -203,7 +211,8 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     # seeded after the cold start, which draws from the same generators when it is not cached yet:
     # the first run and every later one (SFT cached) sample the same
     seed_everything(cfg.seed, par.rank)
-    ui.banner(cfg, cfg.run_dir, str(start_path))
+    for line in banner(cfg, start_path):
+        ui.print(line)
     model, tokenizer = load_policy(cfg.model, start_path, device=par.device)  # dtype, checkpointing, LoRA; a resume loads its weights below
     policy = model
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
@@ -220,18 +229,25 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     if source is None:
         engine = engines[cfg.rollout.engine]
         if cfg.rollout.speculative.method != "none":
-            check_speculation(cfg, engine, model, tokenizer, task_held_out, log)
+            check_speculation(cfg.rollout, cfg.model.dtype, engine, model, tokenizer, task_held_out, log)
         from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
         learned = with_learned_rewards(reward, cfg.reward, str(train_device(cfg.train.device)))
-        source = LocalBatches.create(cfg, model, tokenizer, engine, learned, log, par)
-    retention = dict(config_hash=config_hash(cfg), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
+        # the reference and the teacher copy `model`: the policy's full weights (under FSDP the rank's unsharded copy)
+        ref = reference_model(cfg, model, tokenizer) if cfg.algo.beta > 0 else None  # beta = 0 loads none at all
+        teacher = teacher_model(cfg, tokenizer, next(model.parameters()).device) if cfg.algo.distill.teacher else None
+        spec = cfg.rollout.speculative
+        source = LocalBatches(engine, learned, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
+                              cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par,
+                              credit=cfg.env.credit, teacher=teacher)
+    retention = dict(config_hash=config_fingerprint(cfg.to_dict()), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
                      best_mode=cfg.ckpt.best_mode)
     checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, store=store, **retention) if par.sharded
                     else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write,
                                       on_saved=store.push_checkpoint if store else None, **retention))
     run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
-              source, update_settings(cfg), checkpointer, start_path, t_start, par, model, store)
-    state = TrainerState.create(cfg, par.shard(policy, offload=cfg.train.offload), task, guard, par)
+              source, update_settings(cfg.algo, cfg.train, cfg.rollout, cfg.model.dtype), checkpointer, start_path, t_start, par, model, store)
+    state = TrainerState.create(cfg.train, cfg.seed, cfg.reward.monitor.stuck_steps,
+                                par.shard(policy, offload=cfg.train.offload), task, guard, par)
     if resume:
         state.restore(resume)
         changes = config_drift(resume, cfg.to_dict())
@@ -248,15 +264,16 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     return run, state
 
 
-def check_speculation(cfg: Config, engine: RolloutEngine, model, tokenizer, problems: list[Problem], log: RunLog) -> None:
-    """Refuse a speculative method that changes the sampling distribution (rlvr.rollout.speculative),
-    before the run trains on it."""
-    from rlvr.rollout import HFEngine, sampling_params
+def check_speculation(rollout: RolloutConfig, dtype: str, engine: RolloutEngine, model, tokenizer,
+                      problems: list[Problem], log: RunLog) -> None:
+    """Refuse a speculative method (rollout.speculative) that changes the sampling distribution
+    (rlvr.rollout.speculative), before the run trains on it; the plain reference decodes in `dtype`."""
+    from rlvr.rollout import HFEngine
     from rlvr.rollout.speculative import check_speculative
 
-    spec = cfg.rollout.speculative
-    params = dataclasses.replace(sampling_params(cfg.rollout), group_size=2)
-    stats = check_speculative(engine, HFEngine(model, tokenizer, dtype=cfg.model.dtype), model, tokenizer,
+    spec = rollout.speculative
+    params = dataclasses.replace(sampling_params(rollout), group_size=2)
+    stats = check_speculative(engine, HFEngine(model, tokenizer, dtype=dtype), model, tokenizer,
                               problems[: spec.check_prompts],
                               params, method=spec.method, tolerance=spec.check_tolerance)
     log.event("speculative_checked", method=spec.method, **stats)

@@ -7,13 +7,12 @@ rendered exactly as rollout renders them (rlvr.rollout.engine.render_prompt:
 the chat template with its generation prompt), so SFT teaches the very turn
 RL samples. The loss covers completion tokens only (the prompt is given,
 not learned). The resulting checkpoint is cached under `sft.cache_dir`,
-keyed by every setting and data byte that shapes it, so a second
-`rlvr train` starts RL immediately.
+keyed by every setting and data byte that shapes it (rlvr.assembly.cold_start_dir),
+so a second `rlvr train` starts RL immediately.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -24,91 +23,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rlvr.assembly import run_task
-from rlvr.config import Config
-from rlvr.configlib import ConfigError, to_dict
+from rlvr.assembly import base_model_path, cold_start_dir, cold_start_url, run_task
+from rlvr.config import Config, SFTConfig
+from rlvr.configlib import ConfigError
 from rlvr.models import load_model, save_model
 from rlvr.models.loading import load_tokenizer
-from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.rollout.engine import render_prompt
-from rlvr.tasks import VERIFIERS, data_paths, needs_code_chars, needs_tool_tags, teacher_solution
+from rlvr.tasks import VERIFIERS, data_paths, teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
 from rlvr.train.parallel import train_device
-from rlvr.urls import URL_CACHE, cache_dir, fetch_dir, filesystem, is_url, put_dir
+from rlvr.urls import fetch_dir, filesystem, put_dir
 
 log = logging.getLogger("rlvr.sft")
-
-
-def base_model_path(cfg: Config) -> Path:
-    """The starting weights: the tiny model (built locally once) or a user's model."""
-    if cfg.model.name != "tiny":
-        from rlvr.models import resolve_model  # a directory, hub id, GGUF (dequantized once) or packaged model
-        return Path(resolve_model(cfg.model))
-    m = cfg.model
-    code, tools = needs_code_chars(cfg.task.name), needs_tool_tags(cfg.task.name)
-    shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
-    # the arithmetic model keeps its key
-    key = _digest(shape | ({"code_chars": True} if code else {}) | ({"tool_tags": True} if tools else {}))
-    path = _cached(cfg, f"tiny-{key}")  # built where it is used, never uploaded: the same weights everywhere
-    if not (path / "config.json").exists():
-        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code, tool_tags=tools)
-    return path
-
-
-def sft_cache_path(cfg: Config) -> Path:
-    return _cached(cfg, _sft_name(cfg))
-
-
-def _sft_name(cfg: Config) -> str:
-    """The cold start's name in sft.cache_dir: a digest of every setting and data byte that shapes it."""
-    settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
-                **({"history": cfg.env.history} if cfg.env.history else {}),
-                "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
-    versions = task_versions(cfg)  # generators that changed since they shipped; arithmetic keys stay
-    if "code" in versions:
-        settings["code_task"] = versions.pop("code")
-    if versions:
-        settings["task_versions"] = versions
-    paths = data_paths(cfg.task, cfg.data)
-    if paths:  # the demonstrations are the files' solutions: every byte of them, and how they are read
-        from rlvr.tasks.files import data_files
-        settings["data"] = {k: v for k, v in to_dict(cfg.data).items() if k != "files"}
-        settings["data_bytes"] = [_file_digest(f) for p in paths for f in data_files(Path(p))]
-    return f"sft-{_digest(settings)}"
-
-
-def _cached(cfg: Config, name: str) -> Path:
-    """A directory of sft.cache_dir: there, or for a URL its local copy (rlvr.urls.fetch_dir's)."""
-    root = cfg.sft.cache_dir
-    return cache_dir(_remote(cfg, name), URL_CACHE) if is_url(root) else Path(root) / name
-
-
-def _remote(cfg: Config, name: str) -> str:
-    return f"{cfg.sft.cache_dir.rstrip('/')}/{name}"
-
-
-def _file_digest(path: Path) -> str:
-    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
-    h = hashlib.sha256()
-    for f in files:
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
-
-
-def task_versions(cfg: Config) -> dict[str, int]:
-    """The VERSION of each built-in task of the run that has one (its demonstrations or prompts changed)."""
-    from rlvr.tasks import GAMES, builtin_names, code, games, tool_arithmetic
-
-    modules = {"code": code, "tool_arithmetic": tool_arithmetic, **dict.fromkeys(GAMES, games)}
-    return {n: modules[n].VERSION for n in builtin_names(cfg.task.name) or [] if n in modules}
-
-
-def _digest(obj: object) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def sft_pairs(problems: list[Problem], tokenizer, solutions: list,
@@ -175,21 +103,18 @@ def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float
     return losses
 
 
-def demonstrations(cfg: Config, task) -> tuple[list[Problem], list, dict[str, int]]:
+def demonstrations(task, s: SFTConfig, seed: int, *, from_files: bool) -> tuple[list[Problem], list, dict[str, int]]:
     """(problems, solutions, counts) the cold start imitates: the built-in task's teacher on fresh
-    problems, or the training records of data files that carry a worked solution (at most
-    sft.examples, drawn with the seed; held-out records never). Records without one are counted."""
-    s = cfg.sft
-    if cfg.task.name == VERIFIERS:  # an environment's rows carry no worked solution
-        return [], [], {"examples": 0}
-    if not data_paths(cfg.task, cfg.data):
-        problems = list(itertools.islice(task.train_stream(seed=10_000 + cfg.seed), s.examples))
-        rng = random.Random(f"teacher-{cfg.seed}")
+    problems, or (from_files) the training records of data files that carry a worked solution (at
+    most sft.examples, drawn with the seed; held-out records never). Records without one are counted."""
+    if not from_files:
+        problems = list(itertools.islice(task.train_stream(seed=10_000 + seed), s.examples))
+        rng = random.Random(f"teacher-{seed}")
         return problems, [teacher_solution(p, s.teacher_error, rng) for p in problems], {"examples": len(problems)}
     train = [p for source in sorted(task.train) for p in task.train[source]]
     solved = [p for p in train if p.solution]
     if len(solved) > s.examples:
-        solved = random.Random(f"sft-{cfg.seed}").sample(solved, s.examples)
+        solved = random.Random(f"sft-{seed}").sample(solved, s.examples)
     counts = {"examples": len(solved), "without_solution": len(train) - sum(1 for p in train if p.solution),
               "held_out": len(task.held_out())}
     return solved, [p.solution for p in solved], counts
@@ -213,10 +138,10 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     if data_paths(cfg.task, cfg.data) and "sft.teacher_error" in cfg.sources:
         raise ConfigError("sft.teacher_error: the built-in tasks' teacher; with data files the demonstrations are "
                           "the records' own solutions: remove the key")
-    out = Path(out_dir) if out_dir else sft_cache_path(cfg)
+    out = Path(out_dir) if out_dir else cold_start_dir(cfg)
     if (out / "sft.json").exists():
         return out
-    remote = _remote(cfg, _sft_name(cfg)) if out_dir is None and is_url(cfg.sft.cache_dir) else None
+    remote = cold_start_url(cfg) if out_dir is None else None
     if remote is not None:  # sft.cache_dir at a URL: a cold start trained elsewhere is downloaded
         fs, path = filesystem(remote)
         if fs.exists(f"{path}/sft.json"):
@@ -226,7 +151,11 @@ def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, fl
     base = base_model_path(cfg)
     tokenizer = load_tokenizer(base)
     task = run_task(cfg, tokenizer=tokenizer)  # data files: the prompt-length policy as the run applies it
-    problems, solutions, counts = demonstrations(cfg, task)
+    if cfg.task.name == VERIFIERS:  # an environment's rows carry no worked solution
+        problems, solutions, counts = [], [], {"examples": 0}
+    else:
+        from_files = bool(data_paths(cfg.task, cfg.data))
+        problems, solutions, counts = demonstrations(task, cfg.sft, cfg.seed, from_files=from_files)
     if counts.get("without_solution"):
         log.warning("cold-start SFT: %s", describe(counts))
     if not problems:

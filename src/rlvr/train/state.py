@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlvr.checkpoint import load_weights, rng_state, set_rng_state
+from rlvr.config import TrainConfig
 from rlvr.evaluate import Evaluation
 from rlvr.ops.guard import RunGuard, rescale_lr
 from rlvr.rewards import RewardMonitor
@@ -57,14 +58,15 @@ class TrainerState:
     """'reward': reward/mean per step; 'eval': (step, accuracy) of the evaluations during the run."""
 
     @classmethod
-    def create(cls, cfg, model, task, guard: RunGuard, par: Parallel | None = None) -> "TrainerState":
-        t = cfg.train
+    def create(cls, t: TrainConfig, seed: int, stuck_steps: int, model, task, guard: RunGuard,
+               par: Parallel | None = None) -> "TrainerState":
+        """A run's first state: the optimizer and schedule of section train, the data order and update
+        noise of `seed`, the reward monitor's reward.monitor.stuck_steps."""
         optimizer = build_optimizer(t, model)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(
             s, total=t.steps, warmup=t.warmup, schedule=t.lr_schedule, min_ratio=t.min_lr_ratio))
-        return cls(model, optimizer, scheduler, torch.Generator().manual_seed(cfg.seed), task,
-                   ProblemSampler(task, seed=cfg.seed), RewardMonitor(cfg.reward.monitor.stuck_steps), guard, cfg.seed,
-                   par or Parallel())
+        return cls(model, optimizer, scheduler, torch.Generator().manual_seed(seed), task,
+                   ProblemSampler(task, seed=seed), RewardMonitor(stuck_steps), guard, seed, par or Parallel())
 
     def state_dict(self, config: dict) -> dict[str, Any]:
         """What a checkpoint holds besides the weights; `config` is the run's resolved config."""

@@ -36,11 +36,10 @@ import torch
 
 from rlvr.algos import (decoupled_advantages, distill_advantages, kl_reward_penalty, overlong_penalty, reverse_kl,
                          zero_variance_groups)
-from rlvr.assembly import reference_model, teacher_model
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import Scorer, env_kwargs, reward_metrics
-from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
+from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 from rlvr.train.parallel import Parallel
 from rlvr.train.sync import sync_weights
@@ -366,22 +365,6 @@ class LocalBatches:
     """The trainer's sampler of the last call (a new one means a rollback or resume restored it)."""
     teacher: object | None = None
     """The algo.distill teacher (rlvr.inference.reference.load_teacher), or None."""
-
-    @classmethod
-    def create(cls, cfg, model, tokenizer, engine: RolloutEngine, reward, log=None,
-               par: Parallel | None = None) -> "LocalBatches":
-        """model: the policy's full weights (under FSDP the rank's unsharded copy, from which
-        the reference is copied too)."""
-        ref = None
-        if cfg.algo.beta > 0:  # beta = 0 loads no reference model at all
-            ref = reference_model(cfg, model, tokenizer)
-        teacher = None
-        if cfg.algo.distill.teacher:
-            teacher = teacher_model(cfg, tokenizer, next(model.parameters()).device)
-        spec = cfg.rollout.speculative
-        return cls(engine, reward, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
-                   cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par or Parallel(),
-                   credit=cfg.env.credit, teacher=teacher)
 
     def collect(self, model, sampler, step: int) -> StepBatch:
         synced = None

@@ -22,10 +22,12 @@ from pathlib import Path
 import torch
 
 from rlvr.assembly import episode_spec, rollout_engine, rule_reward, run_task
-from rlvr.config import AutoTemperatureConfig, Config
+from rlvr.config import AlgoConfig, AutoTemperatureConfig, Config
 from rlvr.console import RunConsole
 from rlvr.models import load_policy
-from rlvr.rollout import sampling_params
+from rlvr.records import Problem
+from rlvr.rewards import Scorer
+from rlvr.rollout import RolloutEngine, SamplingParams, sampling_params
 from rlvr.tasks import ProblemSampler
 from rlvr.train.parallel import Parallel, train_device
 from rlvr.train.sft import sft_info
@@ -66,24 +68,22 @@ def applies(auto: AutoTemperatureConfig, start_path: Path) -> bool:
     return auto.when == "always" or (auto.when == "cold_start" and sft_info(start_path) is not None)
 
 
+@dataclass
 class PolicyProbe:
-    """Measures a temperature: the run's first training problems sampled G times by the policy at
-    `start_path` (rollout.engine's way where it runs in this process: loop, else transformers'
-    generate) and scored by the rules (learned reward components are not loaded for it)."""
+    """Measures a temperature: `problems` sampled G times by `engine` at it, each probe from `seed`,
+    and scored by `reward` (the rules: learned reward components are not loaded for it)."""
 
-    def __init__(self, cfg: Config, start_path: Path) -> None:
-        model, tokenizer = load_policy(cfg.model, start_path, device=train_device(cfg.train.device))
-        self.cfg = cfg
-        self.problems = ProblemSampler(run_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(
-            cfg.rollout.auto_temperature.prompts)
-        self.reward = rule_reward(cfg)
-        self.engine = rollout_engine(cfg, model, tokenizer, name="loop" if cfg.rollout.engine == "loop" else "hf",
-                                     model_dir=start_path, episodes=episode_spec(cfg))
+    engine: RolloutEngine
+    problems: list[Problem]
+    reward: Scorer
+    params: SamplingParams
+    algo: AlgoConfig
+    seed: int
 
     def __call__(self, t: float) -> tuple[float, float]:
-        torch.manual_seed(self.cfg.seed)
-        params = dataclasses.replace(sampling_params(self.cfg.rollout), temperature=t)
-        return group_signal(self.engine, self.problems, self.reward, params, self.cfg.algo)
+        torch.manual_seed(self.seed)
+        params = dataclasses.replace(self.params, temperature=t)
+        return group_signal(self.engine, self.problems, self.reward, params, self.algo)
 
     def close(self) -> None:
         self.engine.episodes.host.shutdown()
@@ -104,7 +104,14 @@ def auto_temperature(cfg: Config, ui: RunConsole, start: Callable[[], Path], par
     if par.main and applies(auto, start_path):
         ui.print(f"picking the sampling temperature: the first from {cfg.rollout.temperature:g} up to {auto.max:g} "
                  f"with reward variance in {auto.target:.0%} of {auto.prompts} groups")
-        probe = PolicyProbe(cfg, start_path)
+        # the run's first training problems, sampled by the policy at start_path the way rollout.engine
+        # samples where it runs in this process (loop, else transformers' generate)
+        model, tokenizer = load_policy(cfg.model, start_path, device=train_device(cfg.train.device))
+        problems = ProblemSampler(run_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(auto.prompts)
+        reward = rule_reward(cfg)
+        engine = rollout_engine(cfg, model, tokenizer, name="loop" if cfg.rollout.engine == "loop" else "hf",
+                                model_dir=start_path, episodes=episode_spec(cfg))
+        probe = PolicyProbe(engine, problems, reward, sampling_params(cfg.rollout), cfg.algo, cfg.seed)
         try:
             t, probes = search(cfg.rollout.temperature, auto, probe)
         finally:

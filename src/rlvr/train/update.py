@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algos import LossSettings, logprob_mismatch, policy_loss, rollout_is_weights
+from rlvr.config import AlgoConfig, RolloutConfig, TrainConfig
 from rlvr.records import Completion
 from rlvr.scoring import completion_logprobs, completion_scores, pack
 from rlvr.train.parallel import Parallel
@@ -41,15 +42,15 @@ class UpdateSettings:
     """Token budget per forward/backward, sequences packed (replaces micro_batch_size); 0 = off."""
 
 
-def update_settings(cfg) -> UpdateSettings:
-    """A run's update settings, from its `Config`: the one place config keys become loss settings."""
-    a, t, r = cfg.algo, cfg.train, cfg.rollout
+def update_settings(a: AlgoConfig, t: TrainConfig, r: RolloutConfig, dtype: str) -> UpdateSettings:
+    """A run's update settings, from sections algo, train and rollout and model.dtype: the one place
+    config keys become loss settings."""
     loss = LossSettings(
         loss_type=a.loss_type, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
         ratio_level=a.ratio_level, beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages
         kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
     return UpdateSettings(ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
-                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss, dtype=cfg.model.dtype,
+                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss, dtype=dtype,
                           micro_batch_tokens=t.micro_batch_tokens)
 
 

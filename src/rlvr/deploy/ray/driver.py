@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 from rlvr.assembly import run_store
-from rlvr.config import Config, ConfigError
+from rlvr.config import AlgoConfig, Config, ConfigError, DeployConfig, DistillConfig, ModelConfig, RewardConfig
 from rlvr.envs.settings import check_env
+from rlvr.storage import RunStore
 from rlvr.console import RunConsole
 from rlvr.train.grpo import starting_point
 from rlvr.train.temperature import auto_temperature
@@ -42,15 +43,17 @@ def _import_ray():
     return ray
 
 
-def resolved(cfg: Config) -> Config:
-    """Settings the Ray backend implies: async mode caps the importance ratio by dual clipping."""
-    if cfg.deploy.async_ and cfg.algo.dual_clip is None:
-        return dataclasses.replace(cfg, algo=dataclasses.replace(cfg.algo, dual_clip=cfg.deploy.ratio_cap))
-    return cfg
+def with_ratio_cap(algo: AlgoConfig, deploy: DeployConfig) -> AlgoConfig:
+    """What the Ray backend implies for section algo: async mode caps the importance ratio by dual
+    clipping (deploy.ratio_cap) where algo.dual_clip is unset."""
+    if deploy.async_ and algo.dual_clip is None:
+        return dataclasses.replace(algo, dual_clip=deploy.ratio_cap)
+    return algo
 
 
-def modules(cfg: Config) -> list[str]:
-    inference = cfg.algo.beta > 0 or cfg.reward.models or cfg.reward.judges or cfg.algo.distill.teacher
+def modules(algo: AlgoConfig, reward: RewardConfig) -> list[str]:
+    """The pools a run uses: inference only for a reference, learned rewards or a teacher."""
+    inference = algo.beta > 0 or reward.models or reward.judges or algo.distill.teacher
     return ["rollout", "reward", "trainer"] + (["inference"] if inference else [])
 
 
@@ -63,9 +66,10 @@ def run(cfg: Config) -> dict:
     from rlvr.deploy.ray.pools import Placement, required
 
     console = RunConsole(cfg.run.progress)
-    cfg, picked = auto_temperature(resolved(cfg), console, functools.partial(starting_point, cfg, console))
+    cfg = dataclasses.replace(cfg, algo=with_ratio_cap(cfg.algo, cfg.deploy))
+    cfg, picked = auto_temperature(cfg, console, functools.partial(starting_point, cfg, console))
     d = cfg.deploy
-    used = modules(cfg)
+    used = modules(cfg.algo, cfg.reward)
     own_cluster = not ray.is_initialized()
     if own_cluster:
         local = {}
@@ -74,7 +78,8 @@ def run(cfg: Config) -> dict:
             local["num_cpus"] = d.num_cpus or max(os.cpu_count() or 1,
                                                   int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999))
         ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
-    files = ship_run_files(cfg, starting_point(cfg, console))  # the cold start is cached by now
+    start = starting_point(cfg, console)  # the cold start is cached by now
+    files = ship_run_files(start, cfg.reward, cfg.algo.distill, cfg.model)
     placement = Placement(d, used)
     # the reward workers first: the rollout workers' tool calls run on them
     classes = {"reward": actors.RewardWorker, "rollout": actors.RolloutWorker, "inference": actors.InferenceWorker}
@@ -104,7 +109,7 @@ def run(cfg: Config) -> dict:
             finally:
                 for t in trainers:  # the whole pool goes: a group that lost a rank cannot go on
                     ray.kill(t, no_restart=True)
-        _failed_summary(cfg, d.trainer_restarts)
+        _failed_summary(run_store(cfg), cfg.run_dir, d.trainer_restarts)
         return {"status": "failed", "steps": None}
     finally:
         for handles in workers.values():
@@ -115,23 +120,22 @@ def run(cfg: Config) -> dict:
             ray.shutdown()
 
 
-def ship_run_files(cfg: Config, start_path: Path):
+def ship_run_files(start_path: Path, r: RewardConfig, distill: DistillConfig, model: ModelConfig):
     """Put every directory of the driver's that a pool or a trainer rank loads in the object store:
     the start of RL, the learned components' (reward models, judges on a local model), the
     distillation teacher's, whose tokenizer is checked against the policy's here (a ConfigError
-    naming the key before any actor starts)."""
+    naming the key before any actor starts). model: where a teacher's name resolves (its cache)."""
     from rlvr.deploy.ray.shipping import RunFiles, ship
 
-    r = cfg.reward
     learned = {name: ship(m.path) for name, m in r.models.items()}
     learned.update({name: ship(j.model) for name, j in r.judges.items() if j.base_url is None and Path(j.model).is_dir()})
     teacher = None
-    if cfg.algo.distill.teacher:
+    if distill.teacher:
         from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
         from rlvr.models.loading import load_tokenizer
 
-        path = teacher_path(cfg.algo.distill.teacher, cfg.model)
-        check_teacher_tokenizer(cfg.algo.distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
+        path = teacher_path(distill.teacher, model)
+        check_teacher_tokenizer(distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
         teacher = ship(path)
     return RunFiles(ship(start_path), learned, teacher)
 
@@ -152,12 +156,11 @@ def _train_pool(ray, trainers: list, cfg: Config, files, workers: dict, pending:
     return ray.get(refs[0])
 
 
-def _failed_summary(cfg: Config, restarts: int) -> None:
-    """The trainer died more often than deploy.trainer_restarts allows; say so where a user looks."""
-    store = run_store(cfg)  # run.dir at a URL: the events so far, then ours after them
+def _failed_summary(store: RunStore | None, run_dir: Path, restarts: int) -> None:
+    """The trainer died more often than deploy.trainer_restarts allows; say so where a user looks.
+    store: run.dir at a URL (the events so far, then ours after them)."""
     if store is not None:
         store.pull(checkpoint=False)
-    run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "events.jsonl", "a") as f:
         f.write(json.dumps({"time": time.time(), "kind": "failed", "step": None,
