@@ -41,10 +41,10 @@ class AgentSpec:
     def name(self) -> str:
         return getattr(self.fn, "name", None) or getattr(self.fn, "__qualname__", "agent")
 
-    def run(self, sampler, problems, params, spec, *, group_offset: int = 0):
+    def run(self, engine, problems, params, spec, *, group_offset: int = 0):
         """G episodes per problem of the program (rlvr.agents.episodes): what run_episodes does for it."""
         from rlvr.agents.episodes import run_agent_episodes
-        return run_agent_episodes(sampler, problems, params, spec, group_offset=group_offset)
+        return run_agent_episodes(engine, problems, params, spec, group_offset=group_offset)
     endpoint: Any = field(default=None, repr=False)
     """Started on the first rollout (rlvr.agents.endpoint.Endpoint)."""
 

@@ -2,7 +2,7 @@
 
     endpoint = Endpoint(tool_format)                   # uvicorn in a thread, 127.0.0.1, a free port
     sid = endpoint.open(session)                       # base URL: endpoint.base_url(sid)
-    endpoint.pump.serve(sampler, params, until)        # in the rollout's thread: samples what agents ask
+    endpoint.pump.serve(engine, params, until)         # in the rollout's thread: samples what agents ask
 
 Routes under `/s/<session>/v1`: `chat/completions` (tools and tool_calls; `stream` answered as
 one chunk of content, its calls, and the finish), `completions` (text), `messages` (Anthropic;
@@ -59,12 +59,12 @@ class Pump:
         self._asks.put(_Ask(context, max_tokens, future))
         return future
 
-    def serve(self, sampler, params, until: Callable[[], bool], expected: Callable[[], int] = lambda: 1,
+    def serve(self, engine, params, until: Callable[[], bool], expected: Callable[[], int] = lambda: 1,
               gap_s: float = 0.05, poll_s: float = 0.02) -> None:
         """Sample what is asked until `until()`. Once a request waits, more are gathered until `expected()`
         wait (every episode in flight) or none arrived for `gap_s` (an agent busy with its own work is
         not waited for longer), then sampled in one call (those with the same token budget together)."""
-        limit = getattr(sampler, "max_context", None) or 1 << 62
+        limit = getattr(engine, "max_context", None) or 1 << 62
         while not until():
             try:
                 asks = [self._asks.get(timeout=poll_s)]
@@ -86,7 +86,7 @@ class Pump:
                     by_budget.setdefault(budget, []).append(a)
             for budget, group in sorted(by_budget.items()):
                 try:
-                    samples = sampler.sample([a.context for a in group],
+                    samples = engine.sample([a.context for a in group],
                                              dataclasses.replace(params, max_new_tokens=budget), 1)
                 except Exception as exc:  # noqa: BLE001 - the requests fail, the rollout goes on
                     for a in group:

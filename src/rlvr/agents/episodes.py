@@ -41,18 +41,18 @@ class _Episode:
         return not self.future.done() and now - self.started > timeout_s
 
 
-def run_agent_episodes(sampler, problems: Sequence[Problem], params, spec, *, group_offset: int = 0) -> list[Completion]:
+def run_agent_episodes(engine, problems: Sequence[Problem], params, spec, *, group_offset: int = 0) -> list[Completion]:
     """G episodes per problem of spec.agent's program, at most spec.agent.concurrency at once."""
     agent = spec.agent
     if agent.endpoint is None:
         agent.endpoint = Endpoint(agent.tool_format)
-    endpoint, renderer = agent.endpoint, Renderer(sampler.tokenizer)
+    endpoint, renderer = agent.endpoint, Renderer(engine.tokenizer)
     g = 1 if params.greedy else params.group_size
     todo = [(i, j) for i in range(len(problems)) for j in range(g)]
     running: dict[tuple[int, int], _Episode] = {}
     done: dict[tuple[int, int], Completion] = {}
     try:
-        _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, params, group_offset)
+        _drive(todo, running, done, problems, spec, endpoint, renderer, engine, params, group_offset)
     finally:
         spec.host.recycle()
     out = [done[(i, j)] for i in range(len(problems)) for j in range(g)]
@@ -60,7 +60,7 @@ def run_agent_episodes(sampler, problems: Sequence[Problem], params, spec, *, gr
     return out
 
 
-def _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, params, group_offset) -> None:
+def _drive(todo, running, done, problems, spec, endpoint, renderer, engine, params, group_offset) -> None:
     """Start episodes up to the concurrency bound, sample what they ask, and finish each as it ends."""
     agent, timeout_s = spec.agent, spec.episode_timeout_s
 
@@ -76,7 +76,7 @@ def _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, par
             handle, future = spec.host.run(agent.name, _run_agent, agent.fn, endpoint.base_url(sid), agent.model,
                                            _problem_dict(problem))
             running[key] = _Episode(key, sid, handle, future, time.monotonic())
-        endpoint.pump.serve(sampler, params, settled, expected=lambda: len(running), gap_s=spec.step_wait_s)
+        endpoint.pump.serve(engine, params, settled, expected=lambda: len(running), gap_s=spec.step_wait_s)
         now = time.monotonic()
         for key in sorted(running):
             episode = running[key]
@@ -84,20 +84,20 @@ def _drive(todo, running, done, problems, spec, endpoint, renderer, sampler, par
                 del running[key]
                 if not episode.future.done():
                     spec.host.abandon(episode.handle)  # its worker is killed at the end of the rollout
-                done[key] = _completion(episode, endpoint.close(episode.sid), sampler, renderer, agent, timeout_s,
+                done[key] = _completion(episode, endpoint.close(episode.sid), engine, renderer, agent, timeout_s,
                                         group_offset)
 
 
-def _completion(episode: _Episode, session: Session, sampler, renderer: Renderer, agent, timeout_s: float,
+def _completion(episode: _Episode, session: Session, engine, renderer: Renderer, agent, timeout_s: float,
                 group_offset: int) -> Completion:
     answer, components, fault = _outcome(episode, agent, timeout_s)
     if not session.segments:  # no request: one unsampled token stands for the episode (never in the loss)
         fault = fault or ("bad_result", "", "made no request to the policy")
         session.segments.append(Segment(renderer.prompt(session.problem.prompt)))
-        session.segments[0].append([sampler.tokenizer.eos_token_id], None, "", "env")
+        session.segments[0].append([engine.tokenizer.eos_token_id], None, "", "env")
     said = [t for s in session.segments for t in s.turns if t.role == "assistant"]
     text = answer if answer is not None else (said[-1].text if said else "")
-    completion = session.completion(group_offset + episode.key[0], episode.key[1], sampler.version, text, "env_done")
+    completion = session.completion(group_offset + episode.key[0], episode.key[1], engine.version, text, "env_done")
     completion.env_components = components
     scored = agent.scores and "agent" in components  # its reward is the episode's outcome (verifier 'env')
     episode.info = completion.env_info = {"score": components["agent"], "return": components["agent"]} if scored else {}

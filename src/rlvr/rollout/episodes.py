@@ -204,7 +204,7 @@ class _Trajectory:
         return self.prompt_ids + self.tokens[start:], start
 
 
-def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spec: EpisodeSpec, *,
+def run_episodes(engine: TokenSampler, problems: Sequence[Problem], params, spec: EpisodeSpec, *,
                  group_offset: int = 0) -> list[Completion]:
     """G trajectories per problem (1 when greedy), group after group: problem i's get group id
     group_offset + i. Every environment call is bounded in time and contained (rlvr.envs.host): an
@@ -213,12 +213,12 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
     closed at the end, however the episodes ended. Raises EnvironmentBroken when the run's first
     env.fail_fast episodes all failed the same way."""
     if spec.agent is not None:  # a program drives the episodes (rlvr.agents)
-        return spec.agent.run(sampler, problems, params, spec, group_offset=group_offset)
+        return spec.agent.run(engine, problems, params, spec, group_offset=group_offset)
     g = 1 if params.greedy else params.group_size
-    renderer = Renderer(sampler.tokenizer)
+    renderer = Renderer(engine.tokenizer)
     host, trajs = spec.host, []
     budget = spec.max_tokens or 1 << 62
-    limit = getattr(sampler, "max_context", None) or 1 << 62  # prompt + trajectory, the model's positions
+    limit = getattr(engine, "max_context", None) or 1 << 62  # prompt + trajectory, the model's positions
     try:
         opening = {}
         for i, problem in enumerate(problems):
@@ -229,7 +229,7 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
         opened = _wait_all(opening, trajs, spec, "reset", spec.reset_timeout_s)
         for t_id, traj in enumerate(trajs):  # one that overran is marked already: it gets the problem's prompt
             _opened(traj, opened.get(t_id, {}), renderer)
-        _first_turns(sampler, trajs, params, g, spec)
+        _first_turns(engine, trajs, params, g, spec)
         pending = {t_id: _step(spec, t) for t_id, t in enumerate(trajs) if t.finish is None}
         while pending:
             futures = [f for f, _, _ in pending.values()]
@@ -250,14 +250,14 @@ def run_episodes(sampler: TokenSampler, problems: Sequence[Problem], params, spe
                     del pending[t_id]
                     overran(traj, spec, host, "step", now - started)
             if ready:
-                _next_turns(sampler, [trajs[t] for t in ready], params, spec, budget, limit)
+                _next_turns(engine, [trajs[t] for t in ready], params, spec, budget, limit)
                 for t_id in ready:
                     if trajs[t_id].finish is None:
                         pending[t_id] = _step(spec, trajs[t_id])
     finally:
         _close_all(trajs, spec)
         host.recycle()
-    completions = [_completion(t, sampler) for t in trajs]
+    completions = [_completion(t, engine) for t in trajs]
     spec.faults.record(completions)
     return completions
 
@@ -326,17 +326,17 @@ def _record_turn(traj: _Trajectory, sample: Sample, context_start: int, tokenize
         traj.finish = "length"
 
 
-def _first_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, g: int, spec: EpisodeSpec) -> None:
+def _first_turns(engine: TokenSampler, trajs: list[_Trajectory], params, g: int, spec: EpisodeSpec) -> None:
     """Turn one: when every sample of a problem starts from the same prompt (the usual case), the G
     continuations of each prompt come from one context, sampled together."""
     shared = all(trajs[k].prompt_ids == trajs[k - k % g].prompt_ids for k in range(len(trajs)))
     turn = _turn_params(params, spec, spec.max_tokens or None)
     if shared:
-        samples = sampler.sample([trajs[k].prompt_ids for k in range(0, len(trajs), g)], turn, g)
+        samples = engine.sample([trajs[k].prompt_ids for k in range(0, len(trajs), g)], turn, g)
     else:
-        samples = sampler.sample([t.prompt_ids for t in trajs], turn, 1)
+        samples = engine.sample([t.prompt_ids for t in trajs], turn, 1)
     for traj, sample in zip(trajs, samples):
-        _record_turn(traj, sample, 0, sampler.tokenizer)
+        _record_turn(traj, sample, 0, engine.tokenizer)
 
 
 def _turn_params(params, spec: EpisodeSpec, remaining: int | None = None):
@@ -346,7 +346,7 @@ def _turn_params(params, spec: EpisodeSpec, remaining: int | None = None):
     return dataclasses.replace(params, max_new_tokens=remaining)
 
 
-def _next_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, spec: EpisodeSpec, budget: int,
+def _next_turns(engine: TokenSampler, trajs: list[_Trajectory], params, spec: EpisodeSpec, budget: int,
                 limit: int) -> None:
     """Sample the next turn of every trajectory in `trajs` together (those with the same token budget
     left in one call; usually all). A trajectory whose context leaves the model no position for a
@@ -360,9 +360,9 @@ def _next_turns(sampler: TokenSampler, trajs: list[_Trajectory], params, spec: E
             continue
         by_budget.setdefault(remaining, []).append((traj, context, start))
     for remaining, group in sorted(by_budget.items()):
-        samples = sampler.sample([c for _, c, _ in group], _turn_params(params, spec, remaining), 1)
+        samples = engine.sample([c for _, c, _ in group], _turn_params(params, spec, remaining), 1)
         for (traj, _, start), sample in zip(group, samples):
-            _record_turn(traj, sample, start, sampler.tokenizer)
+            _record_turn(traj, sample, start, engine.tokenizer)
 
 
 def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: EpisodeSpec, budget: int) -> bool:
@@ -405,10 +405,10 @@ def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: Epis
     return True
 
 
-def _completion(traj: _Trajectory, sampler: TokenSampler) -> Completion:
+def _completion(traj: _Trajectory, engine: TokenSampler) -> Completion:
     one_turn = all(traj.mask)
     return Completion(problem_id=traj.problem.id, group_id=traj.group, index=traj.index,
                       text=traj.assistant_turns[-1].text, prompt_ids=traj.prompt_ids, token_ids=traj.tokens,
                       logprobs=traj.logprobs, finish_reason=traj.finish or "stop",  # type: ignore[arg-type]
-                      policy_version=sampler.version, loss_mask=None if one_turn else traj.mask, turns=traj.turns,
+                      policy_version=engine.version, loss_mask=None if one_turn else traj.mask, turns=traj.turns,
                       env_components=traj.components, env_info=traj.info)
