@@ -30,6 +30,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from rlvr.agents.session import Session
+from rlvr.rollout.controls import Bounded
 from rlvr.serve.anthropic_api import MessagesRequest
 from rlvr.serve.app import listen
 from rlvr.serve.anthropic_api import chat_messages as anthropic_messages
@@ -64,7 +65,7 @@ class Pump:
         """Sample what is asked until `until()`. Once a request waits, more are gathered until `expected()`
         wait (every episode in flight) or none arrived for `gap_s` (an agent busy with its own work is
         not waited for longer), then sampled in one call (those with the same token budget together)."""
-        limit = getattr(engine, "max_context", None) or 1 << 62
+        limit = (engine.max_context if isinstance(engine, Bounded) else None) or 1 << 62
         while not until():
             try:
                 asks = [self._asks.get(timeout=poll_s)]

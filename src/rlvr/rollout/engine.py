@@ -7,7 +7,9 @@
 An engine owns its copy of the weights (or shares the trainer's tensors, embedded)
 and stamps every Completion with the version of the weights that sampled it.
 A second engine (vLLM, a remote pool) implements these two methods and is a
-peer of the others: no caller changes.
+peer of the others: no caller changes. What only some engines can do (a context
+bound, speculative decoding, sleeping between calls) is declared in
+rlvr.rollout.controls.
 """
 
 from __future__ import annotations

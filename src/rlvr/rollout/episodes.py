@@ -35,6 +35,7 @@ from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger, overran, record_fault
 from rlvr.envs.host import EnvHost, Handle, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn
+from rlvr.rollout.controls import Bounded
 
 Sample = tuple[list[int], list[float], str]
 """(token ids, behaviour log-probs, finish reason 'stop' | 'length') of one sampled continuation."""
@@ -218,7 +219,7 @@ def run_episodes(engine: TokenSampler, problems: Sequence[Problem], params, spec
     renderer = Renderer(engine.tokenizer)
     host, trajs = spec.host, []
     budget = spec.max_tokens or 1 << 62
-    limit = getattr(engine, "max_context", None) or 1 << 62  # prompt + trajectory, the model's positions
+    limit = (engine.max_context if isinstance(engine, Bounded) else None) or 1 << 62  # the model's positions
     try:
         opening = {}
         for i, problem in enumerate(problems):

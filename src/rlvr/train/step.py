@@ -40,6 +40,7 @@ from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import Scorer, env_kwargs, reward_metrics
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.controls import Sleeper, Speculative
 from rlvr.train.metrics import rollout_metrics, shaping_metrics
 from rlvr.train.parallel import Parallel
 from rlvr.train.sync import sync_weights
@@ -380,7 +381,7 @@ class LocalBatches:
             synced.add_to(batch.metrics)
         if self.speculative is not None:
             self._watch_speculation(batch, step)
-        if getattr(self.engine, "sleep_level", 0):  # vLLM on the trainer's GPU: its memory goes to the update
+        if isinstance(self.engine, Sleeper) and self.engine.sleep_level:  # vLLM on the trainer's GPU: its memory goes to the update
             t0 = time.time()
             self.engine.sleep()
             batch.metrics["time/engine_sleep_s"] = time.time() - t0
@@ -388,7 +389,7 @@ class LocalBatches:
 
     def _watch_speculation(self, batch: StepBatch, step: int) -> None:
         """Acceptance metrics; plain decoding from the next step on once acceptance stays too low."""
-        stats = getattr(self.engine, "speculative_stats", {})
+        stats = self.engine.speculative_stats if isinstance(self.engine, Speculative) else {}
         if not stats:
             return
         batch.metrics.update({"rollout/spec_accept_rate": stats["accept_rate"],

@@ -25,6 +25,7 @@ from rlvr.deploy.ray.sync import WeightHandle, load_published
 from rlvr.kernels import keep_freed_memory
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import SamplingParams
+from rlvr.rollout.controls import Speculative
 from rlvr.tools import ToolCall, ToolResult
 
 
@@ -96,7 +97,7 @@ class RolloutWorker(Placed):
         t0 = time.time()
         if self.start_key != start.key:
             self._build(start, str(materialize(start)))  # this node's copy: no shared filesystem assumed
-        if speculate is False and hasattr(self.engine, "without_speculation") and not self.plain:
+        if speculate is False and isinstance(self.engine, Speculative) and not self.plain:
             self.engine.without_speculation()  # the trainer's fallback: acceptance stayed too low
             self.plain = True
         loaded = None
@@ -109,7 +110,8 @@ class RolloutWorker(Placed):
             torch.manual_seed(rng["seed"])
         completions = self.engine.generate(problems, params, group_offset=group_offset)
         return Sampled(completions=completions, rng_state=torch.get_rng_state(), weights_loaded=loaded,
-                       speculative=dict(getattr(self.engine, "speculative_stats", {}) or {})).timed(t0)
+                       speculative=dict(self.engine.speculative_stats if isinstance(self.engine, Speculative)
+                                        else {})).timed(t0)
 
     def check_speculation(self, start: Shipped, problems: Sequence[Problem], params: SamplingParams
                           ) -> SpeculationChecked:
