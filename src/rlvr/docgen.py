@@ -32,6 +32,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from rlvr.cli import COMMANDS
+from rlvr.config import Config
 from rlvr.configlib import to_dict
 
 CONFIG_PAGE = "docs/reference/config.md"
@@ -119,8 +121,7 @@ def _default(f: dataclasses.Field) -> Any:
 
 def config_sections(root: type | None = None) -> list[Section]:
     """The reference of every key under `root` (default: rlvr.config.Config), one Section per dataclass."""
-    if root is None:
-        from rlvr.config import Config as root
+    root = root or Config
     sections: dict[str, Section] = {}
 
     def walk(cls: type, prefix: str, intro: str) -> None:
@@ -219,7 +220,6 @@ def config_markdown(root: type | None = None) -> str:
 
 def cli_parser() -> argparse.ArgumentParser:
     """The `rlvr` parser with every sub-command's arguments (rlvr.cli.main adds only the one it runs)."""
-    from rlvr.cli import COMMANDS
 
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -21,9 +21,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlvr.config import load_config
 from rlvr.configlib import ConfigError
+from rlvr.ops.plots import PlotSpec, render_png
 from rlvr.runlog import read_jsonl
 from rlvr.stats import paired_report
+from rlvr.train.grpo import train
 
 
 def split_values(text: str) -> list[str]:
@@ -90,8 +93,6 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
     cwd = os.getcwd()
 
     def trial(space: dict) -> None:
-        from rlvr.config import load_config
-        from rlvr.train.grpo import train
 
         os.chdir(cwd)  # Tune starts a trial in a directory of its own; relative paths mean the caller's
         overrides = [*fixed, *space["overrides"], f"run.dir={out_dir / trial_name(space['overrides'])}",
@@ -169,8 +170,6 @@ def compare(results: list[dict[str, Any]], *, alpha: float = 0.05) -> dict[str, 
 def write_report(comparison: dict[str, Any], out_dir: Path) -> Path:
     """sweep.html: the table, and the curves of every trial side by side (reward, accuracy, KL)."""
     import base64
-
-    from rlvr.ops.plots import PlotSpec, render_png
 
     merged: dict[str, list[dict]] = {}
     for t in comparison["trials"]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.configlib import ConfigError, import_object
-from rlvr.envs import AgentProgram
+from rlvr.envs import AgentProgram, verifiers_hub
 
 
 @dataclass
@@ -51,7 +51,6 @@ class AgentSpec:
 
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
-    from rlvr.envs import verifiers_hub
 
     if verifiers_hub.is_verifiers(env_cfg.name):
         return AgentSpec(verifiers_hub.program(env_cfg), env_cfg.agent_concurrency, env_cfg.tool_format,

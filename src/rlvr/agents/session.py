@@ -21,6 +21,7 @@ from typing import Any
 
 from rlvr.records import Completion, Problem, Turn
 from rlvr.rollout.episodes import Renderer, Sample
+from rlvr.serve.tools import split_calls as split_hermes
 from rlvr.tools.calls import parse_tool_calls
 
 
@@ -144,7 +145,6 @@ def split_calls(text: str, tools: list[dict] | None, fmt: str) -> tuple[str, lis
     a compact call's one argument is named after the tool's one parameter. Without tools, no calls."""
     if not tools:
         return text, []
-    from rlvr.serve.tools import split_calls as split_hermes
 
     offered = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
     if fmt == "hermes":

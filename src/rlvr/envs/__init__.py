@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from rlvr.config.env import EnvConfig
 from rlvr.configlib import import_object
 from rlvr.records import Message, Problem
+from rlvr.tools import parse_tool_calls, run_tool
 
 
 @dataclass
@@ -103,8 +104,6 @@ class ToolUse(Environment):
         return list(self._tools.values())
 
     def step(self, assistant_turn: str) -> StepResult:
-        from rlvr.tools import parse_tool_calls, run_tool
-
         calls = parse_tool_calls(assistant_turn, self.tool_format)
         if not calls:
             return StepResult(None, done=True, info={"tool_calls": []})

@@ -9,6 +9,8 @@ import torch
 
 from rlvr.config.model import ModelConfig
 from rlvr.configlib import ConfigError
+from rlvr.models.gguf import ModelNotFound
+from rlvr.models.loading import load_model, local_path, resolve_model
 from rlvr.records import Completion
 from rlvr.scoring import completion_logprobs
 
@@ -32,9 +34,6 @@ def teacher_path(name: str, model: ModelConfig) -> str:
     ('smollm2', a directory, a hub id in the local cache); a ConfigError naming the key when there is none."""
     import dataclasses
 
-    from rlvr.models.gguf import ModelNotFound
-    from rlvr.models.loading import local_path, resolve_model
-
     try:
         return local_path(resolve_model(dataclasses.replace(model, name=name, gguf_file=None)))
     except (ModelNotFound, OSError, ValueError) as exc:
@@ -55,7 +54,6 @@ def load_teacher(name: str, model_cfg: ModelConfig, temperature: float, tokenize
     """The teacher `name` (algo.distill.teacher) as a frozen scorer at the sampling `temperature`,
     computing in model.dtype on `device` (the run's), from `path` (default: where the name resolves;
     an inference worker passes its node's copy); its tokenizer must be the policy's."""
-    from rlvr.models.loading import load_model
 
     try:
         model, teacher_tokenizer = load_model(path or teacher_path(name, model_cfg))  # fp32; model.dtype computes

@@ -33,6 +33,7 @@ import torch
 
 from rlvr.config.reward import RewardConfig
 from rlvr.configlib import ConfigError
+from rlvr.models.loading import _pretrained, load_tokenizer
 from rlvr.records import Message, Problem, RewardResult
 from rlvr.rewards.scorer import ComponentScorer, EnvOutcome, Scorer
 from rlvr.stats import standardize
@@ -52,8 +53,6 @@ def render_pair(tokenizer, prompt: str | list[Message], completion: str) -> str:
 def load_reward_model(path: str, device: str = "cpu"):
     """(model, tokenizer) of a reward model directory: one output, fp32, eval mode, padding known."""
     from transformers import AutoModelForSequenceClassification
-
-    from rlvr.models.loading import _pretrained, load_tokenizer
 
     tokenizer = load_tokenizer(path)
     tokenizer.truncation_side = "left"  # a long prompt loses its start, never the completion's end

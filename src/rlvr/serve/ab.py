@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlvr.records import Problem
+from rlvr.sandbox.cases import TestFormatError, parse_tests
 from rlvr.serve.errors import APIError
 from rlvr.stats import paired_report
 
@@ -31,7 +32,6 @@ log = logging.getLogger("rlvr.serve")
 
 def ground_truth(metadata: dict[str, Any] | None, key: str) -> Problem | None:
     """The verifiable problem a request's metadata names, or None; a malformed one is a 400."""
-    from rlvr.sandbox.cases import TestFormatError, parse_tests
 
     metadata = metadata or {}
     answer, tests = metadata.get("answer"), metadata.get("tests")

@@ -25,11 +25,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from rlvr.config.serve import ServeConfig
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem
+from rlvr.rollout.episodes import describe_tools, with_tools_described
 from rlvr.serve.ab import ABTest, ground_truth, problem_key
 from rlvr.serve.backends import Backend, GenParams
-from rlvr.config.serve import ServeConfig
 from rlvr.serve.errors import APIError, install_handlers
 from rlvr.serve.metrics import MetricsMiddleware, ServeMetrics
 from rlvr.serve.text import TextStream
@@ -51,7 +52,6 @@ class Arm:
     def chat_ids(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
         """The prompt of a conversation; `tools` (OpenAI-style descriptions) go to the template's `tools`,
         or into the system message when the template takes none (rlvr.rollout.episodes)."""
-        from rlvr.rollout.episodes import describe_tools, with_tools_described
 
         encodable({"messages": messages, "tools": tools})
         if self.chat_template is None:

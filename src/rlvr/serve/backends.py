@@ -17,7 +17,7 @@ from typing import Protocol
 
 import torch
 
-from rlvr.scoring import compute
+from rlvr.scoring import compute, left_pad
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,6 @@ class HFBackend:
     def _generate(self, rows: list[_Row]) -> None:
         from transformers import StoppingCriteriaList
 
-        from rlvr.scoring import left_pad
-
         ids, mask = left_pad([r.prompt_ids for r in rows], self.tokenizer.pad_token_id)
         device = self.model.device
         p = rows[0].params
@@ -180,7 +178,7 @@ class VLLMBackend:
 
     def __init__(self, model_dir: str, tokenizer, *, dtype: str, seed: int, max_model_len: int | None,
                  gpu_memory_utilization: float) -> None:
-        from rlvr.rollout.vllm_engine import import_vllm
+        from rlvr.rollout.vllm_engine import import_vllm  # vLLM is optional (rlvr[vllm])
 
         vllm = import_vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs

@@ -7,7 +7,7 @@ from pathlib import Path
 from rlvr.config.data import DataConfig, TaskConfig
 from rlvr.config.env import EnvConfig
 from rlvr.configlib import ConfigError
-from rlvr.envs import GAMES  # built-in tasks that are episodes of the environment of the same name
+from rlvr.envs import GAMES, verifiers_hub  # GAMES: built-in tasks that are episodes of the environment of the same name
 from rlvr.envs.verifiers_hub import TASK as VERIFIERS  # task.name=verifiers: the environment's rows
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.code import CodeTask
@@ -116,7 +116,6 @@ def _file_task(d: DataConfig, env: EnvConfig, paths: list[str], seed: int, eval_
 
 def _verifiers_task(data: DataConfig, env: EnvConfig, seed: int, tokenizer, on_event):
     """The rows of a verifiers environment: its eval dataset held out, else data.eval_size of its rows."""
-    from rlvr.envs import verifiers_hub
     from rlvr.tasks.mix import FileTask
     from rlvr.tasks.prompts import limit_prompts
 

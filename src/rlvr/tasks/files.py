@@ -29,6 +29,7 @@ from typing import Any
 
 from rlvr.configlib import ConfigError
 from rlvr.records import VERIFIER_NAMES, Problem
+from rlvr.sandbox.cases import TestFormatError, parse_tests
 
 log = logging.getLogger("rlvr.data")
 ROLES = ("system", "user", "assistant")
@@ -138,7 +139,6 @@ def _messages(value: Any) -> list[dict[str, str]]:
 
 
 def _tests(value: Any) -> dict[str, Any]:
-    from rlvr.sandbox.cases import TestFormatError, parse_tests
 
     if isinstance(value, str):  # Parquet and many hub sets keep tests as JSON text
         try:

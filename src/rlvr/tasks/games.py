@@ -112,7 +112,7 @@ class FrozenLakeTask:
 # --- Breakout ------------------------------------------------------------------------------------
 
 def _breakout(turns: int):
-    from rlvr.envs.gym import Breakout
+    from rlvr.envs.gym import Breakout  # gymnasium and ale-py: the optional rlvr[envs]
 
     return Breakout(max_turns=turns)
 
@@ -164,7 +164,7 @@ class BreakoutTask:
 # --- InvertedPendulum ------------------------------------------------------------------------------
 
 def _pendulum(turns: int):
-    from rlvr.envs.control import InvertedPendulum
+    from rlvr.envs.control import InvertedPendulum  # gymnasium[mujoco]: the optional rlvr[envs]
 
     return InvertedPendulum(max_turns=turns)
 

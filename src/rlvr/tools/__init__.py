@@ -235,7 +235,7 @@ def python_tool(sandbox_cfg) -> Tool:
     def timed(args: dict[str, Any], timeout_s: float) -> str:
         with lock:
             if "pool" not in state:
-                from rlvr.sandbox.verifier import CodeVerifier
+                from rlvr.sandbox.verifier import CodeVerifier  # the python tool only (0.09 s -> 0.26 s at the top)
                 state["pool"] = CodeVerifier(sandbox_cfg).pool  # probes isolation; refuses when required and missing
         future = state["pool"].submit("program", args["code"], [{"stdin": ""}],  # reward.code's limits, or the call's
                                       case_timeout_s=min(timeout_s, float(sandbox_cfg.case_timeout_s)),

@@ -25,17 +25,18 @@ from rlvr.assembly import (base_model_path, cold_start_dir, episode_spec, metric
                            run_task, teacher_model)
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config, RolloutConfig
-from rlvr.envs.settings import check_env
 from rlvr.configlib import ConfigError, RunFailed
 from rlvr.console import RunConsole
+from rlvr.envs.settings import check_env
 from rlvr.evaluate import Evaluation, eval_metrics, evaluate
 from rlvr.kernels import keep_freed_memory
 from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
-from rlvr.ops.report import write_report_safely
+from rlvr.ops.report import recommended_length, write_report_safely
 from rlvr.records import Problem
 from rlvr.rewards import Scorer
-from rlvr.rollout import RolloutEngine, sampling_params
+from rlvr.rollout import HFEngine, RolloutEngine, sampling_params
+from rlvr.rollout.speculative import check_speculative
 from rlvr.runlog import RunLog, read_jsonl
 from rlvr.stats import paired_report
 from rlvr.storage import RunStore
@@ -268,8 +269,6 @@ def check_speculation(rollout: RolloutConfig, dtype: str, engine: RolloutEngine,
                       problems: list[Problem], log: RunLog) -> None:
     """Refuse a speculative method (rollout.speculative) that changes the sampling distribution
     (rlvr.rollout.speculative), before the run trains on it; the plain reference decodes in `dtype`."""
-    from rlvr.rollout import HFEngine
-    from rlvr.rollout.speculative import check_speculative
 
     spec = rollout.speculative
     params = dataclasses.replace(sampling_params(rollout), group_size=2)
@@ -421,7 +420,6 @@ def eval_change(before: dict | None, after: dict | None) -> dict | None:
 
 def recommended_tokens(run_dir: Path) -> int | None:
     """The run's recommended inference length so far (1.2 x P90 of the last steps' completion lengths)."""
-    from rlvr.ops.report import recommended_length
 
     metrics = run_dir / "metrics.jsonl"
     rec = recommended_length(read_jsonl(metrics), None) if metrics.exists() else None

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.inference.reward_models import render_pair, score_texts
+from rlvr.models.loading import _pretrained, load_tokenizer, save_model
 from rlvr.records import Message
 from rlvr.tasks.files import DataError
 
@@ -109,8 +110,6 @@ def train_reward_model(base: str | Path, pairs: list[Pair], out: str | Path, *, 
     to `out` in Hugging Face format; the held-out pair accuracy before and after is in the report
     (also written to out/rm.json)."""
     from transformers import AutoModelForSequenceClassification
-
-    from rlvr.models.loading import _pretrained, load_tokenizer, save_model
 
     rng = random.Random(seed)
     order = list(range(len(pairs)))

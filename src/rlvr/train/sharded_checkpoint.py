@@ -27,6 +27,7 @@ import torch
 
 from rlvr.checkpoint import (MANIFEST, Checkpoint, Checkpointer, _fsync_dir, _fsync_tree, _sha256, _state_bytes,
                              read_weights, retain, rng_state)
+from rlvr.checkpoint import check_loaded_keys
 from rlvr.configlib import ConfigError
 from rlvr.storage import RunStore
 
@@ -137,8 +138,6 @@ def load_full_weights(model, model_dir: Path) -> None:
     """A Hugging Face model directory's (full) weights into a sharded model: each rank keeps its
     own shards of them."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    from rlvr.checkpoint import check_loaded_keys
 
     weights = read_weights(Path(model_dir))
     result = set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))

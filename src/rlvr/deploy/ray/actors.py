@@ -22,11 +22,15 @@ from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
 from rlvr.deploy.ray.sync import WeightHandle, load_published
+from rlvr.inference.reward_models import learned_components
 from rlvr.kernels import keep_freed_memory
+from rlvr.models import load_policy, load_tokenizer
 from rlvr.records import Completion, Problem, RewardResult
-from rlvr.rollout import SamplingParams
+from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.controls import Speculative
-from rlvr.tools import ToolCall, ToolResult
+from rlvr.rollout.speculative import check_speculative
+from rlvr.tools import ToolCall, ToolResult, resolve_tools, run_tool
+from rlvr.train.grpo import train
 
 
 def _set_up(threads: int) -> None:
@@ -79,7 +83,6 @@ class RolloutWorker(Placed):
         return os.getpid()
 
     def _build(self, start: Shipped, start_path: str) -> None:
-        from rlvr.models import load_policy, load_tokenizer
         c = self.cfg
         if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
             model, tokenizer = None, load_tokenizer(start_path)
@@ -118,9 +121,6 @@ class RolloutWorker(Placed):
         """rlvr.rollout.speculative's fidelity check, here where the engine samples: one calibration
         batch with the speculative engine and one with plain decoding of the same weights, both
         scored by this worker's policy copy; a ConfigError (the run stops) when they disagree."""
-        from rlvr.models import load_policy
-        from rlvr.rollout import HFEngine
-        from rlvr.rollout.speculative import check_speculative
 
         t0 = time.time()
         spec = self.cfg.rollout.speculative
@@ -149,7 +149,6 @@ class RewardWorker(Placed):
 
     @ray.method(concurrency_group="tools")
     def run_tool(self, call: ToolCall, timeout_s: float) -> ToolResult:
-        from rlvr.tools import resolve_tools, run_tool
         with self._tools_lock:
             if self._tools is None:
                 self._tools = resolve_tools(self.cfg.env.tools, self.cfg.reward.code)
@@ -186,7 +185,6 @@ class InferenceWorker(Placed):
     def logprobs(self, start: Shipped, completions: Sequence[Completion]) -> LogProbs:
         t0 = time.time()
         if self.start_key != start.key:
-            from rlvr.models import load_policy
             start_path = str(materialize(start))
             model, tokenizer = load_policy(self.cfg.model, start_path, device=pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
@@ -199,7 +197,6 @@ class InferenceWorker(Placed):
         trainer checked its tokenizer against the policy's, `start`)."""
         t0 = time.time()
         if self.teacher is None:
-            from rlvr.models.loading import load_tokenizer
             tokenizer = load_tokenizer(materialize(start))
             self.teacher = teacher_model(self.cfg, tokenizer, pool_device()[1], path=str(materialize(teacher)))
         return LogProbs(logp=self.teacher.logprobs(completions)).timed(t0)
@@ -210,7 +207,6 @@ class InferenceWorker(Placed):
         if self.learned is None:
             import dataclasses
 
-            from rlvr.inference.reward_models import learned_components
             r = self.cfg.reward
             local = {name: str(materialize(s)) for name, s in (shipped or {}).items()}
             models = {n: dataclasses.replace(m, path=local.get(n, m.path)) for n, m in r.models.items()}
@@ -260,7 +256,6 @@ class TrainerActor(Placed):
         import dataclasses
 
         from rlvr.deploy.ray.source import RayBatchSource
-        from rlvr.train.grpo import train
         if cfg.train.device == "auto" and pool_device()[1].type == "cuda":  # the pool's GPU ('auto': the CPU otherwise)
             cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device="cuda"))
         if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows

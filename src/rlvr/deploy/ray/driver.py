@@ -26,9 +26,11 @@ from pathlib import Path
 
 from rlvr.assembly import run_store
 from rlvr.config import AlgoConfig, Config, ConfigError, DeployConfig, DistillConfig, ModelConfig, RewardConfig
-from rlvr.envs.settings import check_env
-from rlvr.storage import RunStore
 from rlvr.console import RunConsole
+from rlvr.envs.settings import check_env
+from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
+from rlvr.models.loading import load_tokenizer
+from rlvr.storage import RunStore
 from rlvr.train.grpo import starting_point
 from rlvr.train.temperature import auto_temperature
 
@@ -131,8 +133,6 @@ def ship_run_files(start_path: Path, r: RewardConfig, distill: DistillConfig, mo
     learned.update({name: ship(j.model) for name, j in r.judges.items() if j.base_url is None and Path(j.model).is_dir()})
     teacher = None
     if distill.teacher:
-        from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
-        from rlvr.models.loading import load_tokenizer
 
         path = teacher_path(distill.teacher, model)
         check_teacher_tokenizer(distill.teacher, load_tokenizer(path), load_tokenizer(start_path))

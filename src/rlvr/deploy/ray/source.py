@@ -36,6 +36,7 @@ from rlvr.config import Config
 from rlvr.deploy.ray.replies import ComponentScores, Reply, Scored
 from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
+from rlvr.inference.reward_models import LearnedReward
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards import EnvOutcome
 from rlvr.rollout import sampling_params
@@ -213,7 +214,6 @@ class RayBatchSource:
         self.publisher = WeightPublisher()
         self.reward = RemoteReward(self)
         if cfg.reward.models or cfg.reward.judges:  # scored on the inference pool, beside the reference
-            from rlvr.inference.reward_models import LearnedReward
             learned = {**cfg.reward.models, **cfg.reward.judges}
             self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
         self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
