@@ -21,12 +21,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.ops.plots import PlotSpec, render_png
 from rlvr.runlog import read_jsonl
 from rlvr.stats import paired_report
-from rlvr.train.grpo import train
 
 
 def split_values(text: str) -> list[str]:
@@ -93,6 +91,9 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
     cwd = os.getcwd()
 
     def trial(space: dict) -> None:
+        # in Tune's worker processes: the sweep's own process imports no torch (0.05 s, 5.2 s with them)
+        from rlvr.config import load_config
+        from rlvr.train.grpo import train
 
         os.chdir(cwd)  # Tune starts a trial in a directory of its own; relative paths mean the caller's
         overrides = [*fixed, *space["overrides"], f"run.dir={out_dir / trial_name(space['overrides'])}",
