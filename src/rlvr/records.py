@@ -13,10 +13,6 @@ from typing import Any, Literal
 
 Message = dict[str, str]  # {"role": "user" | "system" | "assistant", "content": str}
 
-VERIFIER_NAMES = frozenset({"math", "code", "env"})
-"""The values of Problem.verifier: each names a verifier of rlvr.rewards (VERIFIERS)."""
-
-
 @dataclass(frozen=True)
 class Problem:
     id: str
@@ -29,7 +25,7 @@ class Problem:
     source: str = "default"
     """Data set or task name; metrics are reported per source."""
     verifier: str = "math"
-    """One of VERIFIER_NAMES ('env': the episode's success, as the environment reports it)."""
+    """A name in rlvr.rewards.VERIFIERS: 'math', 'code', 'env' (the episode's success, as the environment reports it)."""
     metadata: dict[str, Any] = field(default_factory=dict)
     solution: str | None = None
     """A worked solution as the model should write it (data files: `solution`, or chat messages

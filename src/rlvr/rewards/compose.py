@@ -39,7 +39,7 @@ def _code_verifier(cfg: RewardConfig) -> Verifier:
     return module.CodeVerifier(cfg.code)
 
 
-VERIFIERS: dict[str, Any] = {  # one per name in rlvr.records.VERIFIER_NAMES
+VERIFIERS: dict[str, Any] = {  # Problem.verifier -> its builder(reward config); a data file's records name these
     "math": lambda cfg: MathVerifier(cfg.math),
     "code": _code_verifier,
 }

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.configlib import ConfigError
-from rlvr.records import VERIFIER_NAMES, Problem
+from rlvr.records import Problem
+from rlvr.rewards import VERIFIERS
 from rlvr.sandbox.cases import TestFormatError, parse_tests
 
 log = logging.getLogger("rlvr.data")
@@ -196,7 +197,7 @@ def read_records(paths: list[str | Path]) -> Iterator[tuple[str, Problem | None,
     """(where, problem, None) for every valid record of every file, in file order, and
     (where, None, reason) for every record training cannot use (the one reader of data files:
     training and `rlvr data audit` both go through it)."""
-    known = set(VERIFIER_NAMES)
+    known = set(VERIFIERS)
     seen: dict[str, str] = {}  # id -> where it was first seen
     for entry in paths:
         for path in data_files(Path(entry)):
