@@ -26,9 +26,11 @@ from rlvr.algos import (
     group_advantages,
     kl_estimate,
     kl_reward_penalty,
+    fill_invalid,
     lookup,
     overlong_penalty,
     registered,
+    turn_advantages,
     zero_variance_groups,
 )
 
@@ -185,6 +187,24 @@ def test_every_enum_member_is_registered():
     assert algo.kl_estimator is KLEstimator.K2 and f"{algo.kl_estimator}" == "k2"
     with pytest.raises(ConfigError, match="algo.kl_estimator: expected one of 'k1', 'k2', 'k3', got 'k4'"):
         from_dict(AlgoConfig, {"kl_estimator": "k4"}, prefix="algo")
+
+
+def test_invalid_rewards_take_their_groups_valid_mean_as_a_plain_loop_gives():
+    rewards = torch.tensor([1.0, 9.0, 0.0, 2.0, 5.0, 7.0, 3.0, 3.0])
+    valid = torch.tensor([True, False, True, True, False, False, False, False])
+    expected = []
+    for m in range(2):
+        group = list(zip(rewards[m * 4:(m + 1) * 4].tolist(), valid[m * 4:(m + 1) * 4].tolist()))
+        kept = [r for r, ok in group if ok]
+        mean = sum(kept) / len(kept) if kept else 0.0  # a group with no valid reward: 0
+        expected += [r if ok else mean for r, ok in group]
+    assert fill_invalid(rewards, valid, 4).tolist() == pytest.approx(expected)
+    assert fill_invalid(rewards, valid, 4)[1] == 1.0
+
+
+def test_turn_credit_subtracts_the_scaled_reward_of_the_turns_before():
+    assert turn_advantages(1.0, [0.5, 0.25, 2.0], 0.5) == [1.0, 0.0, -0.5]
+    assert turn_advantages(-0.3, [1.0, 1.0], math.inf) == [-0.3, -0.3]  # a group with no signal keeps A
 
 
 # --- KL -----------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from rlvr.records import Problem, RewardResult
 from helpers import split_settings
 
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.train.step import collect_batch, fill_invalid, next_round_size
+from rlvr.algos import fill_invalid
+from rlvr.train.step import collect_batch, next_round_size
 from rlvr.train.update import policy_update
 
 G = 3

@@ -32,7 +32,8 @@ import importlib
 # against 2.1 s for the whole package on 2 cores.
 _EXPORTS = {
     **dict.fromkeys(["ADVANTAGE_ESTIMATORS", "ADVANTAGE_SCALES", "advantage_scale", "decoupled_advantages",
-                     "group_advantages", "grpo_baseline", "rloo_baseline", "zero_variance_groups"], "advantages"),
+                     "fill_invalid", "group_advantages", "grpo_baseline", "rloo_baseline", "turn_advantages",
+                     "zero_variance_groups"], "advantages"),
     **dict.fromkeys(["ROLLOUT_IS", "logprob_mismatch", "rollout_is_weights"], "correction"),
     **dict.fromkeys(["distill_advantages", "reverse_kl"], "distill"),
     **dict.fromkeys(["KL_ESTIMATORS", "LOG_RATIO_CLAMP", "kl_estimate", "kl_reward_penalty"], "kl"),

@@ -19,6 +19,11 @@ after GDPO, arXiv 2601.05242): each gets an advantage of its own, weighted, besi
 the advantage of the rest of the reward. Scaled together, a group whose verifier
 reward is constant is left with the learned component's small variation alone, and
 dividing by its std gives it the full advantage whatever its weight.
+
+Invalid samples (a reward that could not be computed) take their group's valid
+mean before any of this (`fill_invalid`): they shift no baseline, and the loss
+masks them. Per-turn credit (`turn_advantages`) splits a trajectory's advantage
+over its turns.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ __all__ = [
     "ADVANTAGE_SCALES",
     "advantage_scale",
     "decoupled_advantages",
+    "fill_invalid",
     "group_advantages",
     "grpo_baseline",
     "rloo_baseline",
+    "turn_advantages",
     "zero_variance_groups",
 ]
 
@@ -178,3 +185,24 @@ def decoupled_advantages(rewards: Tensor, parts: dict[str, tuple[float, Tensor]]
     for weight, values in parts.values():
         advantages = advantages + weight * group_advantages(values, group_size, **kwargs)  # (N,)
     return advantages
+
+
+def fill_invalid(rewards: Tensor, valid: Tensor, group_size: int) -> Tensor:
+    """(N,) rewards where each invalid one (valid False) is its group's mean of the valid ones (0 for a
+    group with none), so it shifts no baseline; the loss masks it."""
+    r = rewards.view(-1, group_size).clone()  # (M, G)
+    v = valid.view(-1, group_size)  # (M, G)
+    mean = (r * v).sum(1, keepdim=True) / v.sum(1, keepdim=True).clamp(min=1)  # (M, 1)
+    return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
+
+
+def turn_advantages(advantage: float, turn_rewards: list[float], scale: float) -> list[float]:
+    """Per-turn credit (env.credit=turn): turn k's advantage is A - (r_0 + ... + r_{k-1}) / scale, the
+    advantage of the return from turn k on against the same baseline. advantage: the trajectory's
+    group-relative A; turn_rewards: each turn's weighted environment reward; scale: A's denominator
+    (advantage_scale), or inf for a group with no signal (every turn keeps A)."""
+    out, before = [], 0.0
+    for r in turn_rewards:
+        out.append(advantage - before / scale)
+        before += r
+    return out

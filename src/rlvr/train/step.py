@@ -34,8 +34,8 @@ from typing import Protocol
 
 import torch
 
-from rlvr.algos import (decoupled_advantages, distill_advantages, kl_reward_penalty, overlong_penalty, reverse_kl,
-                         zero_variance_groups)
+from rlvr.algos import (decoupled_advantages, distill_advantages, fill_invalid, kl_reward_penalty, overlong_penalty,
+                         reverse_kl, zero_variance_groups)
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import Scorer, env_kwargs, reward_metrics
@@ -119,14 +119,6 @@ class _Samples:
     @property
     def valid(self) -> torch.Tensor:
         return torch.tensor([r.valid for r in self.results], dtype=torch.bool)  # (N,)
-
-
-def fill_invalid(rewards: torch.Tensor, valid: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Invalid rewards take their group's valid mean, so they shift no baseline; the loss masks them."""
-    r = rewards.view(-1, group_size).clone()  # (M, G)
-    v = valid.view(-1, group_size)  # (M, G)
-    mean = (r * v).sum(1, keepdim=True) / v.sum(1, keepdim=True).clamp(min=1)  # (M, 1)
-    return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
 
 
 def learned_parts(results: list[RewardResult], valid: torch.Tensor, group_size: int,

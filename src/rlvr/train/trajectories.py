@@ -9,21 +9,22 @@ each assistant turn is a sequence of its own, scored in exactly the context the 
 sampled it in: with env.history = k, the prompt and the last k exchanges; with
 env.credit = turn, the whole history but its own advantage.
 
-Per-turn credit (env.credit = turn): turn k's tokens get A_k = A - P_k / s, where A is
-the trajectory's group-relative advantage, P_k the weighted environment reward of the
-turns before k, and s the advantage's scale (the group's std + eps with algo.scale =
-group, the batch's with batch, 1 with none): the advantage of the return from turn k
-on, against the same baseline.
+Per-turn credit (env.credit = turn, rlvr.algos.turn_advantages): turn k's tokens get
+A_k = A - P_k / s, where A is the trajectory's group-relative advantage, P_k the weighted
+environment reward of the turns before k, and s the advantage's scale (the group's std +
+eps with algo.scale = group, the batch's with batch, 1 with none): the advantage of the
+return from turn k on, against the same baseline.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from rlvr.algos.advantages import advantage_scale, zero_variance_groups
+from rlvr.algos.advantages import advantage_scale, turn_advantages, zero_variance_groups
 from rlvr.records import Completion
 
 
@@ -79,9 +80,9 @@ def training_view(completions: Sequence[Completion], advantages: torch.Tensor, l
         if not split_by_turn(c, credit):
             seqs.append(c), advs.append(float(advantages[i])), masks.append(float(loss_mask[i])), owner.append(i)
             continue
-        before = 0.0  # weighted environment reward of the turns before this one
-        for t, seq in zip([t for t in c.turns if t.role == "assistant"], turn_sequences(c)):
-            adv = float(advantages[i]) - (before / float(denom[i]) if credit == "turn" and not flat[i] else 0.0)
+        turns = [t for t in c.turns if t.role == "assistant"]
+        scale = float(denom[i]) if credit == "turn" and not flat[i] else math.inf  # inf: every turn keeps A
+        rewards = [_weighted(t.info.get("components", {}), weights) for t in turns]
+        for seq, adv in zip(turn_sequences(c), turn_advantages(float(advantages[i]), rewards, scale)):
             seqs.append(seq), advs.append(adv), masks.append(float(loss_mask[i])), owner.append(i)
-            before += _weighted(t.info.get("components", {}), weights)
     return TrainView(seqs, torch.tensor(advs, dtype=torch.float32), torch.tensor(masks, dtype=torch.float32), owner)
