@@ -35,7 +35,8 @@ from rlvr.storage import RunStore
 from rlvr.rewards import Reward, build_reward
 from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
-from rlvr.tasks import GAMES, build_task, builtin_names, code, data_paths, games, needs_code_chars, needs_tool_tags, tool_arithmetic
+from rlvr.tasks import (GAMES, build_task, builtin_names, code, data_paths, games, needs_code_chars, needs_tool_tags,
+                        tool_arithmetic)
 from rlvr.tasks.files import data_files
 from rlvr.tools import hosted, resolve_tools
 from rlvr.urls import URL_CACHE, cache_dir, is_url

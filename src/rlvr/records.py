@@ -25,7 +25,8 @@ class Problem:
     source: str = "default"
     """Data set or task name; metrics are reported per source."""
     verifier: str = "math"
-    """A name in rlvr.rewards.VERIFIERS: 'math', 'code', 'env' (the episode's success, as the environment reports it)."""
+    """A name in rlvr.rewards.VERIFIERS: 'math', 'code', 'env' (the episode's success, as the environment
+    reports it)."""
     metadata: dict[str, Any] = field(default_factory=dict)
     solution: str | None = None
     """A worked solution as the model should write it (data files: `solution`, or chat messages

@@ -7,7 +7,7 @@ from pathlib import Path
 from rlvr.config.data import DataConfig, TaskConfig
 from rlvr.config.env import EnvConfig
 from rlvr.configlib import ConfigError
-from rlvr.envs import GAMES, verifiers_hub  # GAMES: built-in tasks that are episodes of the environment of the same name
+from rlvr.envs import GAMES, verifiers_hub  # GAMES: built-in tasks, each episodes of the environment of its name
 from rlvr.envs.verifiers_hub import TASK as VERIFIERS  # task.name=verifiers: the environment's rows
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.code import CodeTask

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.assembly import (base_model_path, cold_start_dir, episode_spec, metric_sinks, reference_model, rollout_engine, rule_reward, run_guard, run_store,
-                           run_task, teacher_model)
+from rlvr.assembly import (base_model_path, cold_start_dir, episode_spec, metric_sinks, reference_model, rollout_engine,
+                           rule_reward, run_guard, run_store, run_task, teacher_model)
 from rlvr.checkpoint import Checkpointer, check_loaded_keys, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config, RolloutConfig
 from rlvr.configlib import ConfigError, RunFailed
@@ -245,8 +245,9 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, store=store, **retention) if par.sharded
                     else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write,
                                       on_saved=store.push_checkpoint if store else None, **retention))
+    settings = update_settings(cfg.algo, cfg.train, cfg.rollout, cfg.model.dtype)
     run = Run(cfg, ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
-              source, update_settings(cfg.algo, cfg.train, cfg.rollout, cfg.model.dtype), checkpointer, start_path, t_start, par, model, store)
+              source, settings, checkpointer, start_path, t_start, par, model, store)
     state = TrainerState.create(cfg.train, cfg.seed, cfg.reward.monitor.stuck_steps,
                                 par.shard(policy, offload=cfg.train.offload), task, guard, par)
     if resume:

@@ -373,7 +373,7 @@ class LocalBatches:
             synced.add_to(batch.metrics)
         if self.speculative is not None:
             self._watch_speculation(batch, step)
-        if isinstance(self.engine, Sleeper) and self.engine.sleep_level:  # vLLM on the trainer's GPU: its memory goes to the update
+        if isinstance(self.engine, Sleeper) and self.engine.sleep_level:  # vLLM on the trainer's GPU: for the update
             t0 = time.time()
             self.engine.sleep()
             batch.metrics["time/engine_sleep_s"] = time.time() - t0
