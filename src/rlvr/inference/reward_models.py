@@ -1,7 +1,7 @@
 """Learned rewards in the inference module: reward models scoring prompt + completion, and LLM
 judges (rlvr.inference.judge).
 
-    reward = LearnedReward(build_reward(cfg.reward), reward_models(cfg))
+    reward = with_learned_rewards(rule_reward(cfg), cfg.reward, device)   # rlvr.assembly.rule_reward: the rules
     results = reward.score(problems, texts, group_ids=...)   # the rule components, then each model's
 
 A reward model is a Hugging Face sequence-classification model with one output
