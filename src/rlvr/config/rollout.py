@@ -8,6 +8,10 @@ from typing import Literal
 from rlvr.configlib import require
 
 
+EngineName = Literal["hf", "loop", "vllm"]
+"""The rollout engines (rlvr.rollout.ENGINES, which must build each of them: checked at its import)."""
+
+
 @dataclass
 class VLLMConfig:
     """vLLM's own settings (rollout.engine=vllm)."""
@@ -84,7 +88,7 @@ class AutoTemperatureConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: Literal["hf", "loop", "vllm"] = "hf"
+    engine: EngineName = "hf"
     """What samples the completions (rlvr.rollout): 'hf', transformers' generate; 'loop', rlvr's decode
     loop, which prefills each prompt once for its G samples and drops finished rows from the batch:
     the same sampling distribution for less compute (rlvr.rollout.decode); 'vllm', vLLM with its own

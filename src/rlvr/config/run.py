@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlvr.config.rollout import EngineName
 from rlvr.configlib import require
 
 
@@ -28,7 +29,7 @@ class EvalConfig:
     n_during: int = 200
     batch_size: int = 500
     """Problems per engine call."""
-    engine: Literal["hf", "loop", "vllm"] | None = None
+    engine: EngineName | None = None
     """The engine evaluation decodes with; None: rollout.engine."""
 
 

@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
+from rlvr.config.rollout import EngineName
 from rlvr.configlib import ConfigError
 from rlvr.rollout.engine import RolloutEngine, SamplingParams, render_prompt, sampling_params
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
@@ -47,6 +50,8 @@ def _loop(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_ro
 
 ENGINES = {"hf": _hf, "loop": _loop, "vllm": _vllm}
 """rollout.engine -> builder(rollout config, model, tokenizer, *, model_dir, seed, dtype, max_rows, episodes)."""
+if set(ENGINES) != set(get_args(EngineName)):  # a name the config accepts must build, and only those
+    raise TypeError(f"rlvr.rollout.ENGINES {sorted(ENGINES)} != rlvr.config.rollout.EngineName {get_args(EngineName)}")
 
 
 def build_engine(rollout, model, tokenizer, *, name: str | None = None, model_dir=None, seed: int = 0,
