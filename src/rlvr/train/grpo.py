@@ -29,6 +29,7 @@ from rlvr.configlib import ConfigError, RunFailed
 from rlvr.console import RunConsole
 from rlvr.envs.settings import check_env
 from rlvr.evaluate import Evaluation, eval_metrics, evaluate
+from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
 from rlvr.kernels import keep_freed_memory
 from rlvr.models import export_model, load_policy
 from rlvr.ops.guard import RunDiverged, RunGuard, Snapshot
@@ -231,7 +232,6 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         engine = engines[cfg.rollout.engine]
         if cfg.rollout.speculative.method != "none":
             check_speculation(cfg.rollout, cfg.model.dtype, engine, model, tokenizer, task_held_out, log)
-        from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
         learned = with_learned_rewards(reward, cfg.reward, str(train_device(cfg.train.device)))
         # the reference and the teacher copy `model`: the policy's full weights (under FSDP the rank's unsharded copy)
         ref = reference_model(cfg, model, tokenizer) if cfg.algo.beta > 0 else None  # beta = 0 loads none at all
