@@ -20,14 +20,13 @@ from pathlib import Path
 def check(run_dir: Path) -> dict:
     import yaml
 
-    from rlvr.assembly import run_task
+    from rlvr.assembly import base_model_path, run_task
+    from rlvr.cli.plan import run_plan
     from rlvr.config import load_config
     from rlvr.models import load_tokenizer
-    from rlvr.assembly import run_plan
     from rlvr.plan import Cluster, shape_of
     from rlvr.rollout import render_prompt
     from rlvr.runlog import read_jsonl
-    from rlvr.assembly import base_model_path
 
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     saved.pop("sources", None)

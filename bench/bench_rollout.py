@@ -57,6 +57,7 @@ def bench_engines(name: str, args) -> list[dict]:
     from rlvr.models import load_model
     from rlvr.rollout import SamplingParams, build_engine
     from rlvr.rollout.speculative import sample_stats
+    from rlvr.rollout.controls import Speculative
 
     cfg, path, held_out = model_setup(name, args.threads)
     torch.set_num_threads(args.threads)
@@ -82,7 +83,8 @@ def bench_engines(name: str, args) -> list[dict]:
         t = time_engine(engine, problems, params, args.repeats)
         stats = sample_stats(model, t.pop("last"), tok.pad_token_id, params.temperature)
         rows.append({"model": name, "engine": label, **t, "trainer_mean_logp": round(stats.mean_logp, 4),
-                     "implausible_tokens": stats.implausible, **getattr(engine, "speculative_stats", {})})
+                     "implausible_tokens": stats.implausible,
+                     **(engine.speculative_stats if isinstance(engine, Speculative) else {})})
         del engine
     base = next((r["tok_s"] for r in rows if r["engine"] == "hf" and "tok_s" in r), None)
     for r in rows:

@@ -204,7 +204,7 @@ def test_invalid_rewards_take_their_groups_valid_mean_as_a_plain_loop_gives():
 
 def test_turn_credit_subtracts_the_scaled_reward_of_the_turns_before():
     assert turn_advantages(1.0, [0.5, 0.25, 2.0], 0.5) == [1.0, 0.0, -0.5]
-    assert turn_advantages(-0.3, [1.0, 1.0], math.inf) == [-0.3, -0.3]  # a group with no signal keeps A
+    assert turn_advantages(-0.3, [1.0, 1.0], None) == [-0.3, -0.3]  # no credit of their own: every turn keeps A
 
 
 # --- KL -----------------------------------------------------------------------------------

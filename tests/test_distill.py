@@ -57,7 +57,7 @@ def test_a_student_moves_toward_its_teacher_and_bad_teachers_are_config_errors(t
 def test_the_plan_counts_the_teacher():
     """`rlvr plan`: the teacher's weights in the inference pool, and its log-prob pass in the step's FLOPs."""
     from rlvr.config import load_config
-    from rlvr.assembly import run_plan
+    from rlvr.cli.plan import run_plan
     from rlvr.plan import GB, Cluster, shape_for_params
 
     shape, teacher = shape_for_params(0.5e9), 1.7e9

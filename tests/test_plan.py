@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.assembly import run_plan
+from rlvr.cli.plan import run_plan
 from rlvr.plan import GB, PUBLISHED, Cluster, shape_for_params, shape_of
 from test_models import save_tiny
 

@@ -14,7 +14,7 @@ from rlvr.config import load_config
 from rlvr.deploy.ray import sync as ray_sync
 from rlvr.ops.alerts import AlertRules
 from rlvr.config.ops import AlertsConfig, RollbackConfig
-from rlvr.assembly import run_plan
+from rlvr.cli.plan import run_plan
 from rlvr.plan import Cluster, Shape
 from rlvr.rollout import HFEngine
 from rlvr.rollout.sync import checksum, tied_names

@@ -28,7 +28,6 @@ from rlvr.inference.reference import ReferenceModel, load_teacher
 from rlvr.models import reference_policy, resolve_model
 from rlvr.models.tiny import save_tiny
 from rlvr.ops.guard import RunGuard
-from rlvr.plan import Cluster, Shape, plan
 from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
 from rlvr.storage import RunStore
@@ -47,13 +46,6 @@ def run_task(cfg, *, tokenizer=None, on_event=None):
     out eval.n problems. tokenizer, on_event: rlvr.tasks.build_task's."""
     return build_task(cfg.task, cfg.data, cfg.env, seed=cfg.seed, eval_n=cfg.eval.n,
                       eval_n_set="eval.n" in cfg.sources, tokenizer=tokenizer, on_event=on_event)
-
-
-def run_plan(cfg, shape: Shape, cluster: Cluster, *, prompt_len: int | None = None, **estimates) -> dict:
-    """rlvr.plan's estimate of the run (its sections model, rollout, algo, train, deploy, reward) on
-    `cluster`; prompt_len defaults to data.max_prompt_tokens. estimates: plan's measured figures."""
-    return plan(shape, cluster, model=cfg.model, rollout=cfg.rollout, algo=cfg.algo, train=cfg.train,
-                deploy=cfg.deploy, reward=cfg.reward, prompt_len=prompt_len or cfg.data.max_prompt_tokens, **estimates)
 
 
 def run_guard(cfg, log, ui) -> RunGuard:

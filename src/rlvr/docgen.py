@@ -220,7 +220,6 @@ def config_markdown(root: type | None = None) -> str:
 
 def cli_parser() -> argparse.ArgumentParser:
     """The `rlvr` parser with every sub-command's arguments (rlvr.cli.main adds only the one it runs)."""
-
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

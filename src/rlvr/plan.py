@@ -1,7 +1,7 @@
 """`rlvr plan`: the memory, compute and GPUs a run needs, per pool, before anything starts.
 
     shape = shape_of(model_dir)                      # layers, widths, vocabulary, parameters (config.json)
-    table = run_plan(cfg, shape, Cluster(nodes=2, gpus_per_node=8, gpu_gb=80), prompt_len=512)  # rlvr.assembly
+    table = run_plan(cfg, shape, Cluster(nodes=2, gpus_per_node=8, gpu_gb=80), prompt_len=512)  # rlvr.cli.plan
 
 Memory per pool, from the shapes and the run's settings (bytes; GiB in the table):
 

@@ -51,7 +51,6 @@ class AgentSpec:
 
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
-
     if verifiers_hub.is_verifiers(env_cfg.name):
         return AgentSpec(verifiers_hub.program(env_cfg), env_cfg.agent_concurrency, env_cfg.tool_format,
                          components=frozenset(verifiers_hub.components(env_cfg)), scores=True)

@@ -145,7 +145,6 @@ def split_calls(text: str, tools: list[dict] | None, fmt: str) -> tuple[str, lis
     a compact call's one argument is named after the tool's one parameter. Without tools, no calls."""
     if not tools:
         return text, []
-
     offered = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
     if fmt == "hermes":
         content, found = split_hermes(text, set(offered))

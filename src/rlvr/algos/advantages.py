@@ -196,11 +196,14 @@ def fill_invalid(rewards: Tensor, valid: Tensor, group_size: int) -> Tensor:
     return torch.where(v, r, mean.expand_as(r)).view(-1)  # (N,)
 
 
-def turn_advantages(advantage: float, turn_rewards: list[float], scale: float) -> list[float]:
+def turn_advantages(advantage: float, turn_rewards: list[float], scale: float | None) -> list[float]:
     """Per-turn credit (env.credit=turn): turn k's advantage is A - (r_0 + ... + r_{k-1}) / scale, the
     advantage of the return from turn k on against the same baseline. advantage: the trajectory's
     group-relative A; turn_rewards: each turn's weighted environment reward; scale: A's denominator
-    (advantage_scale), or inf for a group with no signal (every turn keeps A)."""
+    (advantage_scale), or None where turns take no credit of their own (a group with no signal, or
+    env.credit=trajectory): every turn keeps A."""
+    if scale is None:
+        return [advantage] * len(turn_rewards)
     out, before = [], 0.0
     for r in turn_rewards:
         out.append(advantage - before / scale)

@@ -56,8 +56,16 @@ def measured_throughputs(run_dir: str, plan_fn) -> tuple[float, float, float | N
             statistics.median(syncs) if syncs else None)
 
 
+def run_plan(cfg, shape, cluster, *, prompt_len: int | None = None, **estimates) -> dict:
+    """rlvr.plan's estimate of the run (its sections model, rollout, algo, train, deploy, reward) on
+    `cluster`; prompt_len defaults to data.max_prompt_tokens. estimates: plan's measured figures."""
+    from rlvr.plan import plan
+
+    return plan(shape, cluster, model=cfg.model, rollout=cfg.rollout, algo=cfg.algo, train=cfg.train,
+                deploy=cfg.deploy, reward=cfg.reward, prompt_len=prompt_len or cfg.data.max_prompt_tokens, **estimates)
+
+
 def run(args) -> int:
-    from rlvr.assembly import run_plan
     from rlvr.plan import parse_cluster, shape_for_params, shape_of
 
     cfg = config_from_args(args)

@@ -142,7 +142,6 @@ def describe(env_id: str, args: str) -> dict[str, Any]:
 def description(env_name: str, settings: str) -> dict[str, Any]:
     """The environment's rubric and rows, loaded in a harness worker (its import and load_environment
     are user code) that is then ended. A failure is a config error naming the environment."""
-
     name = id_of(env_name)
     worker = Worker("verifiers")
     try:

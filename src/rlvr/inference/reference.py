@@ -54,7 +54,6 @@ def load_teacher(name: str, model_cfg: ModelConfig, temperature: float, tokenize
     """The teacher `name` (algo.distill.teacher) as a frozen scorer at the sampling `temperature`,
     computing in model.dtype on `device` (the run's), from `path` (default: where the name resolves;
     an inference worker passes its node's copy); its tokenizer must be the policy's."""
-
     try:
         model, teacher_tokenizer = load_model(path or teacher_path(name, model_cfg))  # fp32; model.dtype computes
     except (OSError, ValueError) as exc:

@@ -32,7 +32,6 @@ log = logging.getLogger("rlvr.serve")
 
 def ground_truth(metadata: dict[str, Any] | None, key: str) -> Problem | None:
     """The verifiable problem a request's metadata names, or None; a malformed one is a 400."""
-
     metadata = metadata or {}
     answer, tests = metadata.get("answer"), metadata.get("tests")
     if answer is None and tests is None:

@@ -52,7 +52,6 @@ class Arm:
     def chat_ids(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
         """The prompt of a conversation; `tools` (OpenAI-style descriptions) go to the template's `tools`,
         or into the system message when the template takes none (rlvr.rollout.episodes)."""
-
         encodable({"messages": messages, "tools": tools})
         if self.chat_template is None:
             return self.text_ids((describe_tools(tools) if tools else "") + "\n".join(m["content"] for m in messages))

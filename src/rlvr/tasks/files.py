@@ -140,7 +140,6 @@ def _messages(value: Any) -> list[dict[str, str]]:
 
 
 def _tests(value: Any) -> dict[str, Any]:
-
     if isinstance(value, str):  # Parquet and many hub sets keep tests as JSON text
         try:
             value = json.loads(value)

@@ -270,7 +270,6 @@ def check_speculation(rollout: RolloutConfig, dtype: str, engine: RolloutEngine,
                       problems: list[Problem], log: RunLog) -> None:
     """Refuse a speculative method (rollout.speculative) that changes the sampling distribution
     (rlvr.rollout.speculative), before the run trains on it; the plain reference decodes in `dtype`."""
-
     spec = rollout.speculative
     params = dataclasses.replace(sampling_params(rollout), group_size=2)
     stats = check_speculative(engine, HFEngine(model, tokenizer, dtype=dtype), model, tokenizer,
@@ -421,7 +420,6 @@ def eval_change(before: dict | None, after: dict | None) -> dict | None:
 
 def recommended_tokens(run_dir: Path) -> int | None:
     """The run's recommended inference length so far (1.2 x P90 of the last steps' completion lengths)."""
-
     metrics = run_dir / "metrics.jsonl"
     rec = recommended_length(read_jsonl(metrics), None) if metrics.exists() else None
     return rec["tokens"] if rec else None

@@ -26,8 +26,7 @@ from typing import Any
 import torch
 
 from rlvr.checkpoint import (MANIFEST, Checkpoint, Checkpointer, _fsync_dir, _fsync_tree, _sha256, _state_bytes,
-                             read_weights, retain, rng_state)
-from rlvr.checkpoint import check_loaded_keys
+                             check_loaded_keys, read_weights, retain, rng_state)
 from rlvr.configlib import ConfigError
 from rlvr.storage import RunStore
 

@@ -18,7 +18,6 @@ return from turn k on, against the same baseline.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,8 +80,9 @@ def training_view(completions: Sequence[Completion], advantages: torch.Tensor, l
             seqs.append(c), advs.append(float(advantages[i])), masks.append(float(loss_mask[i])), owner.append(i)
             continue
         turns = [t for t in c.turns if t.role == "assistant"]
-        scale = float(denom[i]) if credit == "turn" and not flat[i] else math.inf  # inf: every turn keeps A
+        own_credit = credit == "turn" and not flat[i]  # else every turn keeps the trajectory's advantage
         rewards = [_weighted(t.info.get("components", {}), weights) for t in turns]
-        for seq, adv in zip(turn_sequences(c), turn_advantages(float(advantages[i]), rewards, scale)):
+        per_turn = turn_advantages(float(advantages[i]), rewards, float(denom[i]) if own_credit else None)
+        for seq, adv in zip(turn_sequences(c), per_turn):
             seqs.append(seq), advs.append(adv), masks.append(float(loss_mask[i])), owner.append(i)
     return TrainView(seqs, torch.tensor(advs, dtype=torch.float32), torch.tensor(masks, dtype=torch.float32), owner)

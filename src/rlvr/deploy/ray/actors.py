@@ -121,7 +121,6 @@ class RolloutWorker(Placed):
         """rlvr.rollout.speculative's fidelity check, here where the engine samples: one calibration
         batch with the speculative engine and one with plain decoding of the same weights, both
         scored by this worker's policy copy; a ConfigError (the run stops) when they disagree."""
-
         t0 = time.time()
         spec = self.cfg.rollout.speculative
         path = str(materialize(start))

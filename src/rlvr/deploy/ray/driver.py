@@ -133,7 +133,6 @@ def ship_run_files(start_path: Path, r: RewardConfig, distill: DistillConfig, mo
     learned.update({name: ship(j.model) for name, j in r.judges.items() if j.base_url is None and Path(j.model).is_dir()})
     teacher = None
     if distill.teacher:
-
         path = teacher_path(distill.teacher, model)
         check_teacher_tokenizer(distill.teacher, load_tokenizer(path), load_tokenizer(start_path))
         teacher = ship(path)
