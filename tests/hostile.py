@@ -119,6 +119,18 @@ class Steady(Environment):
         return StepResult(None, {"bonus": 0.0}, True)
 
 
+class Slow(Environment):
+    """Three turns, each step half a second: episodes that outlast a tiny model's update."""
+
+    components = {"bonus": 0.0}
+    max_turns = 3
+    settings_keys = frozenset()
+
+    def step(self, assistant_turn: str) -> StepResult:
+        time.sleep(0.5)
+        return StepResult([{"role": "user", "content": " again:"}], {"bonus": 0.0}, False)
+
+
 class AlwaysTuple(Environment):
     max_turns = 2
 

@@ -39,7 +39,7 @@ def cluster():
     # logical GPUs on this CPU node: actors given some resolve their device as on a GPU node and
     # place their weights on the CPU (rlvr.deploy.ray.devices.pool_device)
     ray.init(num_cpus=6, num_gpus=4, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
-             runtime_env={"env_vars": {LOGICAL_GPUS: "1"}})
+             runtime_env={"env_vars": {LOGICAL_GPUS: "1", "PYTHONPATH": str(Path(__file__).parent)}})  # tests' envs
     yield
     ray.shutdown()
 
@@ -177,6 +177,25 @@ def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir
     # the retried step 3 samples afresh with the restored weights (nothing ahead survives a rollback)
     assert steps[3]["perf/staleness_max"] == 0 and steps[3]["actor/skipped_updates"] == 0
     assert steps[4]["perf/staleness_max"] <= 1
+
+
+@pytest.mark.slow
+def test_partial_rollouts_take_new_weights_between_the_turns_of_slow_episodes(cluster, sft_dir, tmp_path):
+    # episodes of three turns whose environment takes 0.5 s a step: the weights the trainer publishes
+    # while a batch is sampled ahead reach its unfinished trajectories
+    cfg = config(tmp_path, sft_dir, "partial", "deploy.backend=ray", "deploy.async=true", "deploy.partial_rollouts=true",
+                 "env.name=hostile:Slow", "rollout.max_new_tokens=8", "train.steps=4", "ckpt.every=0")
+    assert run(cfg)["status"] == "completed"
+    steps = [r for r in rows(tmp_path / "partial", "metrics") if "perf/staleness_max" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert sum(r["rollout/weights_taken_midway"] for r in steps) >= 1
+    assert any(r["rollout/partial_frac"] > 0 for r in steps)
+    # a token is never older than its trajectory's oldest; newer weights make the tokens after them fresher
+    assert all(r["perf/token_staleness_mean"] <= r["perf/staleness_mean"] for r in steps)
+    assert any(r["perf/token_staleness_mean"] < r["perf/staleness_mean"] for r in steps)
+    assert all(r["perf/staleness_max"] <= 1 for r in steps)
+    samples = rows(tmp_path / "partial", "samples")
+    assert samples and all(s["finish_reason"] in ("stop", "length", "max_turns") for s in samples)
 
 
 @pytest.mark.slow
@@ -384,6 +403,15 @@ def test_a_pool_that_would_leave_its_gpus_idle_is_a_config_error(overrides, key)
         load_config(None, ["deploy.backend=ray", *overrides])
 
 
+@pytest.mark.parametrize("overrides", [["deploy.backend=ray"], ["deploy.async=true"],
+                                       ["deploy.backend=ray", "deploy.async=true", "rollout.engine=vllm"],
+                                       ["deploy.backend=ray", "deploy.async=true", "rollout.engine=loop",
+                                        "rollout.speculative.method=ngram"]])
+def test_partial_rollouts_where_no_weights_can_reach_a_rollout_are_a_config_error(overrides):
+    with pytest.raises(ConfigError, match="deploy.partial_rollouts"):
+        load_config(None, ["deploy.partial_rollouts=true", *overrides])
+
+
 def test_trainer_replicas_need_fsdp():
     with pytest.raises(ConfigError, match="deploy.pools.trainer.replicas"):
         load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2"])
@@ -415,6 +443,16 @@ def test_published_weights_are_streamed_one_tensor_at_a_time(cluster, monkeypatc
     # workers (not restarted) hold; they would keep sampling with those weights
     again = sync.WeightPublisher().publish(iter([("w0", torch.zeros(3))]), version=7)
     assert again.publication != handle.publication
+
+
+def test_a_worker_takes_only_a_later_publication_of_the_trainer_it_serves():
+    from rlvr.deploy.ray.sync import WeightHandle
+
+    first, later, rollback = (WeightHandle(v, publication=f"abc/{n}") for v, n in ((4, 1), (5, 2), (3, 3)))
+    assert later.supersedes(first) and not first.supersedes(later) and not later.supersedes(later)
+    assert rollback.supersedes(later)  # a rollback's weights replace those before it, version numbers aside
+    assert first.supersedes(None)  # a worker that holds the start's weights takes any publication
+    assert not WeightHandle(9, publication="new/7").supersedes(later)  # a restarted trainer names its own
 
 
 def test_the_tool_task_runs_on_ray(cluster, tmp_path):

@@ -1,5 +1,14 @@
+import copy
+import dataclasses
+import threading
+
+import pytest
 import torch
 
+from rlvr.rollout.controls import NewWeights
+from rlvr.rollout.episodes import SINGLE_TURN
+from rlvr.rollout.hf import HFEngine
+from rlvr.rollout.loop import LoopEngine
 from rlvr.scoring import completion_logprobs
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.records import Problem
@@ -47,3 +56,37 @@ def test_greedy_is_deterministic():
     a = sample(model, tok, problems, SamplingParams(greedy=True, max_new_tokens=8))
     b = sample(model, tok, problems, SamplingParams(greedy=True, max_new_tokens=8))
     assert len(a) == 1 and a[0].token_ids == b[0].token_ids
+
+
+@pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
+def test_rows_stopped_for_new_weights_go_on_with_them_each_token_with_its_version(engine_cls):
+    """Partial rollouts: new weights arrive before the first decode step ends; every unfinished row
+    stops after one token, takes them and is sampled on. Each token keeps the version, and the
+    behaviour log-prob, of the weights that sampled it."""
+    model, tok = _model()
+    old, new = copy.deepcopy(model), build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=1)
+    arrived, taken = threading.Event(), []
+
+    def take():
+        engine.load_weights(new.state_dict().items(), engine.version + 1)
+        taken.append(engine.version)
+        arrived.clear()
+
+    spec = dataclasses.replace(SINGLE_TURN, new_weights=NewWeights(arrived, take))
+    engine = engine_cls(model, tok, episodes=spec)
+    arrived.set()
+    torch.manual_seed(0)
+    out = engine.generate([Problem(id="a", prompt="12+3="), Problem(id="b", prompt="45+6=")],
+                          SamplingParams(group_size=4, max_new_tokens=8))
+    assert taken == [1]
+    partial = [c for c in out if c.token_versions is not None]
+    assert len(partial) >= 6  # rows that did not end on their first token
+    for c in out:
+        versions = c.token_versions or [c.policy_version] * len(c.token_ids)
+        assert c.policy_version == 0 and versions[0] == 0 and set(versions[1:]) <= {1}
+        assert len(c.token_ids) <= 8 and c.finish_reason == ("stop" if c.token_ids[-1] == tok.eos_token_id else "length")
+    by_old = completion_logprobs(old, out, tok.pad_token_id, temperature=1.0)
+    by_new = completion_logprobs(new, out, tok.pad_token_id, temperature=1.0)
+    for i, c in enumerate(out):
+        for t, v in enumerate(c.token_versions or []):
+            assert c.logprobs[t] == pytest.approx(float((by_old if v == 0 else by_new)[i, t]), abs=1e-4)

@@ -78,6 +78,11 @@ class Completion:
     """'stop' / 'length' (the last turn ended with eos / at its token budget), 'max_turns' (env.max_turns
     reached), 'env_done' (the environment ended the episode after a turn it answered)."""
     policy_version: int = 0
+    """Updates applied to the policy that sampled it; with partial rollouts, the oldest that sampled one
+    of its tokens (the staleness bound holds for every token)."""
+    token_versions: list[int] | None = None
+    """Per token of token_ids: the policy version that sampled it (deploy.partial_rollouts: the weights
+    changed while it was sampled); None: policy_version for every token."""
     loss_mask: list[int] | None = None
     """Per token of token_ids: 1 = sampled by the policy (trained on), 0 = appended by an environment.
     None: every token was sampled (a trajectory of one turn)."""

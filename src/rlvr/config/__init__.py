@@ -86,6 +86,8 @@ class Config:
         require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges
                 or self.algo.distill.teacher, "deploy.kill_inference_at_step", "there is no inference pool to kill a "
                 "worker of: it runs only with algo.beta > 0, learned rewards or a distillation teacher")
+        if self.deploy.partial_rollouts:
+            self._check_partial_rollouts()
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
             require(self.train.world_size in (0, trainers), "train.world_size",
@@ -111,6 +113,18 @@ class Config:
         require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
                 f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens})")
+
+    def _check_partial_rollouts(self) -> None:
+        """deploy.partial_rollouts: where new weights can reach a rollout between its decode steps."""
+        key = "deploy.partial_rollouts"
+        require(self.deploy.backend == "ray" and self.deploy.async_, key, "new weights arrive during a rollout "
+                "only when batches are sampled ahead: set deploy.backend=ray and deploy.async=true")
+        require(self.rollout.engine in ("loop", "hf"), key, f"rollout.engine={self.rollout.engine} cannot stop "
+                "between decode steps for new weights yet: use rollout.engine=loop or hf")
+        require(self.rollout.speculative.method == "none", key, "speculative decoding does not stop for new weights "
+                "yet: set rollout.speculative.method=none")
+        require(self.env.name != "agent", key, "an agent program's model calls do not stop for new weights yet: "
+                "use env.name=tools or an environment")
 
     def _check_pool_devices(self) -> None:
         """Every GPU a Ray pool reserves is used by its actors (rlvr.deploy.ray.devices.pool_device):

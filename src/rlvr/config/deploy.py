@@ -54,6 +54,11 @@ class DeployConfig:
     """(key: deploy.async) Sample batch t+1 while the trainer updates on batch t."""
     max_staleness: int = 1
     """Async: batches sampled ahead, and the most policy versions a used completion may lag; older ones are dropped."""
+    partial_rollouts: bool = False
+    """Async: a rollout worker takes new weights as soon as they are published, between decode steps of
+    the trajectories it is sampling (which go on with the new weights; every token keeps the version
+    that sampled it: Completion.token_versions), instead of finishing the batch with the weights it
+    started with. Needs rollout.engine=loop or hf."""
     ratio_cap: float = 3.0
     """Async: the importance ratio to the stored behaviour log-probs is capped by dual clipping at this
     value (applied when algo.dual_clip is unset); the PPO clip bounds the other side."""

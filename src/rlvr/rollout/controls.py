@@ -8,6 +8,9 @@ A caller asks with isinstance (the protocols are runtime-checkable), never getat
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 
@@ -43,3 +46,16 @@ class Sleeper(Protocol):
     def sleep(self) -> None:
         """Free the memory now; the next generate wakes it."""
         ...
+
+
+@dataclass(frozen=True)
+class NewWeights:
+    """Partial rollouts (deploy.partial_rollouts): weights published while an engine samples.
+
+    Once `arrived` is set, the in-process engines stop decoding at their next step and return what
+    each unfinished row sampled so far, finish reason 'interrupted'; the episodes take the weights
+    (`take` loads them: the engine's version advances and `arrived` clears) and sample those rows on
+    from where they stopped (rlvr.rollout.episodes)."""
+
+    arrived: threading.Event
+    take: Callable[[], None]

@@ -12,6 +12,7 @@ step's logits, one (rows, V) slice at a time, never (rows, T, V).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -67,9 +68,12 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, greedy
 
 @torch.no_grad()
 def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_tokens: int, temperature: float,
-           top_p: float, greedy: bool, eos_id: int, pad_id: int) -> list[tuple[list[int], list[float], str]]:
+           top_p: float, greedy: bool, eos_id: int, pad_id: int, stop: threading.Event | None = None
+           ) -> list[tuple[list[int], list[float], str]]:
     """(token ids, behaviour log-probs, finish reason) for `group_size` samples of each prompt,
-    prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length'."""
+    prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length';
+    once `stop` is set (new weights: rlvr.rollout.controls.NewWeights), the rows still decoding end
+    after the step in hand, 'interrupted'."""
     device = next(model.parameters()).device
     stepper = make_stepper(model, max_new_tokens, rows=len(prompts) * group_size)
     logits = stepper.prefill(prompts, pad_id, device)  # (B, V)
@@ -88,6 +92,10 @@ def decode(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_
         done = tok == eos_id  # (R,)
         for r in rows[done].tolist():
             finish[r] = "stop"
+        if stop is not None and stop.is_set() and step < max_new_tokens - 1:
+            for r in rows[~done].tolist():
+                finish[r] = "interrupted"
+            break
         if step == max_new_tokens - 1 or bool(done.all()):
             break
         if bool(done.any()):  # finished rows leave the batch, and their cache with them

@@ -35,10 +35,14 @@ from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger, overran, record_fault
 from rlvr.envs.host import EnvHost, Handle, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn
-from rlvr.rollout.controls import Bounded
+from rlvr.rollout.controls import Bounded, NewWeights
 
 Sample = tuple[list[int], list[float], str]
-"""(token ids, behaviour log-probs, finish reason 'stop' | 'length') of one sampled continuation."""
+"""(token ids, behaviour log-probs, finish reason 'stop' | 'length' | 'interrupted') of one sampled
+continuation; 'interrupted': stopped for new weights (EpisodeSpec.new_weights), to be sampled on."""
+
+Versioned = tuple[list[int], list[float], str, list[int]]
+"""A Sample and the policy version that sampled each of its tokens."""
 
 
 class TokenSampler(Protocol):
@@ -75,6 +79,9 @@ class EpisodeSpec:
     """Counts failed episodes, logs each kind once, and stops a run whose environment always fails."""
     agent: Any = None
     """env.name=agent: the agent program that drives each episode (rlvr.agents.AgentSpec: its `run`)."""
+    new_weights: NewWeights | None = None
+    """Partial rollouts (a Ray rollout worker under deploy.partial_rollouts): weights taken between
+    decode steps; None: a turn is sampled with the weights it started with."""
 
 
 def _single_turn(problem: Problem) -> Environment:
@@ -178,6 +185,8 @@ class _Trajectory:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    """The policy version behind each token (an appended token: its turn's last sampled token's)."""
     turns: list[Turn] = field(default_factory=list)
     components: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -315,12 +324,36 @@ def _close_all(trajs: list[_Trajectory], spec: EpisodeSpec) -> None:
             record_fault(trajs[t_id], outcome["fault"])
 
 
-def _record_turn(traj: _Trajectory, sample: Sample, context_start: int, tokenizer) -> None:
-    ids, logps, finish = sample
+def _sample(engine: TokenSampler, contexts: Sequence[Sequence[int]], params, group_size: int,
+            spec: EpisodeSpec) -> list[Versioned]:
+    """`engine.sample`, each token with the version that sampled it. With partial rollouts, rows the
+    engine stopped for new weights are sampled on with them, from where they stopped, until they
+    finish; their behaviour log-probs are each token's own (the update corrects every token for the
+    policy that sampled it)."""
+    out = [(ids, logps, finish, [engine.version] * len(ids))
+           for ids, logps, finish in engine.sample(contexts, params, group_size)]
+    while spec.new_weights is not None and any(s[2] == "interrupted" for s in out):
+        spec.new_weights.take()
+        by_left: dict[int, list[int]] = {}  # rows stopped together have the same budget left
+        for k, (ids, _, finish, _) in enumerate(out):
+            if finish == "interrupted":
+                by_left.setdefault(params.max_new_tokens - len(ids), []).append(k)
+        for left, rows in sorted(by_left.items()):
+            more = engine.sample([[*contexts[k // group_size], *out[k][0]] for k in rows],
+                                 _turn_params(params, spec, left), 1)
+            for k, (ids, logps, finish) in zip(rows, more):
+                done, done_logps, _, versions = out[k]
+                out[k] = (done + ids, done_logps + logps, finish, versions + [engine.version] * len(ids))
+    return out
+
+
+def _record_turn(traj: _Trajectory, sample: Versioned, context_start: int, tokenizer) -> None:
+    ids, logps, finish, versions = sample
     start = len(traj.tokens)
     traj.tokens += ids
     traj.logprobs += logps
     traj.mask += [1] * len(ids)
+    traj.versions += versions
     traj.turns.append(Turn("assistant", start, len(traj.tokens), tokenizer.decode(ids, skip_special_tokens=True),
                            context_start))
     if finish == "length" and traj.finish is None:  # cut at its budget: the environment never sees a truncated turn
@@ -333,9 +366,9 @@ def _first_turns(engine: TokenSampler, trajs: list[_Trajectory], params, g: int,
     shared = all(trajs[k].prompt_ids == trajs[k - k % g].prompt_ids for k in range(len(trajs)))
     turn = _turn_params(params, spec, spec.max_tokens or None)
     if shared:
-        samples = engine.sample([trajs[k].prompt_ids for k in range(0, len(trajs), g)], turn, g)
+        samples = _sample(engine, [trajs[k].prompt_ids for k in range(0, len(trajs), g)], turn, g, spec)
     else:
-        samples = engine.sample([t.prompt_ids for t in trajs], turn, 1)
+        samples = _sample(engine, [t.prompt_ids for t in trajs], turn, 1, spec)
     for traj, sample in zip(trajs, samples):
         _record_turn(traj, sample, 0, engine.tokenizer)
 
@@ -361,7 +394,7 @@ def _next_turns(engine: TokenSampler, trajs: list[_Trajectory], params, spec: Ep
             continue
         by_budget.setdefault(remaining, []).append((traj, context, start))
     for remaining, group in sorted(by_budget.items()):
-        samples = engine.sample([c for _, c, _ in group], _turn_params(params, spec, remaining), 1)
+        samples = _sample(engine, [c for _, c, _ in group], _turn_params(params, spec, remaining), 1, spec)
         for (traj, _, start), sample in zip(group, samples):
             _record_turn(traj, sample, start, engine.tokenizer)
 
@@ -400,6 +433,7 @@ def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: Epis
     traj.tokens += appended
     traj.logprobs += [0.0] * len(appended)
     traj.mask += [0] * len(appended)
+    traj.versions += traj.versions[-1:] * len(appended)
     text = renderer.tokenizer.decode(appended, skip_special_tokens=False)
     traj.turns.append(Turn("env", start, len(traj.tokens), text,
                            info={"components": dict(components), "messages": messages}))
@@ -408,8 +442,11 @@ def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: Epis
 
 def _completion(traj: _Trajectory, engine: TokenSampler) -> Completion:
     one_turn = all(traj.mask)
+    sampled_by = {v for v, m in zip(traj.versions, traj.mask) if m}
     return Completion(problem_id=traj.problem.id, group_id=traj.group, index=traj.index,
                       text=traj.assistant_turns[-1].text, prompt_ids=traj.prompt_ids, token_ids=traj.tokens,
                       logprobs=traj.logprobs, finish_reason=traj.finish or "stop",  # type: ignore[arg-type]
-                      policy_version=engine.version, loss_mask=None if one_turn else traj.mask, turns=traj.turns,
+                      policy_version=min(sampled_by, default=engine.version),
+                      token_versions=traj.versions if len(sampled_by) > 1 else None,
+                      loss_mask=None if one_turn else traj.mask, turns=traj.turns,
                       env_components=traj.components, env_info=traj.info)

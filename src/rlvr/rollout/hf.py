@@ -7,6 +7,7 @@ importance ratio starts at 1 on the first update.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -33,6 +34,9 @@ class HFEngine(ModelEngine):
         input_ids, attention_mask = input_ids.to(self.model.device), attention_mask.to(self.model.device)
         kwargs = dict(do_sample=False) if params.greedy else dict(
             do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        new_weights = self.episodes.new_weights
+        if new_weights is not None:
+            kwargs["stopping_criteria"] = _stop_when(new_weights.arrived)
         gen = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                   max_new_tokens=params.max_new_tokens, eos_token_id=eos_id,
                                   pad_token_id=tok.pad_token_id, output_logits=True, return_dict_in_generate=True,
@@ -43,11 +47,24 @@ class HFEngine(ModelEngine):
         logp = torch.stack([torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
                             for t, step in enumerate(gen.logits)], dim=1)  # (B, T)
         samples: list[Sample] = []
+        cut_short = new.shape[1] < params.max_new_tokens  # only new weights end a batch with rows unfinished
         for row in range(len(rows)):
             ids = new[row].tolist()
-            finish = "length"
+            finish = "interrupted" if cut_short else "length"
             if eos_id in ids:
                 ids = ids[: ids.index(eos_id) + 1]
                 finish = "stop"
             samples.append((ids, logp[row, : len(ids)].tolist(), finish))
         return samples
+
+
+def _stop_when(event: threading.Event):
+    """generate's stopping criteria: every row stops once `event` is set (new weights arrived). Imported
+    here: transformers' generation module would add 1.0 s to importing rlvr.rollout (measured)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Arrived(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Arrived()])

@@ -40,6 +40,8 @@ class LoopEngine(ModelEngine):
                     self.model, [contexts[i] for i in idx], g, draft_tokens=self.draft_tokens,
                     lookup_max=self.lookup_max, **kwargs)
             else:
-                samples = decode(self.model, [contexts[i] for i in idx], g, **kwargs)
+                new_weights = self.episodes.new_weights  # partial rollouts: stop for them between steps
+                samples = decode(self.model, [contexts[i] for i in idx], g,
+                                 stop=new_weights.arrived if new_weights else None, **kwargs)
             out.extend(samples)
         return out

@@ -57,7 +57,8 @@ def turn_sequences(c: Completion) -> list[Completion]:
                               prompt_ids=t.context if t.context is not None else
                               c.prompt_ids + c.token_ids[t.context_start:t.start],
                               token_ids=c.token_ids[t.start:t.end], logprobs=c.logprobs[t.start:t.end],
-                              finish_reason=c.finish_reason, policy_version=c.policy_version))
+                              finish_reason=c.finish_reason, policy_version=c.policy_version,
+                              token_versions=None if c.token_versions is None else c.token_versions[t.start:t.end]))
     return out
 
 

@@ -7,6 +7,7 @@ again on its next call. That is what lets the driver re-issue a lost call as it 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -19,7 +20,7 @@ import torch
 from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward, teacher_model
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
-from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked
+from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked, WeightsLoaded
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
 from rlvr.deploy.ray.sync import WeightHandle, load_published
 from rlvr.inference.reward_models import learned_components
@@ -27,7 +28,7 @@ from rlvr.kernels import keep_freed_memory
 from rlvr.models import load_policy, load_tokenizer
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.controls import Speculative
+from rlvr.rollout.controls import NewWeights, Speculative
 from rlvr.rollout.speculative import check_speculative
 from rlvr.tools import ToolCall, ToolResult, resolve_tools, run_tool
 from rlvr.train.grpo import train
@@ -68,16 +69,21 @@ def tool_host(workers: Sequence) -> Callable[[ToolCall, float], ToolResult]:
 class RolloutWorker(Placed):
     """A rollout engine (`rollout.engine`) on a policy copy, on its pool's device, sampling with the
     published weights. Its environments live here; their tool calls run on the reward workers
-    (`tool_workers`)."""
+    (`tool_workers`). With deploy.partial_rollouts, weights the trainer publishes while it samples
+    are offered to it (`offer`, beside the sampling) and taken between decode steps."""
 
     def __init__(self, cfg: Config, threads: int, tool_workers: Sequence = ()) -> None:
         _set_up(threads)
-        self.cfg = cfg
+        self.cfg, self.threads = cfg, threads
         self.tool_workers = list(tool_workers)
         self.engine = None
         self.start_key: str | None = None
-        self.publication: str | None = None  # the published weights the engine holds; None: those of start_path
+        self.held: WeightHandle | None = None  # the published weights the engine holds; None: those of start_path
         self.plain = False  # speculation switched off by the trainer's fallback
+        self.offered: WeightHandle | None = None  # the latest publication offered (partial rollouts)
+        self.arrived = threading.Event()  # set by `offer`: the engine stops decoding at its next step
+        self.offer_lock = threading.Lock()
+        self.loads: list[WeightsLoaded] = []  # the weights loaded during the current sample call
 
     def pid(self) -> int:
         return os.getpid()
@@ -89,30 +95,56 @@ class RolloutWorker(Placed):
         else:
             model, tokenizer = load_policy(c.model, start_path, device=pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
-        self.engine = rollout_engine(c, model, tokenizer, model_dir=start_path,
-                                     episodes=episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None))
-        self.start_key, self.publication, self.plain = start.key, None, False
+        episodes = episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None)
+        if c.deploy.partial_rollouts:
+            episodes = dataclasses.replace(episodes, new_weights=NewWeights(self.arrived, self._take_offered))
+        self.engine = rollout_engine(c, model, tokenizer, model_dir=start_path, episodes=episodes)
+        self.start_key, self.held, self.plain = start.key, None, False
+
+    @ray.method(concurrency_group="weights")
+    def offer(self, weights: WeightHandle) -> None:
+        """Partial rollouts: a publication, offered while this worker may be sampling (it runs beside
+        `sample`); the engine stops decoding at its next step and takes it (`_take_offered`)."""
+        with self.offer_lock:
+            self.offered = weights
+            self.arrived.set()
+
+    def _take_offered(self) -> None:
+        """In the sampling thread, between decode steps: load the offered weights if they are newer."""
+        with self.offer_lock:
+            offered = self.offered
+            self.arrived.clear()
+        if offered is not None and offered.supersedes(self.held):
+            self._load(offered, during_sampling=True)
+
+    def _load(self, weights: WeightHandle, during_sampling: bool = False) -> None:
+        self.loads.append(load_published(self.engine, weights, during_sampling))
+        self.held = weights
 
     def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
                group_offset: int, rng: dict, speculate: bool = True) -> Sampled:
         """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
+        torch.set_num_threads(max(1, self.threads))  # this call's thread (`offer` makes the actor threaded)
         if self.start_key != start.key:
             self._build(start, str(materialize(start)))  # this node's copy: no shared filesystem assumed
         if speculate is False and isinstance(self.engine, Speculative) and not self.plain:
             self.engine.without_speculation()  # the trainer's fallback: acceptance stayed too low
             self.plain = True
-        loaded = None
-        if self.publication != weights.publication:  # a version number may come again after a rollback
-            loaded = load_published(self.engine, weights)
-            self.publication = weights.publication
+        self.loads = []
+        with self.offer_lock:  # a publication offered since the call was made is newer: start with it
+            if self.offered is not None and self.offered.supersedes(weights):
+                weights = self.offered
+            self.arrived.clear()
+        if self.held is None or self.held.publication != weights.publication:  # a version may come again after a rollback
+            self._load(weights)
         if rng.get("state") is not None:
             torch.set_rng_state(rng["state"])
         else:
             torch.manual_seed(rng["seed"])
         completions = self.engine.generate(problems, params, group_offset=group_offset)
-        return Sampled(completions=completions, rng_state=torch.get_rng_state(), weights_loaded=loaded,
+        return Sampled(completions=completions, rng_state=torch.get_rng_state(), weights_loaded=self.loads,
                        speculative=dict(self.engine.speculative_stats if isinstance(self.engine, Speculative)
                                         else {})).timed(t0)
 
@@ -204,8 +236,6 @@ class InferenceWorker(Placed):
         """The learned components, built on first use from this node's copies of their directories
         (`shipped`: reward model and local judge directories, by component name)."""
         if self.learned is None:
-            import dataclasses
-
             r = self.cfg.reward
             local = {name: str(materialize(s)) for name, s in (shipped or {}).items()}
             models = {n: dataclasses.replace(m, path=local.get(n, m.path)) for n, m in r.models.items()}
@@ -252,8 +282,6 @@ class TrainerActor(Placed):
     def train(self, cfg: Config, files: RunFiles, workers: dict, pending_events: list[dict], attempt: int,
               rank: int = 0, world: int = 1, master: tuple[str, int] | None = None) -> dict:
         """files: what the driver shipped; the policy starts from this node's copy of `files.start`."""
-        import dataclasses
-
         from rlvr.deploy.ray.source import RayBatchSource
         if cfg.train.device == "auto" and pool_device()[1].type == "cuda":  # the pool's GPU ('auto': the CPU otherwise)
             cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device="cuda"))
@@ -272,5 +300,6 @@ class TrainerActor(Placed):
 def actor_class(cls, max_restarts: int):
     """`cls` as a Ray actor that Ray restarts when its process dies; the caller re-issues the lost call
     (max_task_retries=0), so every re-issue is seen and logged."""
-    groups = {"concurrency_groups": {"tools": TOOL_THREADS}} if cls is RewardWorker else {}
+    groups = ({"concurrency_groups": {"tools": TOOL_THREADS}} if cls is RewardWorker else
+              {"concurrency_groups": {"weights": 1}} if cls is RolloutWorker else {})
     return ray.remote(max_restarts=max_restarts, max_task_retries=0, **groups)(cls)

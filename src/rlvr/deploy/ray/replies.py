@@ -33,16 +33,19 @@ class WeightsLoaded:
     checksum of what the engine holds matched the trainer's (rlvr.deploy.ray.sync.load_published)."""
     load_s: float
     checksum_ok: bool
+    during_sampling: bool = False
+    """Taken between decode steps of the trajectories in hand (partial rollouts)."""
 
 
 @dataclass(kw_only=True)
 class Sampled(Reply):
     """RolloutWorker.sample: the completions, the RNG state after sampling (the trainer's stream
-    continues from it), the weights loaded for the call (None: it had them) and the draft
-    acceptance of speculative decoding ({} without it)."""
+    continues from it), the weights loaded during the call (none: it had them; with partial
+    rollouts, also those taken while it sampled) and the draft acceptance of speculative decoding
+    ({} without it)."""
     completions: list[Completion]
     rng_state: torch.Tensor
-    weights_loaded: WeightsLoaded | None = None
+    weights_loaded: list[WeightsLoaded] = field(default_factory=list)
     speculative: dict[str, float] = field(default_factory=dict)
 
 

@@ -13,6 +13,10 @@ Async mode (deploy.async): while the trainer updates on batch t, a background th
 batches t+1..t+k (k = deploy.max_staleness) with the weights of version t-1. The queue of
 batches ahead is bounded by k, and every call to an actor waits for the previous one on that
 actor, so a slow module holds back the others instead of piling up results in memory.
+With partial rollouts (deploy.partial_rollouts) each publication is also offered to the rollout
+workers at once: a batch being sampled ahead takes it between decode steps of its unfinished
+trajectories, every token keeping the version that sampled it (Completion.token_versions) and
+its behaviour log-prob, which the update's importance ratio corrects for as for any stale token.
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ class RemoteEngine:
         outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
         if exact:
             torch.set_rng_state(outs[0].rng_state)
-        self.loads += [out.weights_loaded for out in outs if out.weights_loaded]
+        self.loads += [w for out in outs for w in out.weights_loaded]
         stats = [out.speculative for out in outs if out.speculative]
         if stats:  # draft acceptance: the mean over the replicas that sampled speculatively
             with src.lock:
@@ -272,6 +276,9 @@ class RayBatchSource:
             t0 = time.time()  # rollout.sync_every; a rollback republishes
             engine.load_weights(model.state_dict().items(), version, tied_names(model))
             published_s = time.time() - t0
+            if d.partial_rollouts:  # to the batches being sampled ahead, between their decode steps
+                for worker in self.workers["rollout"]:
+                    worker.offer.remote(engine.handle)  # a worker that died has nothing in flight to offer it to
         handle = engine.handle
         dropped = 0
         if self.executor is None:
@@ -311,6 +318,8 @@ class RayBatchSource:
         if engine.loads:  # the slowest worker's load; a worker whose checksum check failed is a mismatch
             Synced(max(w.load_s for w in engine.loads), 0, engine.sync_method,
                    sum(not w.checksum_ok for w in engine.loads)).add_to(batch.metrics)
+        if self.cfg.deploy.partial_rollouts:
+            batch.metrics["rollout/weights_taken_midway"] = float(sum(w.during_sampling for w in engine.loads))
         return batch
 
     def logprobs_on_pool(self, call, completions) -> torch.Tensor:
@@ -450,6 +459,12 @@ class RayBatchSource:
         out = {"perf/staleness_mean": sum(lag) / len(lag), "perf/staleness_max": float(max(lag)),
                "rollout/stale_groups_dropped": float(dropped), "perf/policy_version": float(version),
                "perf/trainer_busy_s": max(0.0, interval - wait), "perf/trainer_idle_s": wait}
+        if self.cfg.deploy.partial_rollouts:  # per sampled token: the version that sampled it
+            lags = [version - v for c in batch.completions for v, m in
+                    zip(c.token_versions or [c.policy_version] * len(c.token_ids), c.mask) if m] or [0]
+            out["perf/token_staleness_mean"] = sum(lags) / len(lags)
+            out["rollout/partial_frac"] = (sum(c.token_versions is not None for c in batch.completions)
+                                           / max(1, len(batch.completions)))
         with self.lock:
             busy, self.busy = self.busy, defaultdict(float)
         for m in MODULES:

@@ -41,6 +41,15 @@ class WeightHandle:
     """Names that share another's storage in the trainer's model (left out of checksums)."""
     bytes: int = 0
 
+    def supersedes(self, other: WeightHandle | None) -> bool:
+        """Whether this is a later publication than `other` by the same publisher (None: any is). A
+        rollback's publication supersedes the ones before it; another publisher's (a restarted
+        trainer's) never does: the calls it makes name its own."""
+        if other is None:
+            return True
+        mine, theirs = self.publication.rpartition("/"), other.publication.rpartition("/")
+        return bool(mine[0]) and mine[0] == theirs[0] and int(mine[2]) > int(theirs[2])
+
 
 class WeightPublisher:
     """Trainer side. Keeps the latest version's payload alive until the next publication."""
@@ -77,13 +86,14 @@ def fetch_weights(handle: WeightHandle) -> dict:
     return dict(zip(handle.names, ray.get(handle.refs), strict=True))
 
 
-def load_published(engine, handle: WeightHandle) -> WeightsLoaded:
+def load_published(engine, handle: WeightHandle, during_sampling: bool = False) -> WeightsLoaded:
     """Worker side: fetch the published weights into `engine` and check them twice: what arrived
     against the trainer's checksum, and what the engine holds after loading against what arrived
-    (in the dtype it holds), for the trainer's sync metrics."""
+    (in the dtype it holds), for the trainer's sync metrics. during_sampling: taken between decode
+    steps (partial rollouts)."""
     t0 = time.time()
     weights = fetch_weights(handle)
     engine.load_weights(weights.items(), handle.version)
     kept = [t for name, t in weights.items() if name not in handle.tied]
     ok = checksum(kept) == handle.checksum and engine.weights_checksum() == checksum(kept, engine.sync_dtype)
-    return WeightsLoaded(load_s=time.time() - t0, checksum_ok=ok)
+    return WeightsLoaded(load_s=time.time() - t0, checksum_ok=ok, during_sampling=during_sampling)
