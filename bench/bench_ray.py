@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlvr.config import load_config  # noqa: E402
 from rlvr.runlog import read_jsonl  # noqa: E402
+from rlvr.stats import paired_report  # noqa: E402
+from rlvr.sweep import outcomes  # noqa: E402
 
 MODES = {
     "embedded": [],
@@ -41,6 +43,14 @@ MODES = {
 
 def mean(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
+
+
+def paired(base: Path, a: str, b: str) -> dict:
+    """Held-out correctness after training of mode a against mode b, problem by problem."""
+    mine, theirs = outcomes(base / a), outcomes(base / b)
+    ids = sorted(theirs)
+    rep = paired_report([theirs[i] for i in ids], [mine[i] for i in ids], alpha=0.05, iterations=10000, seed=0)
+    return {"diff_points": rep["diff"] * 100, "ci95_points": [x * 100 for x in rep["ci"]], "mcnemar_p": rep["mcnemar_p"]}
 
 
 def measure(name: str, config: str | None, overrides: list[str], base: Path) -> dict:
@@ -102,6 +112,11 @@ def main() -> int:
     for key, value in ratios.items():
         print(f"{key} = {value:.2f}")
     results["ratios"] = ratios
+    if "ray_async_partial" in results and "ray_async" in results:
+        vs = paired(base, "ray_async_partial", "ray_async")
+        print(f"held-out, partial vs whole-group: {vs['diff_points']:+.1f} points [{vs['ci95_points'][0]:+.1f}, "
+              f"{vs['ci95_points'][1]:+.1f}], McNemar p = {vs['mcnemar_p']:.3g}")
+        results["partial_vs_whole_group"] = vs
     Path(args.out).write_text(json.dumps({"steps": args.steps, "config": args.config, "overrides": common, **results},
                                          indent=2) + "\n")
     return 0

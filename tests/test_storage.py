@@ -130,3 +130,38 @@ def load_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(Path(model_dir) / "model.safetensors")
+
+
+def test_a_recording_at_a_url_is_uploaded_as_it_is_written_and_continued_elsewhere(s3, tmp_path, monkeypatch):
+    """rlvr serve --record s3://...: each write reaches the URL without waiting for shutdown; a server
+    on another machine (an empty cache) appends to the same recording; `rlvr data recording URL` reads it."""
+    import time
+
+    from rlvr.cli import main
+    from rlvr.serve.record import Recorder
+
+    url = "s3://runs/recording"
+    for machine in ("a", "b"):
+        (tmp_path / machine).mkdir()
+    monkeypatch.chdir(tmp_path / "a")  # where its local copy is (.cache/recordings)
+    first = Recorder(url)
+    first.served("r1", "tiny", "a", [{"role": "user", "content": "2+2?"}], [1, 2], [3], "4", "stop")
+    fs = first.mirror.fs
+    deadline = time.time() + 30
+    while b"r1" not in (fs.cat_file("runs/recording/served.jsonl") if fs.exists("runs/recording/served.jsonl") else b""):
+        assert time.time() < deadline, "the response never reached the URL"
+        time.sleep(0.1)
+        fs.invalidate_cache()
+    first.feedback({"response_id": "r1", "score": 1.0})
+    first.close()
+
+    monkeypatch.chdir(tmp_path / "b")
+    second = Recorder(url)  # another machine: what the first served takes feedback here
+    second.served("r2", "tiny", "a", [{"role": "user", "content": "3+3?"}], [1, 2], [3], "7", "stop")
+    second.feedback({"response_id": "r2", "preferred": "6"})
+    second.close()
+    served = [json.loads(line) for line in fs.cat_file("runs/recording/served.jsonl").decode().splitlines()]
+    assert [r["id"] for r in served] == ["r1", "r2"]
+    sft = tmp_path / "sft.jsonl"
+    assert main(["data", "recording", url, "--sft", str(sft)]) == 0
+    assert sorted(json.loads(line)["messages"][-1]["content"] for line in sft.read_text().splitlines()) == ["4", "6"]

@@ -26,20 +26,29 @@ def test_the_grid_from_the_arguments():
         axes(["train.steps=3"])
 
 
-def test_a_sweep_runs_every_trial_and_reports_the_one_that_diverged(tmp_path, sft_cache, capsys):
+def test_a_sweep_at_a_url_runs_every_trial_there_and_reports_the_one_that_diverged(tmp_path, sft_cache, capsys,
+                                                                                    monkeypatch):
+    """--out at an s3:// URL (moto's server): every trial a run directory there, the reports beside them."""
+    import fsspec
     from conftest import TINY
+    from s3_server import s3_server
 
-    out = tmp_path / "sweep"
-    args = ["sweep", "debug.inject_nan_at_step=0,2", "rollback.max_retries=0", *TINY, "ckpt.every=0",
-            f"sft.cache_dir={sft_cache}", "log.tensorboard=false", "--out", str(out)]
-    assert main(args) == 0
-    report = json.loads((out / "sweep.json").read_text())
+    pytest.importorskip("s3fs")
+    monkeypatch.chdir(tmp_path)  # the local caches (.cache/runs, .cache/sweeps) start empty
+    with s3_server():
+        out = "s3://runs/sweep"
+        args = ["sweep", "debug.inject_nan_at_step=0,2", "rollback.max_retries=0", *TINY, "ckpt.every=0",
+                f"sft.cache_dir={sft_cache}", "log.tensorboard=false", "--out", out]
+        assert main(args) == 0
+        fs = fsspec.filesystem("s3", skip_instance_cache=True)
+        report = json.loads(fs.cat_file("runs/sweep/sweep.json"))
+        page = fs.cat_file("runs/sweep/sweep.html").decode()
+        assert fs.exists("runs/sweep/debug.inject_nan_at_step=2/metrics.jsonl")
+        assert fs.exists("runs/sweep/debug.inject_nan_at_step=0/model/model.safetensors")  # a normal run directory
     by_name = {t["trial"]: t for t in report["trials"]}
     good, bad = by_name["debug.inject_nan_at_step=0"], by_name["debug.inject_nan_at_step=2"]
     assert report["best"] == "debug.inject_nan_at_step=0" and report["failed"] == 1
     assert good["status"] == "completed" and good["eval_after"] is not None
-    assert bad["status"] != "completed" and (out / "debug.inject_nan_at_step=2" / "metrics.jsonl").exists()
-    assert (out / "debug.inject_nan_at_step=0" / "model" / "model.safetensors").exists()  # a normal run directory
-    page = (out / "sweep.html").read_text()
-    assert "<img" in page and "debug.inject_nan_at_step=2" in page
+    assert good["run_dir"] == "s3://runs/sweep/debug.inject_nan_at_step=0" and bad["status"] != "completed"
+    assert "<img" in page and "debug.inject_nan_at_step=2" in page  # curves read back from the URL
     assert "best: debug.inject_nan_at_step=0" in capsys.readouterr().err

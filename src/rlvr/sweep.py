@@ -4,8 +4,8 @@
     results = run_trials(files, base_overrides, trials, out_dir, parallel=1)      # Ray Tune runs them
     comparison = compare(results, metric="eval_after")                            # sweep.json, sweep.html
 
-Each trial is `rlvr train` with its overrides and its own run directory (out_dir/<trial>), run
-by Ray Tune as a trial (in parallel as the cluster allows: `parallel` at once; one after another
+Each trial is `rlvr train` with its overrides and its own run directory (out_dir/<trial>; out_dir
+may be a URL, each trial's run.dir then a URL under it: rlvr.storage), run by Ray Tune as a trial (in parallel as the cluster allows: `parallel` at once; one after another
 by default, as an embedded run takes the machine). A trial that diverges or fails is reported with
 its error; the others go on. The comparison ranks the trials by held-out accuracy after training
 and tests each against the best on the same held-out problems (paired bootstrap, exact McNemar).
@@ -23,8 +23,19 @@ from typing import Any
 
 from rlvr.configlib import ConfigError
 from rlvr.ops.plots import PlotSpec, render_png
-from rlvr.runlog import read_jsonl
 from rlvr.stats import paired_report
+from rlvr.urls import is_url, join, read_text
+
+
+def jsonl(location: str | Path) -> list[dict[str, Any]]:
+    """A run file's rows, by path or URL (none when it is not there); a line cut short is passed over."""
+    rows = []
+    for line in (read_text(location) or "").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
 def split_values(text: str) -> list[str]:
@@ -76,17 +87,19 @@ def trial_name(overrides: list[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "__".join(overrides))[:120]
 
 
-def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]], out_dir: Path, *, parallel: int = 1,
-               profile: str | None = None) -> list[dict[str, Any]]:
-    """Every trial through Ray Tune; each trial's result: its overrides, run directory, status,
-    summary (or error)."""
+def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]], out: str | Path, local: Path, *,
+               parallel: int = 1, profile: str | None = None) -> list[dict[str, Any]]:
+    """Every trial through Ray Tune, each in its run directory under `out` (a directory or a URL);
+    `local`: where Tune keeps its own state. Each trial's result: its overrides, run directory,
+    status, summary (or error)."""
     import ray
     from ray import tune
 
     import os
 
-    out_dir = Path(out_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out if is_url(out) else Path(out).resolve()
+    local = Path(local).resolve()
+    local.mkdir(parents=True, exist_ok=True)
     files = [str(Path(f).resolve()) for f in config_files]
     cwd = os.getcwd()
 
@@ -96,7 +109,7 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
         from rlvr.train.grpo import train
 
         os.chdir(cwd)  # Tune starts a trial in a directory of its own; relative paths mean the caller's
-        overrides = [*fixed, *space["overrides"], f"run.dir={out_dir / trial_name(space['overrides'])}",
+        overrides = [*fixed, *space["overrides"], f"run.dir={join(out, trial_name(space['overrides']))}",
                      "run.progress=false"]
         summary = train(load_config(files, overrides, profile=profile))
         after = (summary.get("eval_after") or {}).get("accuracy")
@@ -111,31 +124,28 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
             tune.with_resources(trial, {"cpu": 1}),
             param_space={"overrides": tune.grid_search(grid)},
             tune_config=tune.TuneConfig(max_concurrent_trials=parallel),
-            run_config=tune.RunConfig(name="tune", storage_path=str(out_dir), verbose=0,
+            run_config=tune.RunConfig(name="tune", storage_path=str(local), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=0, fail_fast=False)))
         results = tuner.fit()
     finally:
         if own:
             ray.shutdown()
-    out = []
+    rows = []
     for r in results:
         overrides = r.config["overrides"]
-        run_dir = out_dir / trial_name(overrides)
-        summary_path = run_dir / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        run_dir = join(out, trial_name(overrides))
+        text = read_text(join(run_dir, "summary.json"))
+        summary = json.loads(text) if text is not None else None
         status = summary["status"] if summary else "failed"
-        out.append({"overrides": overrides, "run_dir": str(run_dir), "status": "failed" if r.error else status,
-                    "error": f"{type(r.error).__name__}: {r.error}".splitlines()[0][:300] if r.error else None,
-                    "summary": summary})
-    return out
+        rows.append({"overrides": overrides, "run_dir": str(run_dir), "status": "failed" if r.error else status,
+                     "error": f"{type(r.error).__name__}: {r.error}".splitlines()[0][:300] if r.error else None,
+                     "summary": summary})
+    return rows
 
 
-def outcomes(run_dir: Path) -> dict[str, float] | None:
+def outcomes(run_dir: str | Path) -> dict[str, float] | None:
     """The final evaluation's per-problem correctness of a run (eval.jsonl), by problem id."""
-    path = Path(run_dir) / "eval.jsonl"
-    if not path.exists():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = jsonl(join(run_dir, "eval.jsonl"))
     if not rows:
         return None
     last = max(r["step"] for r in rows)
@@ -150,14 +160,14 @@ def compare(results: list[dict[str, Any]], *, alpha: float = 0.05) -> dict[str, 
     done = [r for r in results if r["status"] == "completed" and accuracy(r) is not None]
     done.sort(key=lambda r: -accuracy(r))
     best = done[0] if done else None
-    best_out = outcomes(Path(best["run_dir"])) if best else None
+    best_out = outcomes(best["run_dir"]) if best else None
     rows = []
     for r in results:
         row = {"trial": trial_name(r["overrides"]), "overrides": r["overrides"], "status": r["status"],
                "run_dir": r["run_dir"], "error": r["error"], "eval_after": accuracy(r),
                "eval_before": (((r["summary"] or {}).get("eval_before")) or {}).get("accuracy"),
                "reward_last": (r["summary"] or {}).get("reward_last")}
-        mine = outcomes(Path(r["run_dir"])) if r in done else None
+        mine = outcomes(r["run_dir"]) if r in done else None
         if best_out and mine and r is not best and set(mine) == set(best_out):
             ids = sorted(best_out)
             rep = paired_report([best_out[i] for i in ids], [mine[i] for i in ids], alpha=alpha, iterations=10000, seed=0)
@@ -174,10 +184,7 @@ def write_report(comparison: dict[str, Any], out_dir: Path) -> Path:
 
     merged: dict[str, list[dict]] = {}
     for t in comparison["trials"]:
-        path = Path(t["run_dir"]) / "metrics.jsonl"
-        if not path.exists():
-            continue
-        for row in read_jsonl(path):
+        for row in jsonl(join(t["run_dir"], "metrics.jsonl")):
             for key in ("reward/mean", "eval/accuracy", "actor/kl"):
                 if key in row:
                     merged.setdefault(key, []).append({"step": row["step"], t["trial"]: row[key]})

@@ -4,8 +4,12 @@ a run directory at one)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import fsspec
@@ -22,6 +26,23 @@ def cache_dir(url: str, root: str | Path) -> Path:
     """The local copy of `url` under `root`: one directory per URL."""
     name = url.rstrip("/").rsplit("/", 1)[-1] or "root"
     return Path(root) / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+def join(location: str | Path, *parts: str) -> str | Path:
+    """`location`/parts: a URL stays a string, a local path a Path."""
+    if is_url(location):
+        return "/".join([str(location).rstrip("/"), *parts])
+    return Path(location).joinpath(*parts)
+
+
+def read_text(location: str | Path) -> str | None:
+    """A file's text, by local path or URL; None when there is no such file."""
+    if not is_url(location):
+        path = Path(location)
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+    fs, path = filesystem(str(location))
+    fs.invalidate_cache(path)  # listings are cached per process; another may have written it since
+    return fs.cat_file(path).decode("utf-8") if fs.isfile(path) else None
 
 
 def digest_dir(root: str | Path) -> str:
@@ -78,3 +99,61 @@ def put_dir(local: str | Path, url: str, *, last: str | None = None) -> None:
     files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.name == last)
     for f in files:
         fs.put_file(str(f), f"{path.rstrip('/')}/{f.relative_to(root).as_posix()}")
+
+
+class Mirror:
+    """Files of a local directory kept at a URL, for files written while a process serves (a recording):
+    `pull` takes each remote copy longer than the local one (the files only grow); after `changed`
+    a background thread uploads a snapshot of every file, one upload at a time, the newest state
+    each time; `close` uploads once more, and waits for it. An upload that fails is logged and
+    retried with the next change; the local copy keeps everything meanwhile."""
+
+    def __init__(self, local: str | Path, url: str, names: Sequence[str], lock: threading.Lock | None = None) -> None:
+        """lock: held by the writer of the files while it writes; a snapshot is taken under it."""
+        self.local, self.url, self.names = Path(local), url.rstrip("/"), tuple(names)
+        self.fs, self.path = filesystem(self.url)
+        self.lock = lock or threading.Lock()
+        self._changed = threading.Event()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=f"mirror {self.url}", daemon=True)
+        self._thread.start()
+
+    def _remote(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+    def pull(self) -> None:
+        self.local.mkdir(parents=True, exist_ok=True)
+        self.fs.invalidate_cache(self.path)
+        for name in self.names:
+            remote, mine = self._remote(name), self.local / name
+            if self.fs.isfile(remote) and (not mine.exists() or mine.stat().st_size < self.fs.size(remote)):
+                self.fs.get_file(remote, str(mine))
+
+    def changed(self) -> None:
+        self._changed.set()
+
+    def push(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.lock:  # never a line half written
+                kept = [n for n in self.names if (self.local / n).exists()]
+                for name in kept:
+                    shutil.copyfile(self.local / name, Path(tmp) / name)
+            for name in kept:
+                self.fs.put_file(str(Path(tmp) / name), self._remote(name))
+
+    def _run(self) -> None:
+        while True:
+            self._changed.wait()
+            if self._closing:
+                return
+            self._changed.clear()
+            try:
+                self.push()
+            except Exception as exc:  # the network, credentials: the next change tries again
+                logging.getLogger(__name__).warning("could not upload to %s: %s: %s", self.url, type(exc).__name__, exc)
+
+    def close(self) -> None:
+        self._closing = True
+        self._changed.set()
+        self._thread.join()
+        self.push()

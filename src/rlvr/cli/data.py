@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        description="SFT records (responses scored at least --min-score, preferred alternatives) and "
                        "preference pairs (a preferred alternative over its response; the higher-scored of two "
                        "responses to one conversation) from a recording with its feedback (rlvr.serve.record).")
-    r.add_argument("recording", type=Path, metavar="DIR", help="the directory rlvr serve --record wrote")
+    r.add_argument("recording", metavar="DIR", help="the directory (or URL) rlvr serve --record wrote")
     r.add_argument("--sft", type=Path, metavar="FILE", help="JSONL for `rlvr sft --data FILE`")
     r.add_argument("--pairs", type=Path, metavar="FILE", help="JSONL for `rlvr rm train FILE`")
     r.add_argument("--min-score", type=float, default=1.0, help="the score a response needs to become SFT data "
@@ -60,8 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def recording(args: argparse.Namespace) -> int:
     from rlvr.serve.record import training_data
+    from rlvr.urls import join, read_text
 
-    if not (args.recording / "served.jsonl").exists():
+    if read_text(join(args.recording, "served.jsonl")) is None:
         print(f"rlvr data recording: {args.recording}/served.jsonl: no recording (rlvr serve --record DIR writes it)",
               file=sys.stderr)
         return 2

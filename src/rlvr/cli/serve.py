@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, help="TCP port (= serve.port; 0 = any free port)")
     parser.add_argument("--record", metavar="DIR", help="keep every response with its tokens in DIR/served.jsonl and "
                         "take POST /v1/feedback into DIR/feedback.jsonl (`rlvr data recording DIR` makes training "
-                        "data of them)")
+                        "data of them); DIR may be a URL (s3://...): written locally, uploaded after each write")
     add_device_argument(parser)
     add_config_arguments(parser)
 
@@ -151,6 +151,8 @@ def run(args) -> int:
             server.close()
             if server.reward is not None:
                 server.reward.close()
+            if server.recorder is not None:
+                server.recorder.close()
 
     class Uvicorn(uvicorn.Server):
         """uvicorn re-raises the SIGTERM or SIGINT it stopped on once it has shut down, which ends the

@@ -1,4 +1,6 @@
 """What `rlvr serve --record DIR` keeps, the feedback it takes, and the training data made of both.
+DIR may be a URL (s3://, gs://, ...): the files are written in a local copy under .cache/recordings
+and uploaded in the background after each write (rlvr.urls.Mirror), and once more at shutdown.
 
     DIR/served.jsonl     one line per response: id, time, model, arm, the conversation (chat messages as
                          the template rendered them, or the text prompt), prompt and completion token
@@ -25,25 +27,46 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.serve.errors import APIError
+from rlvr.urls import Mirror, cache_dir, is_url, join, read_text
 
 MAX_FEEDBACK_CHARS = 100_000
+FILES = ("served.jsonl", "feedback.jsonl")
+CACHE = ".cache/recordings"
+"""Where a recording at a URL is written before it is uploaded (relative to the working directory)."""
 
 
 class Recorder:
     def __init__(self, directory: str | Path) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.served_path, self.feedback_path = self.dir / "served.jsonl", self.dir / "feedback.jsonl"
         self._lock = threading.Lock()
+        self.mirror = None
+        if is_url(directory):
+            self.dir = cache_dir(str(directory), CACHE)
+            self.mirror = Mirror(self.dir, str(directory), FILES, self._lock)
+            self.mirror.pull()  # earlier sessions' recording, to append to
+        else:
+            self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.served_path, self.feedback_path = (self.dir / name for name in FILES)
         self._ids = {r["id"] for r in _read(self.served_path)}  # earlier sessions' responses take feedback too
+
+    def _append(self, path: Path, row: dict[str, Any]) -> None:
+        """Called with the lock held."""
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.mirror is not None:
+            self.mirror.changed()
+
+    def close(self) -> None:
+        """At shutdown: a recording at a URL is uploaded as it is now."""
+        if self.mirror is not None:
+            self.mirror.close()
 
     def served(self, rid: str, model: str, arm: str, conversation: Any, prompt_ids: list[int],
                completion_ids: list[int], text: str, finish: str) -> None:
         row = {"id": rid, "time": time.time(), "model": model, "arm": arm, "conversation": conversation,
                "prompt_ids": prompt_ids, "completion_ids": completion_ids, "text": text, "finish": finish}
         with self._lock:
-            with self.served_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            self._append(self.served_path, row)
             self._ids.add(rid)
 
     def feedback(self, body: Any) -> dict[str, Any]:
@@ -70,8 +93,7 @@ class Recorder:
         row = {"response_id": body["response_id"], "time": time.time(), "score": score, "preferred": preferred,
                "comment": str(body.get("comment") or "")[:2000]}
         with self._lock:
-            with self.feedback_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            self._append(self.feedback_path, row)
         return {"ok": True, "response_id": body["response_id"]}
 
 
@@ -82,12 +104,13 @@ def _finite(x: float) -> bool:
         return False
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
-    """The lines of a JSONL file that parse (a last line cut by a kill is passed over)."""
-    if not path.exists():
+def _read(location: str | Path) -> list[dict[str, Any]]:
+    """The lines of a JSONL file (a path or a URL) that parse (a last line cut by a kill is passed over)."""
+    text = read_text(location)
+    if text is None:
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             out.append(json.loads(line))
         except ValueError:
@@ -104,11 +127,11 @@ def _chat(conversation: Any, reply: str) -> list[dict[str, str]] | None:
 
 
 def training_data(directory: str | Path, min_score: float = 1.0) -> tuple[list[dict], list[dict]]:
-    """(SFT records, preference pairs) from a recording (see the module docstring)."""
-    served = {r["id"]: r for r in _read(Path(directory) / "served.jsonl")}
+    """(SFT records, preference pairs) from a recording, a directory or a URL (see the module docstring)."""
+    served = {r["id"]: r for r in _read(join(directory, "served.jsonl"))}
     latest: dict[str, dict] = {}
     preferred: list[tuple[dict, str]] = []
-    for f in _read(Path(directory) / "feedback.jsonl"):
+    for f in _read(join(directory, "feedback.jsonl")):
         r = served.get(f["response_id"])
         if r is None:
             continue
