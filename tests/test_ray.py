@@ -449,10 +449,11 @@ def test_a_worker_takes_only_a_later_publication_of_the_trainer_it_serves():
     from rlvr.deploy.ray.sync import WeightHandle
 
     first, later, rollback = (WeightHandle(v, publication=f"abc/{n}") for v, n in ((4, 1), (5, 2), (3, 3)))
-    assert later.supersedes(first) and not first.supersedes(later) and not later.supersedes(later)
-    assert rollback.supersedes(later)  # a rollback's weights replace those before it, version numbers aside
+    assert later.supersedes(first.publication) and not first.supersedes(later.publication)
+    assert not later.supersedes(later.publication)
+    assert rollback.supersedes(later.publication)  # a rollback's weights replace those before it, version numbers aside
     assert first.supersedes(None)  # a worker that holds the start's weights takes any publication
-    assert not WeightHandle(9, publication="new/7").supersedes(later)  # a restarted trainer names its own
+    assert not WeightHandle(9, publication="new/7").supersedes(later.publication)  # a restarted trainer names its own
 
 
 def test_the_tool_task_runs_on_ray(cluster, tmp_path):

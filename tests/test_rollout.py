@@ -58,14 +58,29 @@ def test_greedy_is_deterministic():
     assert len(a) == 1 and a[0].token_ids == b[0].token_ids
 
 
+class ArrivesAt(threading.Event):
+    """Set as of its n-th look: weights that arrive while the engine runs its first decode step (the
+    episodes look once before the turn, the engine once per step)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.looks, self.n = 0, n
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        if self.looks == self.n:
+            self.set()
+        return super().is_set()
+
+
 @pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
 def test_rows_stopped_for_new_weights_go_on_with_them_each_token_with_its_version(engine_cls):
-    """Partial rollouts: new weights arrive before the first decode step ends; every unfinished row
-    stops after one token, takes them and is sampled on. Each token keeps the version, and the
-    behaviour log-prob, of the weights that sampled it."""
+    """Partial rollouts: new weights arrive during the first decode step; every unfinished row stops
+    after one token, takes them and is sampled on. Each token keeps the version, and the behaviour
+    log-prob, of the weights that sampled it."""
     model, tok = _model()
     old, new = copy.deepcopy(model), build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=1)
-    arrived, taken = threading.Event(), []
+    arrived, taken = ArrivesAt(2), []
 
     def take():
         engine.load_weights(new.state_dict().items(), engine.version + 1)
@@ -74,7 +89,6 @@ def test_rows_stopped_for_new_weights_go_on_with_them_each_token_with_its_versio
 
     spec = dataclasses.replace(SINGLE_TURN, new_weights=NewWeights(arrived, take))
     engine = engine_cls(model, tok, episodes=spec)
-    arrived.set()
     torch.manual_seed(0)
     out = engine.generate([Problem(id="a", prompt="12+3="), Problem(id="b", prompt="45+6=")],
                           SamplingParams(group_size=4, max_new_tokens=8))

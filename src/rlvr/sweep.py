@@ -1,11 +1,11 @@
 """Sweeps: a grid (or random samples) of config values, each a normal run, compared at the end.
 
     trials = grid(["algo.beta=0.001,0.003,0.01,0.03", "train.lr=1e-5,3e-5"])   # 8 override lists
-    results = run_trials(files, base_overrides, trials, out_dir, parallel=1)      # Ray Tune runs them
+    results = run_trials(files, base_overrides, trials, out, local, parallel=1)  # Ray Tune runs them
     comparison = compare(results, metric="eval_after")                            # sweep.json, sweep.html
 
-Each trial is `rlvr train` with its overrides and its own run directory (out_dir/<trial>; out_dir
-may be a URL, each trial's run.dir then a URL under it: rlvr.storage), run by Ray Tune as a trial (in parallel as the cluster allows: `parallel` at once; one after another
+Each trial is `rlvr train` with its overrides and its own run directory (out/<trial>; `out` may be
+a URL, each trial's run.dir then a URL under it: rlvr.storage; Tune's own state stays in `local`), run by Ray Tune as a trial (in parallel as the cluster allows: `parallel` at once; one after another
 by default, as an embedded run takes the machine). A trial that diverges or fails is reported with
 its error; the others go on. The comparison ranks the trials by held-out accuracy after training
 and tests each against the best on the same held-out problems (paired bootstrap, exact McNemar).

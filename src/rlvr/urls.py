@@ -7,7 +7,6 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,19 +101,23 @@ def put_dir(local: str | Path, url: str, *, last: str | None = None) -> None:
 
 
 class Mirror:
-    """Files of a local directory kept at a URL, for files written while a process serves (a recording):
-    `pull` takes each remote copy longer than the local one (the files only grow); after `changed`
-    a background thread uploads a snapshot of every file, one upload at a time, the newest state
-    each time; `close` uploads once more, and waits for it. An upload that fails is logged and
-    retried with the next change; the local copy keeps everything meanwhile."""
+    """Files of a local directory kept at a URL, for files that only grow while a process serves (a
+    recording; one writer at a time): `pull` takes each remote copy longer than the local one; after
+    `changed` a background thread uploads every file as far as it was written, at most once every
+    `interval_s` (an object store cannot append: each upload is the whole file); `close` uploads once
+    more. An upload that fails is logged and retried with the next change; the local copy keeps
+    everything meanwhile."""
 
-    def __init__(self, local: str | Path, url: str, names: Sequence[str], lock: threading.Lock | None = None) -> None:
-        """lock: held by the writer of the files while it writes; a snapshot is taken under it."""
+    def __init__(self, local: str | Path, url: str, names: Sequence[str], lock: threading.Lock | None = None,
+                 interval_s: float = 2.0) -> None:
+        """lock: held by the writer of the files while it writes a line (their sizes are read under it,
+        so an upload never ends inside a line)."""
         self.local, self.url, self.names = Path(local), url.rstrip("/"), tuple(names)
         self.fs, self.path = filesystem(self.url)
         self.lock = lock or threading.Lock()
+        self.interval_s = interval_s
         self._changed = threading.Event()
-        self._closing = False
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"mirror {self.url}", daemon=True)
         self._thread.start()
 
@@ -133,27 +136,29 @@ class Mirror:
         self._changed.set()
 
     def push(self) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            with self.lock:  # never a line half written
-                kept = [n for n in self.names if (self.local / n).exists()]
-                for name in kept:
-                    shutil.copyfile(self.local / name, Path(tmp) / name)
-            for name in kept:
-                self.fs.put_file(str(Path(tmp) / name), self._remote(name))
+        with self.lock:  # whole lines only
+            sizes = {n: (self.local / n).stat().st_size for n in self.names if (self.local / n).exists()}
+        for name, size in sizes.items():
+            with (self.local / name).open("rb") as f:
+                self.fs.pipe_file(self._remote(name), f.read(size))
+
+    def _try_push(self) -> None:
+        try:
+            self.push()
+        except Exception as exc:  # the network, credentials: the next change tries again
+            logging.getLogger(__name__).warning("could not upload to %s: %s: %s", self.url, type(exc).__name__, exc)
 
     def _run(self) -> None:
-        while True:
+        while not self._closing.is_set():
             self._changed.wait()
-            if self._closing:
-                return
             self._changed.clear()
-            try:
-                self.push()
-            except Exception as exc:  # the network, credentials: the next change tries again
-                logging.getLogger(__name__).warning("could not upload to %s: %s: %s", self.url, type(exc).__name__, exc)
+            if self._closing.is_set():
+                return
+            self._try_push()
+            self._closing.wait(self.interval_s)  # changes meanwhile go up together
 
-    def close(self) -> None:
-        self._closing = True
+    def close(self, timeout_s: float = 60.0) -> None:
+        self._closing.set()
         self._changed.set()
-        self._thread.join()
-        self.push()
+        self._thread.join(timeout_s)
+        self._try_push()

@@ -148,11 +148,11 @@ def run(args) -> int:
     def close() -> None:
         if not closed:
             closed.append(True)
+            if server.recorder is not None:
+                server.recorder.close()  # uploaded first: a recording at a URL is what must not be lost
             server.close()
             if server.reward is not None:
                 server.reward.close()
-            if server.recorder is not None:
-                server.recorder.close()
 
     class Uvicorn(uvicorn.Server):
         """uvicorn re-raises the SIGTERM or SIGINT it stopped on once it has shut down, which ends the

@@ -330,6 +330,8 @@ def _sample(engine: TokenSampler, contexts: Sequence[Sequence[int]], params, gro
     engine stopped for new weights are sampled on with them, from where they stopped, until they
     finish; their behaviour log-probs are each token's own (the update corrects every token for the
     policy that sampled it)."""
+    if spec.new_weights is not None and spec.new_weights.arrived.is_set():  # arrived before this turn
+        spec.new_weights.take()
     out = [(ids, logps, finish, [engine.version] * len(ids))
            for ids, logps, finish in engine.sample(contexts, params, group_size)]
     while spec.new_weights is not None and any(s[2] == "interrupted" for s in out):

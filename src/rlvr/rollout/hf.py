@@ -47,7 +47,8 @@ class HFEngine(ModelEngine):
         logp = torch.stack([torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
                             for t, step in enumerate(gen.logits)], dim=1)  # (B, T)
         samples: list[Sample] = []
-        cut_short = new.shape[1] < params.max_new_tokens  # only new weights end a batch with rows unfinished
+        cut_short = (new_weights is not None and new_weights.arrived.is_set()  # stopped for new weights
+                     and new.shape[1] < params.max_new_tokens)
         for row in range(len(rows)):
             ids = new[row].tolist()
             finish = "interrupted" if cut_short else "length"

@@ -22,7 +22,7 @@ from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked, WeightsLoaded
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
-from rlvr.deploy.ray.sync import WeightHandle, load_published
+from rlvr.deploy.ray.sync import OFFERS, WeightHandle, load_published
 from rlvr.inference.reward_models import learned_components
 from rlvr.kernels import keep_freed_memory
 from rlvr.models import load_policy, load_tokenizer
@@ -78,7 +78,8 @@ class RolloutWorker(Placed):
         self.tool_workers = list(tool_workers)
         self.engine = None
         self.start_key: str | None = None
-        self.held: WeightHandle | None = None  # the published weights the engine holds; None: those of start_path
+        self.publication: str | None = None  # the published weights the engine holds; None: those of start_path
+        # (the id only: a handle would keep its payload alive in the object store after the next publication)
         self.plain = False  # speculation switched off by the trainer's fallback
         self.offered: WeightHandle | None = None  # the latest publication offered (partial rollouts)
         self.arrived = threading.Event()  # set by `offer`: the engine stops decoding at its next step
@@ -99,34 +100,35 @@ class RolloutWorker(Placed):
         if c.deploy.partial_rollouts:
             episodes = dataclasses.replace(episodes, new_weights=NewWeights(self.arrived, self._take_offered))
         self.engine = rollout_engine(c, model, tokenizer, model_dir=start_path, episodes=episodes)
-        self.start_key, self.held, self.plain = start.key, None, False
+        self.start_key, self.publication, self.plain = start.key, None, False
 
-    @ray.method(concurrency_group="weights")
     def offer(self, weights: WeightHandle) -> None:
-        """Partial rollouts: a publication, offered while this worker may be sampling (it runs beside
-        `sample`); the engine stops decoding at its next step and takes it (`_take_offered`)."""
+        """Partial rollouts: a publication, offered while this worker may be sampling (called in the
+        concurrency group OFFERS, beside `sample`); the engine stops decoding at its next step and
+        takes it (`_take_offered`)."""
         with self.offer_lock:
-            self.offered = weights
-            self.arrived.set()
+            if self.offered is None or weights.supersedes(self.offered.publication):
+                self.offered = weights
+                self.arrived.set()
 
     def _take_offered(self) -> None:
         """In the sampling thread, between decode steps: load the offered weights if they are newer."""
         with self.offer_lock:
             offered = self.offered
             self.arrived.clear()
-        if offered is not None and offered.supersedes(self.held):
+        if offered is not None and offered.supersedes(self.publication):
             self._load(offered, during_sampling=True)
 
     def _load(self, weights: WeightHandle, during_sampling: bool = False) -> None:
         self.loads.append(load_published(self.engine, weights, during_sampling))
-        self.held = weights
+        self.publication = weights.publication
 
     def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
                group_offset: int, rng: dict, speculate: bool = True) -> Sampled:
         """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
-        torch.set_num_threads(max(1, self.threads))  # this call's thread (`offer` makes the actor threaded)
+        torch.set_num_threads(max(1, self.threads))  # this call's thread (with partial rollouts the actor is threaded)
         if self.start_key != start.key:
             self._build(start, str(materialize(start)))  # this node's copy: no shared filesystem assumed
         if speculate is False and isinstance(self.engine, Speculative) and not self.plain:
@@ -134,10 +136,10 @@ class RolloutWorker(Placed):
             self.plain = True
         self.loads = []
         with self.offer_lock:  # a publication offered since the call was made is newer: start with it
-            if self.offered is not None and self.offered.supersedes(weights):
+            if self.offered is not None and self.offered.supersedes(weights.publication):
                 weights = self.offered
             self.arrived.clear()
-        if self.held is None or self.held.publication != weights.publication:  # a version may come again after a rollback
+        if self.publication != weights.publication:  # a version number may come again after a rollback
             self._load(weights)
         if rng.get("state") is not None:
             torch.set_rng_state(rng["state"])
@@ -297,9 +299,10 @@ class TrainerActor(Placed):
                 source.close()
 
 
-def actor_class(cls, max_restarts: int):
+def actor_class(cls, max_restarts: int, partial_rollouts: bool = False):
     """`cls` as a Ray actor that Ray restarts when its process dies; the caller re-issues the lost call
-    (max_task_retries=0), so every re-issue is seen and logged."""
+    (max_task_retries=0), so every re-issue is seen and logged. A rollout worker under partial
+    rollouts takes offers in a thread of their own (OFFERS); otherwise it runs one call at a time."""
     groups = ({"concurrency_groups": {"tools": TOOL_THREADS}} if cls is RewardWorker else
-              {"concurrency_groups": {"weights": 1}} if cls is RolloutWorker else {})
+              {"concurrency_groups": {OFFERS: 1}} if cls is RolloutWorker and partial_rollouts else {})
     return ray.remote(max_restarts=max_restarts, max_task_retries=0, **groups)(cls)

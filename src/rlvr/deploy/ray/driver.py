@@ -93,7 +93,7 @@ def run(cfg: Config) -> dict:
     try:
         for m, cls in classes.items():
             if m in used:
-                remote = actors.actor_class(cls, d.worker_restarts)
+                remote = actors.actor_class(cls, d.worker_restarts, d.partial_rollouts)
                 extra = (workers["reward"],) if m == "rollout" and cfg.env.tools else ()
                 workers[m] = [remote.options(**placement.options(m, j)).remote(cfg, threads(m), *extra)
                               for j in range(d.pools[m].replicas)]

@@ -39,7 +39,7 @@ from rlvr.assembly import component_weights, run_task
 from rlvr.config import Config
 from rlvr.deploy.ray.replies import ComponentScores, Reply, Scored
 from rlvr.deploy.ray.shipping import RunFiles
-from rlvr.deploy.ray.sync import WeightHandle, WeightPublisher
+from rlvr.deploy.ray.sync import OFFERS, WeightHandle, WeightPublisher
 from rlvr.inference.reward_models import LearnedReward
 from rlvr.records import Problem, RewardResult
 from rlvr.rewards import EnvOutcome
@@ -132,8 +132,9 @@ class _RemoteLearned:
 
 
 class RemoteEngine:
-    """The rollout pool as one `RolloutEngine`, pinned to the published weights of one version
-    (a batch sampled ahead keeps the version it started with)."""
+    """The rollout pool as one `RolloutEngine`, pinned to the published weights of one version (a
+    batch sampled ahead keeps the version it started with, unless partial rollouts take newer ones
+    between its decode steps)."""
 
     def __init__(self, source: "RayBatchSource", handle: WeightHandle | None, step: int) -> None:
         self.source, self.handle, self.step = source, handle, step  # handle None: nothing published yet
@@ -277,8 +278,8 @@ class RayBatchSource:
             engine.load_weights(model.state_dict().items(), version, tied_names(model))
             published_s = time.time() - t0
             if d.partial_rollouts:  # to the batches being sampled ahead, between their decode steps
-                for worker in self.workers["rollout"]:
-                    worker.offer.remote(engine.handle)  # a worker that died has nothing in flight to offer it to
+                for worker in self.workers["rollout"]:  # a worker that died has nothing in flight to offer it to
+                    worker.offer.options(concurrency_group=OFFERS).remote(engine.handle)
         handle = engine.handle
         dropped = 0
         if self.executor is None:

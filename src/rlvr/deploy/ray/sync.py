@@ -20,6 +20,11 @@ from rlvr.deploy.ray.replies import WeightsLoaded
 from rlvr.rollout.sync import SyncMeter, checksum
 
 
+OFFERS = "offers"
+"""The rollout workers' Ray concurrency group for publications offered under partial rollouts
+(RolloutWorker.offer, beside the sample call in flight)."""
+
+
 @dataclass(frozen=True)
 class WeightHandle:
     version: int
@@ -41,13 +46,13 @@ class WeightHandle:
     """Names that share another's storage in the trainer's model (left out of checksums)."""
     bytes: int = 0
 
-    def supersedes(self, other: WeightHandle | None) -> bool:
-        """Whether this is a later publication than `other` by the same publisher (None: any is). A
-        rollback's publication supersedes the ones before it; another publisher's (a restarted
-        trainer's) never does: the calls it makes name its own."""
-        if other is None:
+    def supersedes(self, publication: str | None) -> bool:
+        """Whether this is a later publication than `publication` (a handle's) by the same publisher
+        (None: any is). A rollback's publication supersedes the ones before it; another publisher's
+        (a restarted trainer's) never does: the calls it makes name its own."""
+        if publication is None:
             return True
-        mine, theirs = self.publication.rpartition("/"), other.publication.rpartition("/")
+        mine, theirs = self.publication.rpartition("/"), publication.rpartition("/")
         return bool(mine[0]) and mine[0] == theirs[0] and int(mine[2]) > int(theirs[2])
 
 
