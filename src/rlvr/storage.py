@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 
 from rlvr.checkpoint import MANIFEST, list_checkpoints, retained, verify
-from rlvr.urls import filesystem
+from rlvr.urls import filesystem, pull_longer
 
 LOGS = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "eval.jsonl")
 """The run's files a resume continues (rlvr.runlog), pulled with its checkpoint."""
@@ -66,12 +66,7 @@ class RunStore:
         self.local.mkdir(parents=True, exist_ok=True)
         self.fs.invalidate_cache(self.path)
         for name in LOGS:
-            remote = self._remote(self.logs, name)
-            if self.fs.exists(remote):
-                mine = self.local / self.logs / name
-                if not mine.exists() or mine.stat().st_size < self.fs.size(remote):
-                    mine.parent.mkdir(parents=True, exist_ok=True)
-                    self.fs.get(remote, str(mine))
+            pull_longer(self.fs, self._remote(self.logs, name), self.local / self.logs / name)
         if not checkpoint:
             return []
         done, partial = self.committed()

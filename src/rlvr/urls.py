@@ -100,6 +100,13 @@ def put_dir(local: str | Path, url: str, *, last: str | None = None) -> None:
         fs.put_file(str(f), f"{path.rstrip('/')}/{f.relative_to(root).as_posix()}")
 
 
+def pull_longer(fs, remote: str, local: Path) -> None:
+    """Download `remote` over `local` when it is longer (a file that only grows: a log, a recording)."""
+    if fs.exists(remote) and (not local.exists() or local.stat().st_size < fs.size(remote)):
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(remote, str(local))
+
+
 class Mirror:
     """Files of a local directory kept at a URL, for files that only grow while a process serves (a
     recording; one writer at a time): `pull` takes each remote copy longer than the local one; after
@@ -128,9 +135,7 @@ class Mirror:
         self.local.mkdir(parents=True, exist_ok=True)
         self.fs.invalidate_cache(self.path)
         for name in self.names:
-            remote, mine = self._remote(name), self.local / name
-            if self.fs.isfile(remote) and (not mine.exists() or mine.stat().st_size < self.fs.size(remote)):
-                self.fs.get_file(remote, str(mine))
+            pull_longer(self.fs, self._remote(name), self.local / name)
 
     def changed(self) -> None:
         self._changed.set()
