@@ -60,7 +60,7 @@ def measure(name: str, config: str | None, overrides: list[str], base: Path) -> 
         from rlvr.deploy.ray.driver import run
         summary = run(cfg)
     else:
-        from rlvr.train.grpo import train
+        from rlvr.assembly import train
         summary = train(cfg)
     wall = time.time() - t0
     rows = [r for r in read_jsonl(base / name / "metrics.jsonl") if "perf/step_s" in r]

@@ -33,7 +33,7 @@ def model_setup(name: str, threads: int):
     from rlvr.assembly import run_task
     from rlvr.console import RunConsole
     from rlvr.models import load_tokenizer
-    from rlvr.train.grpo import starting_point
+    from rlvr.assembly import starting_point
 
     preset = ROOT / "configs" / "smollm2.yaml" if name == "smollm2" else None
     cfg = load_config(preset, [f"train.threads={threads}"])

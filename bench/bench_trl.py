@@ -90,7 +90,7 @@ class StepMeter:
 def run_rlvr(cfg, out: Path) -> dict:
     import dataclasses
 
-    from rlvr.train.grpo import train
+    from rlvr.assembly import train
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(out / "rlvr_run")))
     train(cfg)
     rows = [json.loads(line) for line in (out / "rlvr_run" / "metrics.jsonl").read_text().splitlines()]

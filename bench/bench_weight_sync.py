@@ -99,7 +99,7 @@ def bench_model(name: str, repeats: int) -> list[dict]:
     from rlvr.console import RunConsole
     from rlvr.models import load_model
     from rlvr.rollout import HFEngine, build_engine
-    from rlvr.train.grpo import starting_point
+    from rlvr.assembly import starting_point
 
     cfg = load_config(ROOT / "configs" / "smollm2.yaml" if name == "smollm2" else None, [])
     path = starting_point(cfg, RunConsole(False))

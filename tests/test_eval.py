@@ -84,7 +84,7 @@ def models(tmp_path_factory):
     from conftest import TINY
 
     from rlvr.assembly import base_model_path
-    from rlvr.train.sft import run_sft
+    from rlvr.assembly import run_sft
 
     cache = tmp_path_factory.mktemp("eval-sft")
     overrides = TINY + [f"sft.cache_dir={cache}", "rollout.max_new_tokens=24"]

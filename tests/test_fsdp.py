@@ -22,7 +22,7 @@ from rlvr.models.tiny import save_tiny
 from rlvr.records import Problem
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.scoring import completion_logprobs
-from rlvr.train.sft import run_sft
+from rlvr.assembly import run_sft
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 

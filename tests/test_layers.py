@@ -68,7 +68,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # The floors of the package, bottom first: a package imports only packages on floors below its own.
 # The configuration sits low, beside the models: it composes sections and imports no module it
-# configures; rlvr.assembly builds the run's parts from it, and only the drivers above use it.
+# configures. rlvr.assembly, above the modules and the GRPO loop (rlvr.train), builds the run's parts
+# from it and drives the embedded run; the Ray backend and the CLI above it ask it.
 FLOORS = [
     {"rlvr", "records", "configlib", "stats", "kernels", "runlog", "console", "harness", "algos", "plan"},
     {"configfiles", "urls", "scoring"},
@@ -79,8 +80,8 @@ FLOORS = [
     {"rollout", "tasks"},
     {"inference", "evaluate", "serve"},
     {"agents"},
-    {"assembly"},
     {"train"},
+    {"assembly"},
     {"deploy", "sweep"},
     {"cli"},
     {"docgen"},

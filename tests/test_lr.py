@@ -34,7 +34,7 @@ def test_grpo_run_follows_the_configured_schedule(tiny_overrides, tmp_path):
 
     import torch
 
-    from rlvr.train.grpo import train
+    from rlvr.assembly import train
 
     threads = torch.get_num_threads()
     try:

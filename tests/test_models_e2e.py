@@ -12,7 +12,7 @@ pytest.importorskip("peft")
 from rlvr.cli import main  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.ops.report import recommended_length  # noqa: E402
-from rlvr.train.grpo import train  # noqa: E402
+from rlvr.assembly import train  # noqa: E402
 from test_models import save_tiny  # noqa: E402
 
 

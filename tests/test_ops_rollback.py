@@ -13,7 +13,7 @@ from ops_tiny import OPS_TINY, events, metric_rows, sft_cache
 from rlvr.checkpoint import state_digest
 from rlvr.config import load_config
 from rlvr.models import load_model
-from rlvr.train.grpo import train
+from rlvr.assembly import train
 
 
 def _train_here(overrides):

@@ -13,7 +13,7 @@ import yaml
 
 import rlvr.assembly as assembly
 from rlvr.config import load_config
-from rlvr.train.grpo import train
+from rlvr.assembly import train
 
 Reference = assembly.ReferenceModel
 

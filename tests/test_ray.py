@@ -19,8 +19,7 @@ from rlvr.deploy.ray.devices import LOGICAL_GPUS  # noqa: E402
 from rlvr.deploy.ray.driver import run  # noqa: E402
 from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
 from rlvr.records import Completion, Problem, RewardResult  # noqa: E402
-from rlvr.train.grpo import train  # noqa: E402
-from rlvr.train.sft import run_sft  # noqa: E402
+from rlvr.assembly import run_sft, train  # noqa: E402
 from rlvr.train.step import StepBatch  # noqa: E402
 
 # 1-digit sums after a short cold start: varied rewards, so updates really move the weights

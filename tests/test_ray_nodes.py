@@ -27,7 +27,7 @@ from rlvr.config import load_config  # noqa: E402
 from rlvr.deploy.ray.driver import run  # noqa: E402
 from rlvr.models import load_model  # noqa: E402
 from rlvr.storage import RunStore  # noqa: E402
-from rlvr.train.sft import run_sft  # noqa: E402
+from rlvr.assembly import run_sft  # noqa: E402
 
 
 @pytest.fixture(scope="module")

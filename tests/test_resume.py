@@ -16,8 +16,7 @@ from ops_tiny import OPS_TINY, events, logged_step, metric_rows, sft_cache
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
-from rlvr.train.grpo import train
-from rlvr.train.sft import run_sft
+from rlvr.assembly import run_sft, train
 
 RUN = OPS_TINY + ["train.steps=8", "ckpt.every=3", "ckpt.keep=0", "log.report=false"]
 

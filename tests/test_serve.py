@@ -70,7 +70,7 @@ def models(tmp_path_factory):
     from conftest import TINY
 
     from rlvr.assembly import base_model_path
-    from rlvr.train.sft import run_sft
+    from rlvr.assembly import run_sft
 
     # hidden 64: vLLM's CPU attention needs a head size of at least 32
     overrides = TINY + ["model.tiny_hidden=64", f"sft.cache_dir={tmp_path_factory.mktemp('serve-sft')}"]

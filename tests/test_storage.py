@@ -62,19 +62,20 @@ def test_a_checkpoint_counts_at_the_url_only_once_its_manifest_is_there(s3, tmp_
 
 
 def test_a_cold_start_cache_at_a_url_is_trained_once_and_downloaded_elsewhere(s3, tmp_path, monkeypatch):
+    from rlvr.assembly import run_sft
     from rlvr.train import sft
 
     cfg = load_config(None, [*OPS_TINY, "sft.cache_dir=s3://runs/sft-cache"])
     for machine in ("a", "b"):
         (tmp_path / machine).mkdir()
     monkeypatch.chdir(tmp_path / "a")
-    trained = sft.run_sft(cfg)
+    trained = run_sft(cfg)
     store = RunStore("s3://runs/sft-cache", tmp_path / "unused")
     (name,) = [p.rsplit("/", 1)[-1] for p in store.fs.ls(store.path)]
     assert name.startswith("sft-") and store.fs.exists(store._remote(name, "sft.json"))  # uploaded, sft.json last
     monkeypatch.chdir(tmp_path / "b")  # another machine: nothing cached, and no training allowed
     monkeypatch.setattr(sft, "train_sft", lambda *a, **k: pytest.fail("the cold start was trained again"))
-    fetched = sft.run_sft(cfg)
+    fetched = run_sft(cfg)
     assert (tmp_path / "b" / fetched).is_dir() and sft.sft_info(fetched) == sft.sft_info(tmp_path / "a" / trained)
     a, b = (load_safetensors(tmp_path / m / d) for m, d in (("a", trained), ("b", fetched)))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

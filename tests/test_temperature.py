@@ -62,7 +62,7 @@ def test_only_a_cold_start_is_measured_by_default(tmp_path):
     from rlvr.config import load_config
     from rlvr.console import RunConsole
     from rlvr.models.tiny import save_tiny
-    from rlvr.train.temperature import auto_temperature
+    from rlvr.assembly import auto_temperature
 
     save_tiny(tmp_path / "base", hidden=32, layers=1, heads=2)
     cfg = load_config(None, ["sft.steps=0"])

@@ -8,8 +8,7 @@ from safetensors.torch import load_file
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.stats import mcnemar_exact
-from rlvr.train.grpo import train
-from rlvr.train.sft import run_sft
+from rlvr.assembly import run_sft, train
 
 REQUIRED_METRICS = [
     "reward/mean", "reward/std", "reward/correct/mean", "reward/format/mean", "reward/invalid_frac",

@@ -150,7 +150,7 @@ def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
 def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(tmp_path_factory, tmp_path):
     cfg = load_config(None, VLLM_TINY + ["train.steps=5", "ckpt.every=0", f"run.dir={tmp_path / 'run'}",
                                          f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm"])
-    from rlvr.train.grpo import train
+    from rlvr.assembly import train
 
     assert train(cfg)["status"] == "completed"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

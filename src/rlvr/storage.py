@@ -30,7 +30,7 @@ LOGS = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "eval.j
 
 class RunStore:
     """The run directory `url`, mirrored from the local cache `local`. Rank N > 0 of a trainer group
-    keeps its logs under ranks/rank_N (rlvr.train.grpo.open_run), and mirrors those."""
+    keeps its logs under ranks/rank_N (rlvr.assembly.open_run), and mirrors those."""
 
     def __init__(self, url: str, local: Path, *, retention: dict | None = None, kill_at_step: int = 0,
                  rank: int = 0) -> None:

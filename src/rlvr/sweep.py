@@ -106,7 +106,7 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
     def trial(space: dict) -> None:
         # in Tune's worker processes: the sweep's own process imports no torch (0.05 s, 5.2 s with them)
         from rlvr.config import load_config
-        from rlvr.train.grpo import train
+        from rlvr.assembly import train
 
         os.chdir(cwd)  # Tune starts a trial in a directory of its own; relative paths mean the caller's
         overrides = [*fixed, *space["overrides"], f"run.dir={join(out, trial_name(space['overrides']))}",

@@ -56,7 +56,7 @@ class _Setup:
     def __init__(self, cfg, ui):
         from rlvr.models import load_policy
         from rlvr.assembly import rule_reward, run_task
-        from rlvr.train.grpo import starting_point
+        from rlvr.assembly import starting_point
 
         self.cfg, self.ui = cfg, ui
         torch.manual_seed(cfg.seed)

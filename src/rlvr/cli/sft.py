@@ -30,7 +30,8 @@ def run(args) -> int:
     if args.data:
         args.overrides = [*args.overrides, f"data.files={json.dumps([str(p) for p in args.data])}"]
     cfg = config_from_args(args)
-    from rlvr.train.sft import describe, run_sft, sft_info
+    from rlvr.assembly import run_sft
+    from rlvr.train.sft import describe, sft_info
 
     def on_step(step: int, loss: float) -> None:
         if step % 50 == 0 or step == cfg.sft.steps - 1:

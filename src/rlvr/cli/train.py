@@ -25,7 +25,7 @@ def run(args) -> int:
     if cfg.deploy.backend == "ray":  # the same modules as Ray actors (Ray imported only here)
         from rlvr.deploy.ray.driver import run as train
     else:
-        from rlvr.train.grpo import train
+        from rlvr.assembly import train
 
     summary = train(cfg)
     return 0 if summary["status"] == "completed" else 1

@@ -8,14 +8,14 @@ the chat template with its generation prompt), so SFT teaches the very turn
 RL samples. The loss covers completion tokens only (the prompt is given,
 not learned). The resulting checkpoint is cached under `sft.cache_dir`,
 keyed by every setting and data byte that shapes it (rlvr.assembly.cold_start_dir),
-so a second `rlvr train` starts RL immediately.
+so a second `rlvr train` starts RL immediately. rlvr.assembly.run_sft reads the
+config and calls `cached`, `demonstrations` and `cold_start`.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -23,20 +23,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rlvr.assembly import base_model_path, cold_start_dir, cold_start_url, run_task
-from rlvr.config import Config, SFTConfig
+from rlvr.config import SFTConfig
 from rlvr.configlib import ConfigError
 from rlvr.models import load_model, save_model
-from rlvr.models.loading import load_tokenizer
 from rlvr.records import Problem
 from rlvr.rollout.engine import render_prompt
-from rlvr.tasks import VERIFIERS, data_paths, teacher_solution
+from rlvr.tasks import teacher_solution
 from rlvr.scoring import completion_logits, compute, pack
 from rlvr.train.lr import lr_factor
-from rlvr.train.parallel import train_device
 from rlvr.urls import fetch_dir, filesystem, put_dir
-
-log = logging.getLogger("rlvr.sft")
 
 
 def sft_pairs(problems: list[Problem], tokenizer, solutions: list,
@@ -131,50 +126,38 @@ def describe(counts: dict[str, int]) -> str:
     return line
 
 
-def run_sft(cfg: Config, out_dir: Path | None = None, on_step: Callable[[int, float], None] | None = None
-            ) -> Path | None:
-    """Train the cold-start checkpoint (or reuse the cached one) and return its directory; None when
-    the data files carry no worked solution to imitate (RL then starts from the base model)."""
-    if data_paths(cfg.task, cfg.data) and "sft.teacher_error" in cfg.sources:
-        raise ConfigError("sft.teacher_error: the built-in tasks' teacher; with data files the demonstrations are "
-                          "the records' own solutions: remove the key")
-    out = Path(out_dir) if out_dir else cold_start_dir(cfg)
+def cached(out: Path, remote: str | None) -> Path | None:
+    """The cold start already trained: at `out`, or (remote: sft.cache_dir at a URL) downloaded from
+    there; None when it is to be trained. A directory at `out` that is not one is refused."""
     if (out / "sft.json").exists():
         return out
-    remote = cold_start_url(cfg) if out_dir is None else None
-    if remote is not None:  # sft.cache_dir at a URL: a cold start trained elsewhere is downloaded
+    if remote is not None:  # a cold start trained elsewhere is downloaded
         fs, path = filesystem(remote)
         if fs.exists(f"{path}/sft.json"):
             return fetch_dir(remote)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out}: exists and is not a cold-start checkpoint (no sft.json); give a new directory")
-    base = base_model_path(cfg)
-    tokenizer = load_tokenizer(base)
-    task = run_task(cfg, tokenizer=tokenizer)  # data files: the prompt-length policy as the run applies it
-    if cfg.task.name == VERIFIERS:  # an environment's rows carry no worked solution
-        problems, solutions, counts = [], [], {"examples": 0}
-    else:
-        from_files = bool(data_paths(cfg.task, cfg.data))
-        problems, solutions, counts = demonstrations(task, cfg.sft, cfg.seed, from_files=from_files)
-    if counts.get("without_solution"):
-        log.warning("cold-start SFT: %s", describe(counts))
-    if not problems:
-        log.warning("cold-start SFT skipped: no training record of %s carries a worked solution",
-                    ", ".join(data_paths(cfg.task, cfg.data)) or cfg.env.name)
-        return None
-    torch.manual_seed(cfg.seed)
+    return None
+
+
+def cold_start(base: Path, problems: list[Problem], solutions: list, counts: dict[str, int], s: SFTConfig, *,
+               out: Path, remote: str | None, seed: int, history: int, device, dtype: str,
+               on_step: Callable[[int, float], None] | None = None) -> Path:
+    """Train the base model at `base` on the demonstrations (section sft) in fp32 master weights on
+    `device` and save it at `out` with its sft.json (counts: what it learned from); remote: its URL,
+    uploaded to with sft.json last."""
+    torch.manual_seed(seed)
     model, tokenizer = load_model(base, "float32")  # fp32 master weights (model.dtype: compute)
-    model = model.to(train_device(cfg.train.device))
-    s = cfg.sft
-    pairs = sft_pairs(problems, tokenizer, solutions, cfg.env.history)
+    model = model.to(device)
+    pairs = sft_pairs(problems, tokenizer, solutions, history)
     losses = train_sft(model, tokenizer, pairs, steps=s.steps, batch_size=s.batch_size,
-                       lr=s.lr, warmup=s.warmup, seed=cfg.seed, on_step=on_step, dtype=cfg.model.dtype)
+                       lr=s.lr, warmup=s.warmup, seed=seed, on_step=on_step, dtype=dtype)
     tmp = out.with_name(out.name + ".tmp")
     save_model(model, tokenizer, tmp)
     (tmp / "sft.json").write_text(json.dumps({"steps": s.steps, "final_loss": losses[-1] if losses else None,
                                               "first_loss": losses[0] if losses else None, **counts}))
     if out.exists():
-        out.rmdir()  # empty (checked above)
+        out.rmdir()  # empty (checked by `cached`)
     tmp.rename(out)
     if remote is not None:
         put_dir(out, remote, last="sft.json")  # sft.json last: what readers take for the whole

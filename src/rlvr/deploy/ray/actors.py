@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import ray
 import torch
 
-from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward, teacher_model
+from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward, teacher_model, train
 from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
 from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked, WeightsLoaded
@@ -31,7 +31,6 @@ from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.controls import NewWeights, Speculative
 from rlvr.rollout.speculative import check_speculative
 from rlvr.tools import ToolCall, ToolResult, resolve_tools, run_tool
-from rlvr.train.grpo import train
 
 
 def _set_up(threads: int) -> None:
@@ -262,7 +261,7 @@ class InferenceWorker(Placed):
 
 
 class TrainerActor(Placed):
-    """The embedded GRPO loop (rlvr.train.grpo.train) with its batches collected on the other actors.
+    """The embedded GRPO loop (rlvr.assembly.train) with its batches collected on the other actors.
     A pool of N (train.strategy=fsdp) is one torch.distributed group: rank 0 collects the batches,
     every rank trains on its share (rlvr.train.parallel)."""
 

@@ -8,7 +8,7 @@
       trainer  x 1  TrainerActor     the embedded GRPO loop, batches collected on the actors above
                (x N with train.strategy=fsdp: one process group, the policy sharded across it)
 
-The trainer runs `rlvr.train.grpo.train` itself (same update, log, checkpoints, eval), so the
+The trainer runs `rlvr.assembly.train` itself (same update, log, checkpoints, eval), so the
 run directory is the embedded one. The driver runs (or finds cached) the cold start and ships it,
 with the learned components' and the teacher's directories, through the object store: no node
 needs a path of the driver's. When a trainer's process dies, a
@@ -24,15 +24,13 @@ import json
 import time
 from pathlib import Path
 
-from rlvr.assembly import run_store
+from rlvr.assembly import auto_temperature, run_store, starting_point
 from rlvr.config import AlgoConfig, Config, ConfigError, DeployConfig, DistillConfig, ModelConfig, RewardConfig
 from rlvr.console import RunConsole
 from rlvr.envs.settings import check_env
 from rlvr.inference.reference import check_teacher_tokenizer, teacher_path
 from rlvr.models.loading import load_tokenizer
 from rlvr.storage import RunStore
-from rlvr.train.grpo import starting_point
-from rlvr.train.temperature import auto_temperature
 
 _MISSING = "deploy.backend=ray needs Ray: pip install 'rlvr[ray]' (or pip install 'ray>=2.30')"
 

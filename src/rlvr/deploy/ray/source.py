@@ -206,7 +206,7 @@ class RemoteReward:
 
 
 class RayBatchSource:
-    """A `BatchSource` for `rlvr.train.grpo.train`: batches collected on the actor pools, in sync
+    """A `BatchSource` for `rlvr.assembly.train`: batches collected on the actor pools, in sync
     or async mode (batches sampled ahead with a bounded staleness)."""
 
     def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int,

@@ -1,4 +1,4 @@
-"""Parts of a run built from its config, above the modules that define them.
+"""Parts of a run built from its config, above the modules that define them (rlvr.assembly).
 
     task = run_task(cfg, tokenizer=tok)              # where its problems come from
     spec = episode_spec(cfg)                         # what its rollouts run: environments, agents, their bounds
