@@ -57,8 +57,8 @@ def measure(name: str, config: str | None, overrides: list[str], base: Path) -> 
     cfg = load_config(config, overrides + MODES[name] + [f"run.dir={base / name}"])
     t0 = time.time()
     if cfg.deploy.backend == "ray":
-        from rlvr.deploy.ray.driver import run
-        summary = run(cfg)
+        from rlvr.assembly.on_ray import train_on_ray
+        summary = train_on_ray(cfg)
     else:
         from rlvr.assembly import train
         summary = train(cfg)

@@ -68,8 +68,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # The floors of the package, bottom first: a package imports only packages on floors below its own.
 # The configuration sits low, beside the models: it composes sections and imports no module it
-# configures. rlvr.assembly, above the modules and the GRPO loop (rlvr.train), builds the run's parts
-# from it and drives the embedded run; the Ray backend and the CLI above it ask it.
+# configures. rlvr.assembly, above the modules, the GRPO loop (rlvr.train) and the Ray machinery
+# (rlvr.deploy: its actors take the parts the assembly gives them), builds every part from it and
+# drives the run, embedded or on Ray; the CLI asks it.
 FLOORS = [
     {"rlvr", "records", "configlib", "stats", "kernels", "runlog", "console", "harness", "algos", "plan"},
     {"configfiles", "urls", "scoring"},
@@ -81,8 +82,9 @@ FLOORS = [
     {"inference", "evaluate", "serve"},
     {"agents"},
     {"train"},
+    {"deploy"},
     {"assembly"},
-    {"deploy", "sweep"},
+    {"sweep"},
     {"cli"},
     {"docgen"},
 ]

@@ -16,7 +16,7 @@ from rlvr.checkpoint import list_checkpoints, open_checkpoint  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.configlib import ConfigError  # noqa: E402
 from rlvr.deploy.ray.devices import LOGICAL_GPUS  # noqa: E402
-from rlvr.deploy.ray.driver import run  # noqa: E402
+from rlvr.assembly.on_ray import train_on_ray  # noqa: E402
 from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
 from rlvr.records import Completion, Problem, RewardResult  # noqa: E402
 from rlvr.assembly import run_sft, train  # noqa: E402
@@ -114,7 +114,7 @@ SYNC = ("deploy.backend=ray", "algo.beta=0.04")  # with the reference model on t
 def ray_sync(cluster, sft_dir, tmp_path_factory):
     """A sync Ray run with one trainer: the reference of the embedded and the trainer-pool runs."""
     base = tmp_path_factory.mktemp("ray-sync")
-    assert run(config(base, sft_dir, "ray", *SYNC))["status"] == "completed"
+    assert train_on_ray(config(base, sft_dir, "ray", *SYNC))["status"] == "completed"
     return base / "ray"
 
 
@@ -144,7 +144,7 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
     # two rollout and two reward replicas: every batch is cut into shards, one per replica
     cfg = config(tmp_path, sft_dir, "async", "deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1",
                  "train.steps=4", "deploy.pools.rollout.replicas=2", "deploy.pools.reward.replicas=2")
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "async", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     assert all(r["rollout/groups"] == 4 and r["reward/invalid_frac"] == 0 for r in steps)
@@ -165,7 +165,7 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
 def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir, tmp_path):
     cfg = config(tmp_path, sft_dir, "rollback", "deploy.backend=ray", "deploy.async=true", "train.steps=4",
                  "debug.inject_nan_at_step=3")
-    summary = run(cfg)
+    summary = train_on_ray(cfg)
     assert summary["status"] == "completed" and summary["rollbacks"] == 1
     (rollback,) = [e for e in rows(tmp_path / "rollback", "events") if e["kind"] == "rollback"]
     assert (rollback["step"], rollback["to_step"]) == (3, 2)
@@ -184,7 +184,7 @@ def test_partial_rollouts_take_new_weights_between_the_turns_of_slow_episodes(cl
     # while a batch is sampled ahead reach its unfinished trajectories
     cfg = config(tmp_path, sft_dir, "partial", "deploy.backend=ray", "deploy.async=true", "deploy.partial_rollouts=true",
                  "env.name=hostile:Slow", "rollout.max_new_tokens=8", "train.steps=4", "ckpt.every=0")
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "partial", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     assert sum(r["rollout/weights_taken_midway"] for r in steps) >= 1
@@ -203,7 +203,7 @@ def test_speculative_decoding_is_checked_and_falls_back_in_the_rollout_workers(c
                  "rollout.engine=loop", "rollout.speculative.method=ngram", "rollout.speculative.check_prompts=16",
                  "rollout.speculative.check_tolerance=0.5",
                  "rollout.speculative.min_accept=0.99", "rollout.speculative.patience=2", "ckpt.every=0")
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     events = rows(tmp_path / "spec", "events")
     checked = [e for e in events if e["kind"] == "speculative_checked"]
     assert sorted(e["replica"] for e in checked) == [0, 1] and all(e["step"] == 1 for e in checked)
@@ -219,7 +219,7 @@ def test_speculative_decoding_is_checked_and_falls_back_in_the_rollout_workers(c
 def test_sync_every_holds_the_published_weights_and_a_rollback_republishes(cluster, sft_dir, tmp_path):
     cfg = config(tmp_path, sft_dir, "sync2", "deploy.backend=ray", "rollout.sync_every=2", "train.steps=5",
                  "debug.inject_nan_at_step=4")
-    summary = run(cfg)
+    summary = train_on_ray(cfg)
     assert summary["status"] == "completed" and summary["rollbacks"] == 1
     (rollback,) = [e for e in rows(tmp_path / "sync2", "events") if e["kind"] == "rollback"]
     assert (rollback["step"], rollback["to_step"]) == (4, 3)
@@ -236,7 +236,7 @@ def test_killed_workers_of_every_kind_do_not_stop_the_run_and_healthz_says_so(cl
 
     cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "algo.beta=0.04", "deploy.kill_reward_at_step=1",
                  "deploy.kill_rollout_at_step=2", "deploy.kill_inference_at_step=2", "deploy.kill_trainer_at_step=3")
-    summary = run(cfg)
+    summary = train_on_ray(cfg)
     assert summary["status"] == "completed" and summary["steps"] == 3
     events = rows(tmp_path / "faults", "events")
     for module, step in (("reward", 1), ("rollout", 2), ("inference", 2)):
@@ -264,7 +264,7 @@ def test_ray_rollout_workers_sample_on_vllm(cluster, tmp_path_factory, tmp_path)
     run_sft(load_config(None, vllm_tiny))
     cfg = load_config(None, vllm_tiny + [f"run.dir={tmp_path / 'vllm'}", "deploy.backend=ray", "rollout.engine=vllm",
                                          "eval.engine=hf", "train.steps=2", "ckpt.every=0"])
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "vllm", "metrics") if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
     # sampled on the worker's vLLM engine, scored again by the trainer: the two agree
@@ -275,7 +275,7 @@ def test_ray_rollout_workers_sample_on_vllm(cluster, tmp_path_factory, tmp_path)
 def test_a_2_actor_fsdp_trainer_pool_trains_as_one_trainer(ray_sync, sft_dir, tmp_path):
     # one trainer vs a pool of two forming one FSDP group: rank 0 collects the batch from the pools,
     # both ranks update on their halves of it, so step 1 (same weights, same batch) is the same step
-    pool = run(config(tmp_path, sft_dir, "pool", *SYNC, "train.strategy=fsdp", "deploy.pools.trainer.replicas=2",
+    pool = train_on_ray(config(tmp_path, sft_dir, "pool", *SYNC, "train.strategy=fsdp", "deploy.pools.trainer.replicas=2",
                       "deploy.pools.trainer.cpus=1"))
     assert pool["status"] == "completed" and pool["steps"] == 3
     a = [r for r in rows(ray_sync, "metrics") if "reward/mean" in r]
@@ -299,7 +299,7 @@ GPU_LAYOUT = ["deploy.address=null", "deploy.pools.rollout.replicas=2", "deploy.
 def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
     cfg = load_config("configs/ray_multinode_gpu.yaml", TINY + GPU_LAYOUT + [
         f"run.dir={tmp_path / 'gpu'}", f"sft.cache_dir={sft_dir}"])
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     placed = {(e["module"], e["replica"]): e for e in rows(tmp_path / "gpu", "events") if e["kind"] == "placement"}
     assert set(placed) == {("rollout", 0), ("rollout", 1), ("reward", 0), ("reward", 1), ("inference", 0),
                            ("trainer", 0)}
@@ -343,7 +343,7 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
               f"reward.models.rm.path={driver / 'rm'}", "reward.models.rm.weight=0.1",
               f"algo.distill.teacher={driver / 'teacher'}"]
     cfg = load_config(None, TINY + [f"run.dir={driver / 'run'}", "deploy.backend=ray", *envs, *common])
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(driver / "run", "metrics") if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert train(load_config(None, TINY + [f"run.dir={tmp_path / 'embedded'}", *common]))["status"] == "completed"
@@ -463,7 +463,7 @@ def test_the_tool_task_runs_on_ray(cluster, tmp_path):
         "sft.examples=40", "rollout.batch_size=2", "rollout.group_size=2", "train.steps=3", "eval.n=2",
         "eval.every=0", "ckpt.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false",
         "log.report=false", "deploy.backend=ray", f"run.dir={tmp_path / 'tools'}", f"sft.cache_dir={tmp_path / 'sft'}"])
-    assert run(cfg)["status"] == "completed"
+    assert train_on_ray(cfg)["status"] == "completed"
     metrics = rows(cfg.run_dir, "metrics")
     steps = [m for m in metrics if "rollout/turns_mean" in m]
     assert len(steps) == 3 and all(m["rollout/turns_mean"] >= 1 for m in steps)
@@ -476,11 +476,12 @@ def test_tool_calls_run_on_the_reward_workers(cluster):
     the sandbox is), answer errors as messages, and a worker that is gone answers with an error too."""
     import os
 
+    from rlvr.assembly.on_ray import RunParts
     from rlvr.deploy.ray import actors
     from rlvr.tools import ToolCall, hosted, resolve_tools, run_tool
 
     cfg = load_config("configs/tool_arithmetic.yaml", ["train.threads=1"])
-    worker = actors.actor_class(actors.RewardWorker, 0).remote(cfg, 1)
+    worker = actors.actor_class(actors.RewardWorker, 0).remote(RunParts(cfg), 1)
     tools = hosted(resolve_tools(cfg.env.tools), actors.tool_host([worker]))
     assert tools["calculator"].schema() == resolve_tools(["calculator"])["calculator"].schema()
     assert ray.get(worker.pid.remote()) != os.getpid()

@@ -24,7 +24,7 @@ from s3_server import s3_server  # noqa: E402
 from test_ray import TINY  # noqa: E402
 
 from rlvr.config import load_config  # noqa: E402
-from rlvr.deploy.ray.driver import run  # noqa: E402
+from rlvr.assembly.on_ray import train_on_ray  # noqa: E402
 from rlvr.models import load_model  # noqa: E402
 from rlvr.storage import RunStore  # noqa: E402
 from rlvr.assembly import run_sft  # noqa: E402
@@ -76,8 +76,8 @@ def test_fsdp_ranks_on_two_nodes_killed_and_resumed_from_the_url_match_one_node(
               *(f"deploy.pools.{m}.cpus=1" for m in ("rollout", "reward", "inference", "trainer"))]
     run_sft(load_config(None, common))
     # the trainer's ranks on one node, never interrupted; then on two nodes, rank 0 killed (SIGKILL) at step 2
-    one = run(load_config(None, [*common, "run.dir=s3://runs/one-node", "deploy.pools.trainer.strategy=STRICT_PACK"]))
-    two = run(load_config(None, [*common, "run.dir=s3://runs/two-nodes", "deploy.pools.trainer.strategy=STRICT_SPREAD",
+    one = train_on_ray(load_config(None, [*common, "run.dir=s3://runs/one-node", "deploy.pools.trainer.strategy=STRICT_PACK"]))
+    two = train_on_ray(load_config(None, [*common, "run.dir=s3://runs/two-nodes", "deploy.pools.trainer.strategy=STRICT_SPREAD",
                                  "deploy.kill_trainer_at_step=2"]))
     assert one["status"] == two["status"] == "completed" and one["steps"] == two["steps"] == 3
 

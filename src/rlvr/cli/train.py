@@ -23,7 +23,7 @@ def run(args) -> int:
     if cfg.train.strategy == "fsdp" and "RANK" not in os.environ:
         return launch(cfg, ["train", *config_argv(args), *args.overrides])
     if cfg.deploy.backend == "ray":  # the same modules as Ray actors (Ray imported only here)
-        from rlvr.deploy.ray.driver import run as train
+        from rlvr.assembly.on_ray import train_on_ray as train
     else:
         from rlvr.assembly import train
 

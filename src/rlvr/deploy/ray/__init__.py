@@ -1,6 +1,7 @@
 """The Ray deployment: each module an actor pool in its own placement group.
 
-    driver.run(cfg)        places the pools, starts the actors, runs the trainer actor, restarts it
+    driver                 the pools placed, the trainer pool run and restarted (rlvr.assembly.on_ray drives it)
+    parts.ActorParts       what the actors build, asked of the assembly (never the config itself)
     pools.Placement        deploy.pools -> placement groups and actor options
     actors                 RolloutWorker, RewardWorker, InferenceWorker, TrainerActor
     sync                   weight publication with a version number (object store; NCCL later)

@@ -17,20 +17,19 @@ from collections.abc import Callable, Sequence
 import ray
 import torch
 
-from rlvr.assembly import episode_spec, reference_model, rollout_engine, rule_reward, teacher_model, train
-from rlvr.config import Config
 from rlvr.deploy.ray.devices import Placed, pool_device
+from rlvr.deploy.ray.parts import ActorParts
 from rlvr.deploy.ray.replies import ComponentScores, LogProbs, Sampled, Scored, SpeculationChecked, WeightsLoaded
 from rlvr.deploy.ray.shipping import RunFiles, Shipped, materialize
 from rlvr.deploy.ray.sync import OFFERS, WeightHandle, load_published
 from rlvr.inference.reward_models import learned_components
 from rlvr.kernels import keep_freed_memory
-from rlvr.models import load_policy, load_tokenizer
+from rlvr.models import load_tokenizer
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.controls import NewWeights, Speculative
 from rlvr.rollout.speculative import check_speculative
-from rlvr.tools import ToolCall, ToolResult, resolve_tools, run_tool
+from rlvr.tools import ToolCall, ToolResult, run_tool
 
 
 def _set_up(threads: int) -> None:
@@ -71,9 +70,9 @@ class RolloutWorker(Placed):
     (`tool_workers`). With deploy.partial_rollouts, weights the trainer publishes while it samples
     are offered to it (`offer`, beside the sampling) and taken between decode steps."""
 
-    def __init__(self, cfg: Config, threads: int, tool_workers: Sequence = ()) -> None:
+    def __init__(self, parts: ActorParts, threads: int, tool_workers: Sequence = ()) -> None:
         _set_up(threads)
-        self.cfg, self.threads = cfg, threads
+        self.parts, self.threads = parts, threads
         self.tool_workers = list(tool_workers)
         self.engine = None
         self.start_key: str | None = None
@@ -89,16 +88,16 @@ class RolloutWorker(Placed):
         return os.getpid()
 
     def _build(self, start: Shipped, start_path: str) -> None:
-        c = self.cfg
-        if c.rollout.engine == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
+        parts = self.parts
+        if parts.engine_name == "vllm":  # the engine loads the weights itself, onto the GPUs Ray shows it
             model, tokenizer = None, load_tokenizer(start_path)
         else:
-            model, tokenizer = load_policy(c.model, start_path, device=pool_device()[1])
+            model, tokenizer = parts.policy(start_path, pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
-        episodes = episode_spec(c, tool_host(self.tool_workers) if self.tool_workers else None)
-        if c.deploy.partial_rollouts:
+        episodes = parts.episodes(tool_host(self.tool_workers) if self.tool_workers else None)
+        if parts.partial_rollouts:
             episodes = dataclasses.replace(episodes, new_weights=NewWeights(self.arrived, self._take_offered))
-        self.engine = rollout_engine(c, model, tokenizer, model_dir=start_path, episodes=episodes)
+        self.engine = parts.rollout_engine(model, tokenizer, start_path, episodes)
         self.start_key, self.publication, self.plain = start.key, None, False
 
     def offer(self, weights: WeightHandle) -> None:
@@ -155,15 +154,15 @@ class RolloutWorker(Placed):
         batch with the speculative engine and one with plain decoding of the same weights, both
         scored by this worker's policy copy; a ConfigError (the run stops) when they disagree."""
         t0 = time.time()
-        spec = self.cfg.rollout.speculative
+        spec = self.parts.speculative
         path = str(materialize(start))
         if self.start_key != start.key:  # built by the first sample call otherwise; the check needs it now
             self._build(start, path)
         scorer = getattr(self.engine, "model", None)  # the loop engine's own copy holds the start weights
         if scorer is None:  # vLLM keeps its weights to itself: a copy to score with
-            scorer, _ = load_policy(self.cfg.model, path, device=pool_device()[1])
+            scorer, _ = self.parts.policy(path, pool_device()[1])
         tokenizer = self.engine.tokenizer
-        stats = check_speculative(self.engine, HFEngine(scorer, tokenizer, dtype=self.cfg.model.dtype), scorer,
+        stats = check_speculative(self.engine, HFEngine(scorer, tokenizer, dtype=self.parts.dtype), scorer,
                                   tokenizer, problems, params, method=spec.method, tolerance=spec.check_tolerance)
         return SpeculationChecked(stats=stats).timed(t0)
 
@@ -172,10 +171,10 @@ class RewardWorker(Placed):
     """Rule rewards (math verification, the code sandbox) on CPU cores, whole groups at a time, and
     the rollout workers' tool calls (in a concurrency group of their own, beside the scoring)."""
 
-    def __init__(self, cfg: Config, threads: int) -> None:
+    def __init__(self, parts: ActorParts, threads: int) -> None:
         _set_up(threads)
-        self.cfg = cfg
-        self.reward = rule_reward(cfg)
+        self.parts = parts
+        self.reward = parts.rule_reward()
         self._tools: dict | None = None
         self._tools_lock = threading.Lock()
 
@@ -183,7 +182,7 @@ class RewardWorker(Placed):
     def run_tool(self, call: ToolCall, timeout_s: float) -> ToolResult:
         with self._tools_lock:
             if self._tools is None:
-                self._tools = resolve_tools(self.cfg.env.tools, self.cfg.reward.code)
+                self._tools = self.parts.tools()
         return run_tool(self._tools, call, timeout_s)
 
     def pid(self) -> int:
@@ -203,9 +202,9 @@ class InferenceWorker(Placed):
     algo.beta > 0), the distillation teacher's (algo.distill.teacher) and the learned rewards
     (`reward.models`, `reward.judges`), each loaded on first use."""
 
-    def __init__(self, cfg: Config, threads: int) -> None:
+    def __init__(self, parts: ActorParts, threads: int) -> None:
         _set_up(threads)
-        self.cfg = cfg
+        self.parts = parts
         self.ref = None
         self.start_key: str | None = None
         self.teacher = None
@@ -218,9 +217,9 @@ class InferenceWorker(Placed):
         t0 = time.time()
         if self.start_key != start.key:
             start_path = str(materialize(start))
-            model, tokenizer = load_policy(self.cfg.model, start_path, device=pool_device()[1])
+            model, tokenizer = self.parts.policy(start_path, pool_device()[1])
             self.weights_device = str(next(model.parameters()).device)
-            self.ref = reference_model(self.cfg, model, tokenizer)
+            self.ref = self.parts.reference(model, tokenizer)
             self.start_key = start.key
         return LogProbs(logp=self.ref.logprobs(completions)).timed(t0)
 
@@ -230,14 +229,14 @@ class InferenceWorker(Placed):
         t0 = time.time()
         if self.teacher is None:
             tokenizer = load_tokenizer(materialize(start))
-            self.teacher = teacher_model(self.cfg, tokenizer, pool_device()[1], path=str(materialize(teacher)))
+            self.teacher = self.parts.teacher(tokenizer, pool_device()[1], str(materialize(teacher)))
         return LogProbs(logp=self.teacher.logprobs(completions)).timed(t0)
 
     def _learned(self, shipped: dict[str, Shipped] | None = None) -> dict:
         """The learned components, built on first use from this node's copies of their directories
         (`shipped`: reward model and local judge directories, by component name)."""
         if self.learned is None:
-            r = self.cfg.reward
+            r = self.parts.reward
             local = {name: str(materialize(s)) for name, s in (shipped or {}).items()}
             models = {n: dataclasses.replace(m, path=local.get(n, m.path)) for n, m in r.models.items()}
             judges = {n: dataclasses.replace(j, model=local.get(n, j.model)) for n, j in r.judges.items()}
@@ -280,19 +279,16 @@ class TrainerActor(Placed):
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def train(self, cfg: Config, files: RunFiles, workers: dict, pending_events: list[dict], attempt: int,
+    def train(self, parts: ActorParts, files: RunFiles, workers: dict, pending_events: list[dict], attempt: int,
               rank: int = 0, world: int = 1, master: tuple[str, int] | None = None) -> dict:
         """files: what the driver shipped; the policy starts from this node's copy of `files.start`."""
-        from rlvr.deploy.ray.source import RayBatchSource
-        if cfg.train.device == "auto" and pool_device()[1].type == "cuda":  # the pool's GPU ('auto': the CPU otherwise)
-            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, device="cuda"))
         if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows
             # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)
             os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master[0],
                                "MASTER_PORT": str(master[1]), "LOCAL_RANK": "0"})
-        source = RayBatchSource(cfg, workers, pending_events, attempt, files) if rank == 0 else None
-        try:
-            return train(cfg, make_source=source.bind if source else (lambda log: None), start=materialize(files.start))
+        source = parts.batch_source(workers, pending_events, attempt, files) if rank == 0 else None
+        try:  # on the pool's device (train.device=auto: its GPU, else the CPU)
+            return parts.train(source.bind if source else (lambda log: None), materialize(files.start), pool_device()[1])
         finally:
             if source is not None:
                 source.close()

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -35,8 +35,7 @@ import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from rlvr.assembly import component_weights, run_task
-from rlvr.config import Config
+from rlvr.config import AlgoConfig, DeployConfig, RolloutConfig
 from rlvr.deploy.ray.replies import ComponentScores, Reply, Scored
 from rlvr.deploy.ray.shipping import RunFiles
 from rlvr.deploy.ray.sync import OFFERS, WeightHandle, WeightPublisher
@@ -109,7 +108,7 @@ class _RemoteLearned:
     inference pool, replicas in turn. A call that fails or times out makes its samples invalid."""
 
     def __init__(self, source: "RayBatchSource", name: str, cfg) -> None:
-        self.source, self.name, self.cfg = source, name, cfg
+        self.source, self.name, self.cfg = source, name, cfg  # cfg: its section (LearnedReward reads the weight)
         self.turn = 0
         self.replies: dict[int, str] = {}
 
@@ -121,7 +120,7 @@ class _RemoteLearned:
 
         def failed(why: str) -> ComponentScores:
             return ComponentScores(scores=[RuntimeError(why)] * len(texts))
-        out = src.get("inference", j, call(), call, timeout=src.cfg.deploy.reward_timeout_s, fallback=failed)
+        out = src.get("inference", j, call(), call, timeout=src.deploy.reward_timeout_s, fallback=failed)
         self.replies = out.replies
         return out.scores
 
@@ -158,7 +157,7 @@ class RemoteEngine:
         parts = shards(len(problems), len(workers))
         exact = src.executor is None and len(parts) == 1  # the trainer's RNG stream, as embedded
         rngs = ([{"state": torch.get_rng_state()}] if exact else
-                [{"seed": (src.cfg.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
+                [{"seed": (src.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
                  for j, (a, _) in enumerate(parts)])
         calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(src.start, self.handle, problems[a:b], params,
                                                                 group_offset + a, rngs[j], src.speculate)
@@ -180,9 +179,9 @@ class RemoteReward:
     """The reward pool as one scorer (`.score`), whole groups per replica; a call that fails or
     times out scores its samples invalid."""
 
-    def __init__(self, source: "RayBatchSource") -> None:
+    def __init__(self, source: "RayBatchSource", weights: dict[str, float]) -> None:
         self.source = source
-        self.weights = component_weights(source.cfg)
+        self.weights = weights
         """The components' weights, for per-turn credit (env.credit=turn)."""
 
     def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
@@ -200,7 +199,7 @@ class RemoteReward:
         for j, (a, b) in enumerate(parts):
             def invalid(why: str, n=b - a) -> Scored:
                 return Scored(results=[RewardResult.invalid(why) for _ in range(n)])
-            outs.append(src.get("reward", j, refs[j], calls[j], timeout=src.cfg.deploy.reward_timeout_s,
+            outs.append(src.get("reward", j, refs[j], calls[j], timeout=src.deploy.reward_timeout_s,
                                 fallback=invalid))
         return [r for out in outs for r in out.results]
 
@@ -209,20 +208,25 @@ class RayBatchSource:
     """A `BatchSource` for `rlvr.assembly.train`: batches collected on the actor pools, in sync
     or async mode (batches sampled ahead with a bounded staleness)."""
 
-    def __init__(self, cfg: Config, workers: dict[str, list], pending_events: list[dict], attempt: int,
-                 files: RunFiles) -> None:
+    def __init__(self, workers: dict[str, list], pending_events: list[dict], attempt: int, files: RunFiles, *,
+                 deploy: DeployConfig, rollout: RolloutConfig, algo: AlgoConfig, learned: dict[str, Any],
+                 weights: dict[str, float], credit: str, steps: int, seed: int,
+                 held_out: Callable[[], list[Problem]]) -> None:
         """files: what the workers load (the start of RL, the learned components, the teacher), as the
-        driver shipped it."""
-        self.cfg, self.workers, self.attempt = cfg, workers, attempt
-        self.params, self.algo, self.batch_size = sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size
+        driver shipped it. learned: the learned components' sections by name (reward.models, judges),
+        scored on the inference pool; weights: every reward component's (per-turn credit); credit:
+        env.credit; steps: train.steps; held_out() -> the problems the speculative check samples."""
+        self.workers, self.attempt = workers, attempt
+        self.deploy, self.rollout, self.algo, self.credit, self.steps, self.seed = deploy, rollout, algo, credit, steps, seed
+        self.held_out = held_out
+        self.params, self.batch_size = sampling_params(rollout), rollout.batch_size
         self.pending = list(pending_events)
         self.publisher = WeightPublisher()
-        self.reward = RemoteReward(self)
-        if cfg.reward.models or cfg.reward.judges:  # scored on the inference pool, beside the reference
-            learned = {**cfg.reward.models, **cfg.reward.judges}
+        self.reward = RemoteReward(self, weights)
+        if learned:  # scored on the inference pool, beside the reference
             self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
-        self.ref = _RemoteReference(self) if cfg.algo.beta > 0 else None
-        self.teacher = _RemoteTeacher(self) if cfg.algo.distill.teacher else None
+        self.ref = _RemoteReference(self) if algo.beta > 0 else None
+        self.teacher = _RemoteTeacher(self) if algo.distill.teacher else None
         self.files, self.start = files, files.start
         self.checked = False  # rollout.speculative's fidelity check
         self.lock = threading.Lock()  # events and busy times are written by the prefetch thread too
@@ -231,7 +235,7 @@ class RayBatchSource:
         self.pids = {m: ray.get([w.pid.remote() for w in workers[m]]) for m in MODULES}
         self.ahead: dict[int, Future] = {}
         self.sampler = None  # the trainer's sampler the batches ahead draw from
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if cfg.deploy.async_ else None
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="prefetch") if deploy.async_ else None
         self.last_return: float | None = None
         self.killed: set[str] = set()  # modules whose fault was injected
         self.speculate = True  # rollout.speculative in the workers, until the acceptance fallback
@@ -240,7 +244,7 @@ class RayBatchSource:
         self.collecting = threading.local()  # .step: the step the calling thread collects
         self.log = None
         self.placed = False
-        self.staleness_bound = cfg.deploy.max_staleness + cfg.rollout.sync_every - 1
+        self.staleness_bound = deploy.max_staleness + rollout.sync_every - 1
         """Versions a used completion may lag: the batches sampled ahead, plus the updates a
         rollout.sync_every > 1 lets the published weights fall behind by design."""
 
@@ -259,10 +263,10 @@ class RayBatchSource:
 
     def collect(self, model, sampler, step: int) -> StepBatch:
         t_enter = time.time()
-        d = self.cfg.deploy
+        d = self.deploy
         if d.kill_trainer_at_step == step and self.attempt == 0:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: the driver restarts us from a checkpoint
-        if not self.checked and self.cfg.rollout.speculative.method != "none":
+        if not self.checked and self.rollout.speculative.method != "none":
             self.checked = True
             self._check_speculation()
         version = step - 1  # updates applied so far
@@ -273,7 +277,7 @@ class RayBatchSource:
         engine = RemoteEngine(self, self.publisher.handle, step)
         published_s = 0.0
         if restored or self.publisher.version is None or (
-                (step - 1) % self.cfg.rollout.sync_every == 0 and self.publisher.version != version):
+                (step - 1) % self.rollout.sync_every == 0 and self.publisher.version != version):
             t0 = time.time()  # rollout.sync_every; a rollback republishes
             engine.load_weights(model.state_dict().items(), version, tied_names(model))
             published_s = time.time() - t0
@@ -287,7 +291,7 @@ class RayBatchSource:
         else:
             future = self.ahead.pop(step, None)
             batch = future.result() if future is not None else self._collect(sampler, step, handle)
-            for ahead in range(step + 1, min(step + d.max_staleness, self.cfg.train.steps) + 1):
+            for ahead in range(step + 1, min(step + d.max_staleness, self.steps) + 1):
                 if ahead not in self.ahead:
                     self.ahead[ahead] = self.executor.submit(self._collect, sampler, ahead, handle)
             batch, dropped = within_staleness(batch, version, self.staleness_bound, self.params.group_size)
@@ -315,11 +319,11 @@ class RayBatchSource:
         self.collecting.step = step
         engine = RemoteEngine(self, handle, step)
         batch = collect_batch(engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                              ref=self.ref, credit=self.cfg.env.credit, teacher=self.teacher)
+                              ref=self.ref, credit=self.credit, teacher=self.teacher)
         if engine.loads:  # the slowest worker's load; a worker whose checksum check failed is a mismatch
             Synced(max(w.load_s for w in engine.loads), 0, engine.sync_method,
                    sum(not w.checksum_ok for w in engine.loads)).add_to(batch.metrics)
-        if self.cfg.deploy.partial_rollouts:
+        if self.deploy.partial_rollouts:
             batch.metrics["rollout/weights_taken_midway"] = float(sum(w.during_sampling for w in engine.loads))
         return batch
 
@@ -352,7 +356,7 @@ class RayBatchSource:
     def get(self, module: str, j: int, ref, reissue, timeout: float | None = None, fallback=None) -> Reply:
         """The reply of call `ref` to replica j; re-issued while Ray restarts a dead worker.
         fallback(reason): the reply to use when the call cannot be answered (None: raise)."""
-        tries = self.cfg.deploy.worker_restarts + 1
+        tries = self.deploy.worker_restarts + 1
         for attempt in range(tries):
             try:
                 out = ray.get(ref, timeout=timeout)
@@ -377,7 +381,7 @@ class RayBatchSource:
         if fallback is not None:
             return fallback(f"{module} worker died {tries} times")
         raise RuntimeError(f"{module} replica {j} died {tries} times in one call (deploy.worker_restarts="
-                           f"{self.cfg.deploy.worker_restarts}); see events.jsonl")
+                           f"{self.deploy.worker_restarts}); see events.jsonl")
 
     def _wait_alive(self, module: str, j: int, timeout_s: float = 120.0) -> None:
         """Until Ray has restarted replica j (calls to an actor being restarted fail at once)."""
@@ -404,8 +408,8 @@ class RayBatchSource:
 
         from ray.exceptions import RayTaskError
 
-        spec = self.cfg.rollout.speculative
-        problems = run_task(self.cfg).held_out()[: spec.check_prompts]
+        spec = self.rollout.speculative
+        problems = self.held_out()[: spec.check_prompts]
         params = dataclasses.replace(self.params, group_size=2)
         workers = self.workers["rollout"]
         try:
@@ -422,7 +426,7 @@ class RayBatchSource:
             stats, self.spec_stats = self.spec_stats, None
         if not stats or not self.speculate:
             return
-        spec = self.cfg.rollout.speculative
+        spec = self.rollout.speculative
         batch.metrics.update({"rollout/spec_accept_rate": stats["accept_rate"],
                               "rollout/spec_accept_len": stats["accept_len"]})
         self.low_accept_steps = self.low_accept_steps + 1 if stats["accept_rate"] < spec.min_accept else 0
@@ -434,7 +438,7 @@ class RayBatchSource:
     def inject_kill(self, module: str, step: int | None) -> None:
         """Fault injection (deploy.kill_<module>_at_step): SIGKILL replica 0 of `module` right after a
         call was submitted to it, so the call in flight is lost with the process; once per run."""
-        if getattr(self.cfg.deploy, f"kill_{module}_at_step") == step and self.attempt == 0 and module not in self.killed:
+        if getattr(self.deploy, f"kill_{module}_at_step") == step and self.attempt == 0 and module not in self.killed:
             self.killed.add(module)
             self._event("fault_injected", module=module, replica=0, pid=self.pids[module][0])
             os.kill(self.pids[module][0], signal.SIGKILL)
@@ -460,7 +464,7 @@ class RayBatchSource:
         out = {"perf/staleness_mean": sum(lag) / len(lag), "perf/staleness_max": float(max(lag)),
                "rollout/stale_groups_dropped": float(dropped), "perf/policy_version": float(version),
                "perf/trainer_busy_s": max(0.0, interval - wait), "perf/trainer_idle_s": wait}
-        if self.cfg.deploy.partial_rollouts:  # per sampled token: the version that sampled it
+        if self.deploy.partial_rollouts:  # per sampled token: the version that sampled it
             lags = [version - v for c in batch.completions for v, m in
                     zip(c.token_versions or [c.policy_version] * len(c.token_ids), c.mask) if m] or [0]
             out["perf/token_staleness_mean"] = sum(lags) / len(lags)
