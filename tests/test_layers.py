@@ -129,3 +129,13 @@ def test_every_module_imports():
 def test_an_engine_that_is_not_built_is_a_config_error(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, [override])
+
+
+def test_only_the_assembly_and_the_cli_hold_the_whole_config():
+    """Every other module takes its own section (or plain values): none imports `Config`."""
+    holders = ("rlvr.assembly", "rlvr.cli", "rlvr.config", "rlvr.docgen")
+    found = sorted(name for name, path in MODULES.items() if not name.startswith(holders)
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.ImportFrom) and node.module == "rlvr.config"
+                   and any(a.name == "Config" for a in node.names))
+    assert found == []

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rlvr.assembly.parts import (episode_spec, metric_sinks, reference_model, rollout_engine, rule_reward, run_guard,
-                                 run_store, run_task, teacher_model)
+from rlvr.assembly.parts import (episode_spec, metric_sinks, policy, reference_model, rollout_engine, rule_reward,
+                                 run_guard, run_store, run_task, teacher_model)
 from rlvr.assembly.start import auto_temperature, starting_point
 from rlvr.checkpoint import Checkpointer, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
@@ -26,7 +26,6 @@ from rlvr.envs.settings import check_env
 from rlvr.evaluate import eval_metrics
 from rlvr.inference.reward_models import with_learned_rewards  # reward.models, beside the rules
 from rlvr.kernels import keep_freed_memory
-from rlvr.models import load_policy
 from rlvr.ops.guard import Snapshot
 from rlvr.rollout import sampling_params
 from rlvr.runlog import RunLog
@@ -129,10 +128,10 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     seed_everything(cfg.seed, par.rank)
     for line in banner(cfg, start_path):
         ui.print(line)
-    model, tokenizer = load_policy(cfg.model, start_path, device=par.device)  # dtype, checkpointing, LoRA; a resume loads its weights below
-    policy = model
+    model, tokenizer = policy(cfg, start_path, par.device)  # dtype, checkpointing, LoRA; a resume loads its weights below
+    trained = model
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
-        model = copy.deepcopy(policy)
+        model = copy.deepcopy(trained)
     reward = rule_reward(cfg)
     task = run_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
@@ -166,7 +165,7 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
               recompute=cfg.algo.recomputes(cfg.rollout.engine), run_dir=cfg.run_dir, seed=cfg.seed,
               config=cfg.to_dict(), store=store)
     state = TrainerState.create(cfg.train, cfg.seed, cfg.reward.monitor.stuck_steps,
-                                par.shard(policy, offload=cfg.train.offload), task, guard, par)
+                                par.shard(trained, offload=cfg.train.offload), task, guard, par)
     if resume:
         state.restore(resume)
         changes = config_drift(resume, cfg.to_dict())

@@ -14,14 +14,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rlvr.assembly.embedded import train
-from rlvr.assembly.parts import (component_weights, episode_spec, reference_model, rollout_engine, rule_reward,
+from rlvr.assembly.parts import (component_weights, episode_spec, policy, reference_model, rollout_engine, rule_reward,
                                  run_store, run_task, teacher_model)
 from rlvr.assembly.start import auto_temperature, starting_point
 from rlvr.config import Config
 from rlvr.console import RunConsole
 from rlvr.deploy.ray.driver import failed_summary, import_ray, modules, ship_run_files, train_pool, with_ratio_cap
 from rlvr.envs.settings import check_env
-from rlvr.models import load_policy
 from rlvr.tools import resolve_tools
 
 
@@ -52,7 +51,7 @@ class RunParts:
         return self.cfg.reward
 
     def policy(self, path, device):
-        return load_policy(self.cfg.model, path, device=device)
+        return policy(self.cfg, path, device)
 
     def episodes(self, tool_host):
         return episode_spec(self.cfg, tool_host)

@@ -1,5 +1,6 @@
 """Parts of a run built from its config, above the modules that define them (rlvr.assembly).
 
+    model, tok = policy(cfg, path, device)           # the policy at `path`, and its tokenizer
     task = run_task(cfg, tokenizer=tok)              # where its problems come from
     spec = episode_spec(cfg)                         # what its rollouts run: environments, agents, their bounds
     reward = rule_reward(cfg)                        # the rules, with the environment's components
@@ -25,7 +26,7 @@ from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost, ThreadHost
 from rlvr.inference.reference import ReferenceModel, load_teacher
-from rlvr.models import reference_policy, resolve_model
+from rlvr.models import load_policy, reference_policy, resolve_model
 from rlvr.models.tiny import save_tiny
 from rlvr.ops.guard import RunGuard
 from rlvr.ops.sinks import build_sinks
@@ -67,6 +68,11 @@ def run_store(cfg, rank: int = 0) -> RunStore | None:
     c = cfg.ckpt
     return RunStore(cfg.run.dir, cfg.run_dir, retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
                     kill_at_step=cfg.debug.kill_during_upload_at_step, rank=rank)
+
+
+def policy(cfg, path, device=None):
+    """The policy at `path` and its tokenizer on `device` (section model: dtype, checkpointing, LoRA)."""
+    return load_policy(cfg.model, path, device=device)
 
 
 def rule_reward(cfg) -> Reward:

@@ -10,12 +10,11 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from rlvr.assembly.parts import (base_model_path, cold_start_dir, cold_start_url, episode_spec, rollout_engine,
+from rlvr.assembly.parts import (base_model_path, cold_start_dir, cold_start_url, episode_spec, policy, rollout_engine,
                                  rule_reward, run_task)
 from rlvr.config import Config
 from rlvr.configlib import ConfigError
 from rlvr.console import RunConsole
-from rlvr.models import load_policy
 from rlvr.models.loading import load_tokenizer
 from rlvr.rollout import sampling_params
 from rlvr.tasks import VERIFIERS, ProblemSampler, data_paths
@@ -92,7 +91,7 @@ def auto_temperature(cfg: Config, ui: RunConsole, start: Callable[[], Path], par
                  f"with reward variance in {auto.target:.0%} of {auto.prompts} groups")
         # the run's first training problems, sampled by the policy at start_path the way rollout.engine
         # samples where it runs in this process (loop, else transformers' generate)
-        model, tokenizer = load_policy(cfg.model, start_path, device=train_device(cfg.train.device))
+        model, tokenizer = policy(cfg, start_path, train_device(cfg.train.device))
         problems = ProblemSampler(run_task(cfg, tokenizer=tokenizer), seed=cfg.seed).take(auto.prompts)
         reward = rule_reward(cfg)
         engine = rollout_engine(cfg, model, tokenizer, name="loop" if cfg.rollout.engine == "loop" else "hf",

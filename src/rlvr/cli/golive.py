@@ -54,16 +54,14 @@ class _Setup:
     """Model, tokenizer, engine, reward, fixed prompts and one sampled batch, shared by the lines."""
 
     def __init__(self, cfg, ui):
-        from rlvr.models import load_policy
-        from rlvr.assembly import rule_reward, run_task
-        from rlvr.assembly import starting_point
+        from rlvr.assembly import policy, rule_reward, run_task, starting_point
 
         self.cfg, self.ui = cfg, ui
         torch.manual_seed(cfg.seed)
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.start_path = starting_point(cfg, ui)
-        self.model, self.tokenizer = load_policy(cfg.model, self.start_path)
+        self.model, self.tokenizer = policy(cfg, self.start_path)
         self.reward = rule_reward(cfg)
         self.task = run_task(cfg)
         self.prompts = self.task.held_out()[:CHECK_PROMPTS]
