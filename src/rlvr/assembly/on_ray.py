@@ -90,7 +90,7 @@ class RunParts:
 def train_on_ray(cfg: Config) -> dict:
     """Run GRPO as configured on Ray; the summary (rank 0 of the trainer pool's)."""
     check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
-    ray = import_ray()
+    ray = import_ray()  # Ray is optional (rlvr[ray]): these modules import it at their top
     from ray.exceptions import RayActorError
 
     from rlvr.deploy.ray import actors
