@@ -22,7 +22,7 @@ from rlvr.rewards.canonical import gold_text
 from rlvr.rewards.extract import PARSE_FAILED, extract, find_boxed
 from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.process import process_score
-from rlvr.stats import standardize
+from rlvr.algos.standardize import standardize
 
 BUILTIN = "<think>12+345: 2+5=7, 1+4=5, 0+3=3</think><answer>357</answer>"
 ARITH = Problem(id="p", prompt="12+345=", answer="357", source="arithmetic")

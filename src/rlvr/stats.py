@@ -6,7 +6,6 @@
     paired_bootstrap(a, b, ...)    mean(b - a) and its percentile interval over resampled problems
     sign_flip_p(a, b, ...)         two-sided paired permutation test of mean(b - a) (any real outcomes:
                                    episode returns), exact for up to 16 non-zero differences
-    standardize(values, groups, valid)  (v - mean) / (std + eps) within each group over its valid members
 
 (Standardisation of rewards before they are weighted lives here, free of torch, for the reward
 workers; the advantages' group math, on tensors, is rlvr.algos.advantages.)
@@ -16,10 +15,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter, defaultdict
-from collections.abc import Hashable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 
-__all__ = ["majority_correct", "mcnemar_exact", "paired_bootstrap", "pass_at_k", "sign_flip_p", "standardize", "verdict"]
+__all__ = ["majority_correct", "mcnemar_exact", "paired_bootstrap", "pass_at_k", "sign_flip_p", "verdict"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -100,23 +99,3 @@ def paired_report(a: list[float], b: list[float], *, alpha: float, iterations: i
     p = mcnemar_exact(only_a, only_b)
     return {"a": sum(a) / len(a), "b": sum(b) / len(b), "diff": diff, "ci": [lo, hi], "only_a": only_a,
             "only_b": only_b, "mcnemar_p": p, "verdict": verdict(p, diff, alpha)}
-
-
-def standardize(values: Sequence[float], groups: Sequence[Hashable], valid: Sequence[bool],
-                eps: float = 1e-6) -> list[float]:
-    """Each value standardised within its group over the group's valid members: (v - mean) / (std + eps),
-    with the population std, in float64. A group whose std is below eps carries no signal: all 0; so
-    does every invalid member. (The advantages divide by the Bessel-corrected std instead, as TRL and
-    verl do: rlvr.algos.advantages.)"""
-    members: dict[Hashable, list[int]] = defaultdict(list)
-    for i, (g, ok) in enumerate(zip(groups, valid)):
-        if ok:
-            members[g].append(i)
-    out = [0.0] * len(values)
-    for idx in members.values():
-        vs = [values[i] for i in idx]
-        mean = sum(vs) / len(vs)
-        std = math.sqrt(sum((v - mean) ** 2 for v in vs) / len(vs))
-        for i in idx:
-            out[i] = 0.0 if std < eps else (values[i] - mean) / (std + eps)
-    return out

@@ -11,6 +11,9 @@ str Enums of `registry`; a config string selects one:
     KL_ESTIMATORS         k1 | k2 | k3                     kl_estimate(kind=...), LossSettings(kl_kind=...)
     ROLLOUT_IS            none | token | sequence          rollout_is_weights(level=...): engine/trainer mismatch
 
+`standardize` standardises scores within groups before they are weighted (reward components, reward
+models); every other standardisation is the advantages'.
+
 Recipes (what the names add up to):
     GRPO      estimator=grpo scale=group loss_type=grpo
     Dr. GRPO  scale=none loss_type=dr_grpo max_len=rollout.max_new_tokens
@@ -43,6 +46,7 @@ _EXPORTS = {
     **dict.fromkeys(["AdvantageEstimator", "AdvantageScale", "KLEstimator", "LossType", "RatioLevel", "RolloutIS",
                      "Variant", "choose", "lookup", "registered"], "registry"),
     **dict.fromkeys(["overlong_penalty"], "shaping"),
+    **dict.fromkeys(["standardize"], "standardize"),
 }
 __all__ = sorted(_EXPORTS)
 

@@ -36,7 +36,7 @@ from rlvr.configlib import ConfigError
 from rlvr.models.loading import _pretrained, load_tokenizer
 from rlvr.records import Message, Problem, RewardResult
 from rlvr.rewards.scorer import ComponentScorer, EnvOutcome, Scorer
-from rlvr.stats import standardize
+from rlvr.algos.standardize import standardize
 
 
 def render_pair(tokenizer, prompt: str | list[Message], completion: str) -> str:

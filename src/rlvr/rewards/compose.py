@@ -26,7 +26,7 @@ from rlvr.rewards.format import FormatCheck
 from rlvr.rewards.math_verifier import MathVerifier
 from rlvr.rewards.process import process_score
 from rlvr.rewards.scorer import EnvOutcome
-from rlvr.stats import standardize
+from rlvr.algos.standardize import standardize
 
 
 class Verifier(Protocol):
