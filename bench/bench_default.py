@@ -4,7 +4,7 @@ gain and the wall time of each (cold start included when it is not cached yet).
     .venv/bin/python bench/bench_default.py [--seeds 0 1 2 3 4] [--mkl-as-intel] [--json FILE] [key=value ...]
 
 Each seed is a full `rlvr train seed=S run.name=bench-default-S`, in a fresh interpreter, so a
-seed's wall time is what a user waits for it. The issue's bar: a gain of at least 30 points and a
+seed's wall time is what a user waits for it. The bar the default run must clear: a gain of at least 30 points and a
 final accuracy of at least 60% on every seed, within 10 minutes each on 2 cores. `--mkl-as-intel`
 runs every seed with MKL's kernels as on an Intel host (bench/mkl_as_intel.py: on an AMD CPU with
 AVX-512, the arithmetic of an AVX-512 Xeon), and each row names the kernels MKL reported.
