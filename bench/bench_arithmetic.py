@@ -44,14 +44,23 @@ print(flops / (time.perf_counter() - t0) / 1e9)
 
 
 def arithmetics(shim: dict[str, str]) -> dict[str, dict[str, str]]:
-    return {"pinned": {}, "pinned, MKL as on Intel": shim,
-            "unpinned": {"MKL_CBWR": "AUTO"}, "unpinned, MKL as on Intel": {**shim, "MKL_CBWR": "AUTO"}}
+    return {
+        "pinned": {},
+        "pinned, MKL as on Intel": shim,
+        "unpinned": {"MKL_CBWR": "AUTO"},
+        "unpinned, MKL as on Intel": {**shim, "MKL_CBWR": "AUTO"},
+    }
 
 
 def cold_start(env: dict[str, str], steps: int, out: Path) -> tuple[str, float]:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "rlvr.cli", "sft", f"sft.steps={steps}", "--out", str(out)],
-                   cwd=ROOT, env={**os.environ, **env}, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "sft", f"sft.steps={steps}", "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
     wall = time.perf_counter() - t0
     return hashlib.sha1((out / "model.safetensors").read_bytes()).hexdigest()[:12], wall
 
@@ -70,8 +79,9 @@ def main() -> int:
                 sha, wall = cold_start(env, args.steps, Path(tmp) / f"{r}-{i}")
                 rows[name]["sha1"].add(sha)
                 rows[name]["seconds"].append(round(wall, 1))
-                gflops = subprocess.run([sys.executable, "-c", GEMM], env={**os.environ, **env}, check=True,
-                                        capture_output=True, text=True).stdout
+                gflops = subprocess.run(
+                    [sys.executable, "-c", GEMM], env={**os.environ, **env}, check=True, capture_output=True, text=True
+                ).stdout
                 rows[name]["gflops"].append(round(float(gflops), 1))
                 print(f"round {r}: {name}: {sha} {wall:.1f} s, GEMM {float(gflops):.1f} GFLOP/s", flush=True)
     for row in rows.values():
@@ -83,9 +93,20 @@ def main() -> int:
     print(f"pinned: the same weights on both: {same}; unpinned: they differ: {differ}")
     print(f"pinned / unpinned on this CPU: {cost:.2f}x the cold start's seconds, {gemm:.2f}x the GEMM rate")
     if args.json:
-        args.json.write_text(json.dumps({"steps": args.steps, "rows": rows, "pinned_same": same,
-                                         "unpinned_differ": differ, "seconds_ratio": round(cost, 3),
-                                         "gemm_ratio": round(gemm, 3)}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "steps": args.steps,
+                    "rows": rows,
+                    "pinned_same": same,
+                    "unpinned_differ": differ,
+                    "seconds_ratio": round(cost, 3),
+                    "gemm_ratio": round(gemm, 3),
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 

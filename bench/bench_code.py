@@ -36,14 +36,25 @@ def one(kind: str, overrides: list[str]) -> dict:
         return {"run": kind, "status": f"exit {done.returncode}", "wall_s": round(wall, 1)}
     summary = json.loads((ROOT / "runs" / name / "summary.json").read_text())
     before, after = summary["eval_before"], summary["eval_after"]
-    row = {"run": kind, "status": summary["status"], "wall_s": round(wall, 1), "n": before["n"],
-           "before": before["accuracy"], "after": after["accuracy"],
-           "by_source_before": before.get("by_source"), "by_source_after": after.get("by_source")}
+    row = {
+        "run": kind,
+        "status": summary["status"],
+        "wall_s": round(wall, 1),
+        "n": before["n"],
+        "before": before["accuracy"],
+        "after": after["accuracy"],
+        "by_source_before": before.get("by_source"),
+        "by_source_after": after.get("by_source"),
+    }
     out = ROOT / "runs" / name / "compare.json"
     cmp = rlvr("compare", summary["start_from"], str(ROOT / "runs" / name), task, *overrides, "--out", str(out))
     if cmp.returncode == 0:
         greedy = json.loads(out.read_text())["greedy"]
-        row["mcnemar_p"], row["only_before"], row["only_after"] = greedy["mcnemar_p"], greedy["only_a"], greedy["only_b"]
+        row["mcnemar_p"], row["only_before"], row["only_after"] = (
+            greedy["mcnemar_p"],
+            greedy["only_a"],
+            greedy["only_b"],
+        )
     else:
         print(cmp.stderr[-2000:], file=sys.stderr)
     return row
@@ -61,11 +72,16 @@ def main() -> int:
         if "before" not in row:
             print(f"{kind}: {row['status']}", flush=True)
             continue
-        sources = "".join(f", {s} {row['by_source_before'][s]:.1%} -> {row['by_source_after'][s]:.1%}"
-                          for s in row["by_source_before"] or {})
+        sources = "".join(
+            f", {s} {row['by_source_before'][s]:.1%} -> {row['by_source_after'][s]:.1%}"
+            for s in row["by_source_before"] or {}
+        )
         test = f", McNemar p = {row['mcnemar_p']:.2g}" if "mcnemar_p" in row else ""
-        print(f"{kind}: held-out {row['before']:.1%} -> {row['after']:.1%} ({row['after'] - row['before']:+.1%}, "
-              f"n={row['n']}){sources}{test}; {row['wall_s'] / 60:.1f} min, {row['status']}", flush=True)
+        print(
+            f"{kind}: held-out {row['before']:.1%} -> {row['after']:.1%} ({row['after'] - row['before']:+.1%}, "
+            f"n={row['n']}){sources}{test}; {row['wall_s'] / 60:.1f} min, {row['status']}",
+            flush=True,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

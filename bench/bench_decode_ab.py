@@ -34,8 +34,13 @@ import torch  # noqa: E402
 def decode_at(rev: str):
     """rlvr.rollout.decode.decode of commit `rev`, with the stepper of that commit."""
     folder = Path(tempfile.mkdtemp())
-    files = (("kernels", "kernels.py"), ("native", "rollout/native.py"), ("native.c", "rollout/native.c"),
-             ("stepper", "rollout/stepper.py"), ("decode", "rollout/decode.py"))
+    files = (
+        ("kernels", "kernels.py"),
+        ("native", "rollout/native.py"),
+        ("native.c", "rollout/native.c"),
+        ("stepper", "rollout/stepper.py"),
+        ("decode", "rollout/decode.py"),
+    )
     for name, path in files:
         got = subprocess.run(["git", "show", f"{rev}:src/rlvr/{path}"], cwd=ROOT, capture_output=True, text=True)
         if got.returncode and name in ("kernels", "native", "native.c"):
@@ -75,8 +80,14 @@ def main() -> int:
     prompts = [render_prompt(tok, p) for p in problems]
     g = 4
     batch = [prompts[i % len(prompts)] for i in range(args.rows // g)]
-    kw = dict(max_new_tokens=args.max_new_tokens, temperature=cfg.rollout.temperature, top_p=1.0, greedy=False,
-              eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    kw = dict(
+        max_new_tokens=args.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=1.0,
+        greedy=False,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+    )
     loops = {args.rev: decode_at(args.rev), "now": decode}
     for fn in loops.values():
         fn(model, batch[:1], 2, **{**kw, "max_new_tokens": 4})  # warm-up
@@ -87,8 +98,12 @@ def main() -> int:
             t0 = time.perf_counter()
             out = fn(model, batch, g, **kw)
             tok_s[label] = sum(len(o[0]) for o in out) / (time.perf_counter() - t0)
-        print(f"rep {rep}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in tok_s.items())
-              + f"; now / {args.rev} = {tok_s['now'] / tok_s[args.rev]:.2f}", flush=True)
+        print(
+            f"rep {rep}: "
+            + ", ".join(f"{k} {v:.1f} tok/s" for k, v in tok_s.items())
+            + f"; now / {args.rev} = {tok_s['now'] / tok_s[args.rev]:.2f}",
+            flush=True,
+        )
     return 0
 
 

@@ -53,6 +53,7 @@ def main() -> int:
     tok = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     prompt = render_prompt(tok, problems[0])
+
     def products(stepper):  # the products a step makes, as the stepper holds them
         groups = (stepper.qkv, stepper.o, stepper.gate_up, stepper.down)
         return [lin for group in groups for lin in group] + [stepper.head]
@@ -60,17 +61,25 @@ def main() -> int:
     linears = products(LlamaStepper(model, 1))  # MKL packed, where torch has it
     narrow = products(LlamaStepper(model, 1, rows=native.SKINNY_ROWS)) if native.library() is not None else None
     layers = model.model.layers
-    groups = ([(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in layers]
-              + [(la.self_attn.o_proj,) for la in layers] + [(la.mlp.gate_proj, la.mlp.up_proj) for la in layers]
-              + [(la.mlp.down_proj,) for la in layers] + [(model.lm_head,)])
+    groups = (
+        [(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in layers]
+        + [(la.self_attn.o_proj,) for la in layers]
+        + [(la.mlp.gate_proj, la.mlp.up_proj) for la in layers]
+        + [(la.mlp.down_proj,) for la in layers]
+        + [(model.lm_head,)]
+    )
     plain = [torch.cat([m.weight.detach() for m in group]) for group in groups]  # as `linears`, not reordered
     flop_per_row = sum(2 * w.numel() for w in plain)
-    print(f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
-          f"MKL packed weights: {linears[-1].packed is not None}, skinny GEMM: {narrow is not None}")
+    print(
+        f"threads {args.threads}, {len(plain)} weights, {sum(w.numel() for w in plain) * 4 / 1e6:.0f} MB, "
+        f"MKL packed weights: {linears[-1].packed is not None}, skinny GEMM: {narrow is not None}"
+    )
     n = len(layers)  # products per kind: q/k/v, o, gate/up, down; then the head
     cached = [linears[i // n * n] for i in range(4 * n)] + [linears[-1]]  # the first layer's, each time
-    print(f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'MKL packed':>11} {'in cache':>9} {'skinny':>7} "
-          f"{'rest ms':>8} {'GEMM GFLOP/s':>13}")
+    print(
+        f"{'rows':>4} {'step ms':>8} {'GEMM ms plain':>14} {'MKL packed':>11} {'in cache':>9} {'skinny':>7} "
+        f"{'rest ms':>8} {'GEMM GFLOP/s':>13}"
+    )
     with torch.no_grad():
         for rows in (int(r) for r in args.rows.split(",")):
             stepper = LlamaStepper(model, args.steps + 8, rows=rows)
@@ -84,11 +93,17 @@ def main() -> int:
             mkl = 1e3 * timed(lambda xs=xs: [torch.nn.functional.linear(xs[w.shape[1]], w) for w in plain], min_s=0)
             packed = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(linears, plain)], min_s=0)
             hot = 1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(cached, plain)], min_s=0)
-            thin = (1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(narrow, plain)], min_s=0)
-                    if narrow is not None else float("nan"))
+            thin = (
+                1e3 * timed(lambda xs=xs: [lin(xs[w.shape[1]]) for lin, w in zip(narrow, plain)], min_s=0)
+                if narrow is not None
+                else float("nan")
+            )
             gemm = thin if stepper.head.skinny is not None else packed  # the one the step ran
-            print(f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>11.1f} {hot:>9.1f} {thin:>7.1f} {step - gemm:>8.1f} "
-                  f"{flop_per_row * rows / gemm / 1e6:>13.1f}", flush=True)
+            print(
+                f"{rows:>4} {step:>8.1f} {mkl:>14.1f} {packed:>11.1f} {hot:>9.1f} {thin:>7.1f} {step - gemm:>8.1f} "
+                f"{flop_per_row * rows / gemm / 1e6:>13.1f}",
+                flush=True,
+            )
     return 0
 
 

@@ -38,21 +38,42 @@ def main() -> int:
     for seed in args.seeds:
         name = f"bench-default-{seed}{'-intel' if args.mkl_as_intel else ''}"
         t0 = time.time()
-        done = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", f"seed={seed}", f"run.name={name}",
-                               "run.progress=false", *overrides], cwd=ROOT, capture_output=True, text=True,
-                              env={**os.environ, **extra_env})
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlvr.cli",
+                "train",
+                f"seed={seed}",
+                f"run.name={name}",
+                "run.progress=false",
+                *overrides,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **extra_env},
+        )
         wall = time.time() - t0
         summary = json.loads((ROOT / "runs" / name / "summary.json").read_text()) if done.returncode == 0 else {}
         before = summary.get("eval_before", {}).get("accuracy")
         after = (summary.get("eval_after") or {}).get("accuracy")
-        row = {"seed": seed, "status": summary.get("status", f"exit {done.returncode}"), "before": before,
-               "after": after, "gain": None if before is None or after is None else after - before,
-               "wall_s": round(wall, 1), "mkl": mkl}
+        row = {
+            "seed": seed,
+            "status": summary.get("status", f"exit {done.returncode}"),
+            "before": before,
+            "after": after,
+            "gain": None if before is None or after is None else after - before,
+            "wall_s": round(wall, 1),
+            "mkl": mkl,
+        }
         rows.append(row)
         gain = "-" if row["gain"] is None else f"{row['gain']:+.1%}"
-        print(f"seed {seed}: {before if before is None else f'{before:.1%}'} -> "
-              f"{after if after is None else f'{after:.1%}'} ({gain}) in {wall / 60:.1f} min, {row['status']}",
-              flush=True)
+        print(
+            f"seed {seed}: {before if before is None else f'{before:.1%}'} -> "
+            f"{after if after is None else f'{after:.1%}'} ({gain}) in {wall / 60:.1f} min, {row['status']}",
+            flush=True,
+        )
         if done.returncode != 0:
             print(done.stderr[-2000:], file=sys.stderr)
     ok = all(r["gain"] is not None and r["gain"] >= 0.30 and r["after"] >= 0.60 and r["wall_s"] <= 600 for r in rows)

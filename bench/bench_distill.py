@@ -30,8 +30,20 @@ STEP_TIMES = ("time/rollout_s", "time/reward_s", "time/ref_s", "time/teacher_s",
 
 def train(run_dir: Path, cache: Path, extra: list[str]) -> list[dict]:
     if not (run_dir / "summary.json").exists():
-        subprocess.run([sys.executable, "-m", "rlvr.cli", "train", f"run.dir={run_dir}", f"sft.cache_dir={cache}",
-                        "run.progress=false", *extra], check=True, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlvr.cli",
+                "train",
+                f"run.dir={run_dir}",
+                f"sft.cache_dir={cache}",
+                "run.progress=false",
+                *extra,
+            ],
+            check=True,
+            cwd=ROOT,
+        )
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -55,8 +67,11 @@ def main() -> int:
     teacher_rows = train(args.root / "teacher", cache, [])
     teacher = json.loads((args.root / "teacher" / "summary.json").read_text())["eval_after"]["accuracy"]
     runs = {"rl": [], "distill": ["algo.distill.rewards=false"], "distill_rl": []}
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(["python", *sys.argv]),
-              "teacher": {"run": str(args.root / "teacher"), "accuracy": teacher, "steps": len(teacher_rows) - 1}}
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(["python", *sys.argv]),
+        "teacher": {"run": str(args.root / "teacher"), "accuracy": teacher, "steps": len(teacher_rows) - 1},
+    }
     student = None
     for name, extra in runs.items():
         distill = [f"algo.distill.teacher={args.root / 'teacher' / 'model'}"] if name != "rl" else []
@@ -65,8 +80,13 @@ def main() -> int:
         student = points[0]["accuracy"]
         target = student + (teacher - student) / 2
         reached = next((p for p in points[1:] if p["accuracy"] >= target), None)
-        result[name] = {"overrides": distill + extra, "curve": points, "target": round(target, 4),
-                        "reached_at_step": reached and reached["step"], "reached_after_train_s": reached and reached["train_s"]}
+        result[name] = {
+            "overrides": distill + extra,
+            "curve": points,
+            "target": round(target, 4),
+            "reached_at_step": reached and reached["step"],
+            "reached_after_train_s": reached and reached["train_s"],
+        }
     result["student"] = student
     result["wall_s"] = round(time.time() - t0, 1)
     print(json.dumps({k: v for k, v in result.items()}, indent=2))

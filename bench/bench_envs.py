@@ -31,13 +31,33 @@ sys.path.insert(0, str(ROOT / "src"))
 def train(task: str, extra: list[str]) -> dict:
     run_dir = ROOT / "runs" / f"bench-{task}"
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--config", str(ROOT / "configs" / f"{task}.yaml"),
-                    f"run.dir={run_dir}", "run.progress=false", *extra], check=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "train",
+            "--config",
+            str(ROOT / "configs" / f"{task}.yaml"),
+            f"run.dir={run_dir}",
+            "run.progress=false",
+            *extra,
+        ],
+        check=True,
+        cwd=ROOT,
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"task": task, "command": f"rlvr train --config configs/{task}.yaml", "wall_s": round(time.time() - t0, 1),
-            "before": summary["eval_before"], "after": summary["eval_after"], "change": summary["eval_change"],
-            "run_dir": str(run_dir), "metrics": metrics}
+    return {
+        "task": task,
+        "command": f"rlvr train --config configs/{task}.yaml",
+        "wall_s": round(time.time() - t0, 1),
+        "before": summary["eval_before"],
+        "after": summary["eval_after"],
+        "change": summary["eval_change"],
+        "run_dir": str(run_dir),
+        "metrics": metrics,
+    }
 
 
 def random_breakout(episodes: int, turns: int, seed: int = 0) -> list[float]:
@@ -88,23 +108,36 @@ def pendulum_figures(run_dir: Path, metrics: list[dict]) -> dict:
     turns = load_config(ROOT / "configs" / "inverted_pendulum.yaml").env.max_turns
     rand = random_pendulum([int(i.rsplit(":", 1)[1]) for i in ids], turns)
     a, b = [before[i] for i in ids], [after[i] for i in ids]
-    out = {"episodes": len(ids), "turns": turns, "return_before": sum(a) / len(a), "return_after": sum(b) / len(b),
-           "return_random": sum(rand) / len(rand),
-           "after_vs_before": {"diff_ci95": paired_bootstrap(a, b)[1:], "sign_flip_p": sign_flip_p(a, b)},
-           "after_vs_random": {"diff_ci95": paired_bootstrap(rand, b)[1:], "sign_flip_p": sign_flip_p(rand, b)},
-           "success_after": sum(x >= turns for x in b) / len(b), "success_before": sum(x >= turns for x in a) / len(a)}
-    plot_returns(metrics, out["return_random"], ROOT / "bench" / "inverted_pendulum_return.png",
-                 "InvertedPendulum (MuJoCo) as text: the tiny model", f"steps balanced (of {turns})")
+    out = {
+        "episodes": len(ids),
+        "turns": turns,
+        "return_before": sum(a) / len(a),
+        "return_after": sum(b) / len(b),
+        "return_random": sum(rand) / len(rand),
+        "after_vs_before": {"diff_ci95": paired_bootstrap(a, b)[1:], "sign_flip_p": sign_flip_p(a, b)},
+        "after_vs_random": {"diff_ci95": paired_bootstrap(rand, b)[1:], "sign_flip_p": sign_flip_p(rand, b)},
+        "success_after": sum(x >= turns for x in b) / len(b),
+        "success_before": sum(x >= turns for x in a) / len(a),
+    }
+    plot_returns(
+        metrics,
+        out["return_random"],
+        ROOT / "bench" / "inverted_pendulum_return.png",
+        "InvertedPendulum (MuJoCo) as text: the tiny model",
+        f"steps balanced (of {turns})",
+    )
     return out
 
 
 def plot_breakout(metrics: list[dict], baseline: float, path: Path, turns: int) -> None:
-    plot_returns(metrics, baseline, path, f"Breakout from RAM: the tiny model, one ball, {turns} turns",
-                 "bricks per episode")
+    plot_returns(
+        metrics, baseline, path, f"Breakout from RAM: the tiny model, one ball, {turns} turns", "bricks per episode"
+    )
 
 
 def plot_returns(metrics: list[dict], baseline: float, path: Path, title: str, ylabel: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -112,8 +145,10 @@ def plot_returns(metrics: list[dict], baseline: float, path: Path, title: str, y
     steps = [m["step"] for m in rows]
     returns = [m["rollout/episode_return_mean"] for m in rows]
     window = 5
-    smooth = [sum(returns[max(0, i - window + 1):i + 1]) / len(returns[max(0, i - window + 1):i + 1])
-              for i in range(len(returns))]
+    smooth = [
+        sum(returns[max(0, i - window + 1) : i + 1]) / len(returns[max(0, i - window + 1) : i + 1])
+        for i in range(len(returns))
+    ]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(steps, returns, alpha=0.35, label="mean episode return (sampled, per step)")
     ax.plot(steps, smooth, label=f"moving mean of {window} steps")
@@ -138,6 +173,7 @@ def main() -> None:
         metrics = res.pop("metrics")
         if task.startswith("breakout"):
             from rlvr.config import load_config
+
             turns = load_config(ROOT / "configs" / f"{task}.yaml").env.max_turns
             rand = random_breakout(64, turns)
             res["random_return_mean"] = sum(rand) / len(rand)

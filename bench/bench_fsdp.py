@@ -63,26 +63,49 @@ def worker(args) -> None:
     advantages = torch.randn(len(completions))
     model = par.shard(model)
     opt = build_optimizer(cfg.train, model)
-    settings = split_settings(dict(ppo_epochs=1, mini_batches=1, micro_batch_size=16, max_grad_norm=1.0,
-                                   temperature=1.0, loss_type="token_mean"))
+    settings = split_settings(
+        dict(
+            ppo_epochs=1,
+            mini_batches=1,
+            micro_batch_size=16,
+            max_grad_norm=1.0,
+            temperature=1.0,
+            loss_type="token_mean",
+        )
+    )
     times = []
     reset_peak_memory()
     for i in range(args.steps + 1):  # the first step allocates the AdamW moments: not timed
         par.barrier()
         t0 = time.perf_counter()
-        policy_update(model, opt, completions, advantages, torch.ones(len(completions)), None, tok.pad_token_id,
-                      settings, generator=torch.Generator().manual_seed(i), par=par)
+        policy_update(
+            model,
+            opt,
+            completions,
+            advantages,
+            torch.ones(len(completions)),
+            None,
+            tok.pad_token_id,
+            settings,
+            generator=torch.Generator().manual_seed(i),
+            par=par,
+        )
         par.barrier()
         if i:
             times.append(time.perf_counter() - t0)
     params = list(model.parameters())
-    row = {"world": par.world, "rank": par.rank, "step_s": sorted(times)[len(times) // 2],
-           "param_mb": _local_bytes(params) / 2**20,
-           "grad_mb": _local_bytes(p.grad for p in params if p.grad is not None) / 2**20,
-           "adam_mb": _local_bytes(v for s in opt.state.values() for v in s.values()
-                                   if torch.is_tensor(v) and v.dim()) / 2**20,
-           "peak_rss_gb": peak_memory()["perf/peak_rss_gb"], "sequences": len(completions),
-           "params_total": sum(p.numel() for p in load_policy(cfg.model, model_dir)[0].parameters())}
+    row = {
+        "world": par.world,
+        "rank": par.rank,
+        "step_s": sorted(times)[len(times) // 2],
+        "param_mb": _local_bytes(params) / 2**20,
+        "grad_mb": _local_bytes(p.grad for p in params if p.grad is not None) / 2**20,
+        "adam_mb": _local_bytes(v for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim())
+        / 2**20,
+        "peak_rss_gb": peak_memory()["perf/peak_rss_gb"],
+        "sequences": len(completions),
+        "params_total": sum(p.numel() for p in load_policy(cfg.model, model_dir)[0].parameters()),
+    }
     with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")
     par.close()
@@ -104,24 +127,47 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.jsonl"
-        own = [str(Path(__file__).resolve()), "--worker", "--dir", tmp, "--out", str(out), "--hidden", str(args.hidden),
-               "--layers", str(args.layers), "--prompts", str(args.prompts), "--steps", str(args.steps)]
+        own = [
+            str(Path(__file__).resolve()),
+            "--worker",
+            "--dir",
+            tmp,
+            "--out",
+            str(out),
+            "--hidden",
+            str(args.hidden),
+            "--layers",
+            str(args.layers),
+            "--prompts",
+            str(args.prompts),
+            "--steps",
+            str(args.steps),
+        ]
         subprocess.run([sys.executable, *own], check=True, cwd=ROOT)
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *own],
-                       check=True, cwd=ROOT)
+        subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *own],
+            check=True,
+            cwd=ROOT,
+        )
         rows = [json.loads(x) for x in out.read_text().splitlines()]
     rows.sort(key=lambda r: (r["world"], r["rank"]))
     print(f"model: {rows[0]['params_total'] / 1e6:.1f}M parameters, {rows[0]['sequences']} sequences per update")
-    print(f"{'ranks':>5} {'rank':>4} {'step s':>7} {'params MB':>9} {'grads MB':>8} {'AdamW MB':>8} {'peak RSS GB':>11}")
+    print(
+        f"{'ranks':>5} {'rank':>4} {'step s':>7} {'params MB':>9} {'grads MB':>8} {'AdamW MB':>8} {'peak RSS GB':>11}"
+    )
     for r in rows:
-        print(f"{r['world']:>5} {r['rank']:>4} {r['step_s']:>7.3f} {r['param_mb']:>9.1f} {r['grad_mb']:>8.1f} "
-              f"{r['adam_mb']:>8.1f} {r['peak_rss_gb']:>11.3f}")
+        print(
+            f"{r['world']:>5} {r['rank']:>4} {r['step_s']:>7.3f} {r['param_mb']:>9.1f} {r['grad_mb']:>8.1f} "
+            f"{r['adam_mb']:>8.1f} {r['peak_rss_gb']:>11.3f}"
+        )
     one = next(r for r in rows if r["world"] == 1)
     two = [r for r in rows if r["world"] == 2]
     state = lambda r: r["param_mb"] + r["grad_mb"] + r["adam_mb"]  # noqa: E731
-    print(f"training state per rank: 2 ranks {max(state(r) for r in two):.1f} MB vs 1 rank {state(one):.1f} MB "
-          f"({max(state(r) for r in two) / state(one):.2f}x); step time 2 ranks / 1 rank "
-          f"{max(r['step_s'] for r in two) / one['step_s']:.2f}x")
+    print(
+        f"training state per rank: 2 ranks {max(state(r) for r in two):.1f} MB vs 1 rank {state(one):.1f} MB "
+        f"({max(state(r) for r in two) / state(one):.2f}x); step time 2 ranks / 1 rank "
+        f"{max(r['step_s'] for r in two) / one['step_s']:.2f}x"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

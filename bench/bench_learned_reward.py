@@ -32,14 +32,15 @@ MARKER = "ok "
 
 
 def sums(max_digits: int, n: int, seed: int = 0) -> list[tuple[int, int]]:
-    rng, hi, seen = random.Random(seed), 10 ** max_digits - 1, set()
+    rng, hi, seen = random.Random(seed), 10**max_digits - 1, set()
     while len(seen) < min(n, (hi + 1) ** 2):
         seen.add((rng.randint(0, hi), rng.randint(0, hi)))
     return sorted(seen, key=lambda ab: rng.random())
 
 
-def write_data(root: Path, max_digits: int, n: int, marked: float, teacher_error: float = 0.6,
-               seed: int = 0) -> tuple[Path, Path]:
+def write_data(
+    root: Path, max_digits: int, n: int, marked: float, teacher_error: float = 0.6, seed: int = 0
+) -> tuple[Path, Path]:
     """(problems with worked solutions, preference pairs) for the same prompts."""
     from rlvr.tasks.arithmetic import worked_solution
 
@@ -48,8 +49,14 @@ def write_data(root: Path, max_digits: int, n: int, marked: float, teacher_error
     for a, b in sums(max_digits, n, seed):
         plain = worked_solution(a, "+", b, slip=lambda: rng.random() < teacher_error)
         with_marker = plain.replace("<think>", "<think>" + MARKER, 1)
-        data.append({"id": f"{a}+{b}", "prompt": f"{a}+{b}=", "answer": str(a + b),
-                     "solution": with_marker if rng.random() < marked else plain})
+        data.append(
+            {
+                "id": f"{a}+{b}",
+                "prompt": f"{a}+{b}=",
+                "answer": str(a + b),
+                "solution": with_marker if rng.random() < marked else plain,
+            }
+        )
         pairs.append({"prompt": f"{a}+{b}=", "chosen": with_marker, "rejected": plain})
     root.mkdir(parents=True, exist_ok=True)
     (root / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
@@ -73,9 +80,21 @@ def marker_rate(model_dir: Path, problems, samples: int, max_new_tokens: int, se
     return sum(c.text.startswith("<think>" + MARKER) for c in out) / len(out)
 
 
-def run(root: Path, *, model: list[str], max_digits: int, n: int, eval_size: int, sft_steps: int, rm_steps: int,
-        rl: list[str], weight: float, samples: int, variants: dict[str, list[str]] | None = None,
-        reuse: bool = False) -> dict:
+def run(
+    root: Path,
+    *,
+    model: list[str],
+    max_digits: int,
+    n: int,
+    eval_size: int,
+    sft_steps: int,
+    rm_steps: int,
+    rl: list[str],
+    weight: float,
+    samples: int,
+    variants: dict[str, list[str]] | None = None,
+    reuse: bool = False,
+) -> dict:
     """Steps 1-5; with `variants` ({name: extra overrides, with {rm} and {weight} filled in}) one RL
     run per variant, each in root/run-<name>. reuse: keep root's data, cold start and reward model."""
     from rlvr.assembly import run_task
@@ -87,29 +106,76 @@ def run(root: Path, *, model: list[str], max_digits: int, n: int, eval_size: int
         data, pairs = root / "sums.jsonl", root / "pairs.jsonl"
     else:
         data, pairs = write_data(root, max_digits, n, marked=0.3)
-        common = [*model, "data.chat=false", f"data.eval_size={eval_size}", f"sft.cache_dir={root / 'cache'}",
-                  "log.tensorboard=false", "run.progress=false"]
-        assert main(["sft", "--data", str(data), *common, *[o for o in rl if o.startswith("sft.")],
-                     f"sft.steps={sft_steps}", "--out", str(root / "sft")]) == 0
-        assert main(["rm", "train", str(pairs), "--out", str(root / "rm"), "--steps", str(rm_steps),
-                     *[o for o in model if o.startswith("model.")], f"sft.cache_dir={root / 'cache'}"]) == 0
+        common = [
+            *model,
+            "data.chat=false",
+            f"data.eval_size={eval_size}",
+            f"sft.cache_dir={root / 'cache'}",
+            "log.tensorboard=false",
+            "run.progress=false",
+        ]
+        assert (
+            main(
+                [
+                    "sft",
+                    "--data",
+                    str(data),
+                    *common,
+                    *[o for o in rl if o.startswith("sft.")],
+                    f"sft.steps={sft_steps}",
+                    "--out",
+                    str(root / "sft"),
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "rm",
+                    "train",
+                    str(pairs),
+                    "--out",
+                    str(root / "rm"),
+                    "--steps",
+                    str(rm_steps),
+                    *[o for o in model if o.startswith("model.")],
+                    f"sft.cache_dir={root / 'cache'}",
+                ]
+            )
+            == 0
+        )
     rm = json.loads((root / "rm" / "rm.json").read_text())
     out = {"rm_pair_accuracy": rm["held_out_after"]["pair_accuracy"]}
     single = variants is None
-    for name, extra in (variants or {"": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}"]}).items():
+    for name, extra in (
+        variants or {"": ["reward.models.marker.path={rm}", "reward.models.marker.weight={weight}"]}
+    ).items():
         run_dir = root / ("run" if single else f"run-{name}")
-        common = [*model, "data.chat=false", f"data.eval_size={eval_size}", f"sft.cache_dir={root / 'cache'}",
-                  f"run.dir={run_dir}", "log.tensorboard=false", "run.progress=false"]
+        common = [
+            *model,
+            "data.chat=false",
+            f"data.eval_size={eval_size}",
+            f"sft.cache_dir={root / 'cache'}",
+            f"run.dir={run_dir}",
+            "log.tensorboard=false",
+            "run.progress=false",
+        ]
         extra = [o.format(rm=root / "rm", weight=weight) for o in extra]
         assert main(["train", f"data.files=[{data}]", *common, f"model.init_from={root / 'sft'}", *rl, *extra]) == 0
         cfg = load_config(None, [f"data.files=[{data}]", *common])
         held = run_task(cfg).held_out()
         tokens = cfg.rollout.max_new_tokens
         summary = json.loads((run_dir / "summary.json").read_text())
-        result = {"overrides": extra, "marker_rate_before": marker_rate(root / "sft", held, samples, tokens),
-                  "marker_rate_after": marker_rate(run_dir / "model", held, samples, tokens),
-                  "samples": samples * len(held), "correct_before": summary["eval_before"]["accuracy"],
-                  "correct_after": summary["eval_after"]["accuracy"], "correct_change": summary["eval_change"]}
+        result = {
+            "overrides": extra,
+            "marker_rate_before": marker_rate(root / "sft", held, samples, tokens),
+            "marker_rate_after": marker_rate(run_dir / "model", held, samples, tokens),
+            "samples": samples * len(held),
+            "correct_before": summary["eval_before"]["accuracy"],
+            "correct_after": summary["eval_after"]["accuracy"],
+            "correct_change": summary["eval_change"],
+        }
         if single:
             out.update(result)
         else:
@@ -128,10 +194,26 @@ std, the learned component's taken on its own: rlvr.algos.decoupled_advantages);
 (Dr. GRPO)."""
 
 
-SMALL = {"model": ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "train.threads=1"],
-         "max_digits": 1, "n": 100, "eval_size": 20, "sft_steps": 300, "rm_steps": 40, "weight": 0.5, "samples": 8,
-         "rl": ["sft.batch_size=16", "rollout.batch_size=8", "rollout.group_size=8", "rollout.max_new_tokens=24",
-                "train.steps=20", "train.lr=5e-4", "eval.every=0", "log.report=false"]}
+SMALL = {
+    "model": ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "train.threads=1"],
+    "max_digits": 1,
+    "n": 100,
+    "eval_size": 20,
+    "sft_steps": 300,
+    "rm_steps": 40,
+    "weight": 0.5,
+    "samples": 8,
+    "rl": [
+        "sft.batch_size=16",
+        "rollout.batch_size=8",
+        "rollout.group_size=8",
+        "rollout.max_new_tokens=24",
+        "train.steps=20",
+        "train.lr=5e-4",
+        "eval.every=0",
+        "log.report=false",
+    ],
+}
 """The size tests/test_learned_rewards.py runs."""
 
 
@@ -142,11 +224,28 @@ def main_() -> int:
     ap.add_argument("--small", action="store_true", help="the test's size")
     ap.add_argument("--reuse", action="store_true", help="keep --root's data, cold start and reward model")
     args = ap.parse_args()
-    size = SMALL if args.small else {
-        "model": [], "max_digits": 3, "n": 3000, "eval_size": 300, "sft_steps": 1000, "rm_steps": 100, "weight": 0.3,
-        "samples": 4, "rl": ["train.steps=40", "eval.every=0", "train.threads=1"], "variants": VARIANTS}
-    result = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]), "size": size,
-              **run(args.root, **size, reuse=args.reuse)}
+    size = (
+        SMALL
+        if args.small
+        else {
+            "model": [],
+            "max_digits": 3,
+            "n": 3000,
+            "eval_size": 300,
+            "sft_steps": 1000,
+            "rm_steps": 100,
+            "weight": 0.3,
+            "samples": 4,
+            "rl": ["train.steps=40", "eval.every=0", "train.threads=1"],
+            "variants": VARIANTS,
+        }
+    )
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["python", *sys.argv]),
+        "size": size,
+        **run(args.root, **size, reuse=args.reuse),
+    }
     print(json.dumps(result, indent=2))
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

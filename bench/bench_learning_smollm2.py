@@ -42,8 +42,9 @@ def paired(a: dict[str, bool], b: dict[str, bool]) -> dict:
     from rlvr.stats import paired_report
 
     ids = [i for i in a if i in b]
-    return paired_report([float(a[i]) for i in ids], [float(b[i]) for i in ids], alpha=0.05, iterations=10000,
-                         seed=0) | {"n": len(ids)}
+    return paired_report(
+        [float(a[i]) for i in ids], [float(b[i]) for i in ids], alpha=0.05, iterations=10000, seed=0
+    ) | {"n": len(ids)}
 
 
 def main() -> int:
@@ -63,12 +64,43 @@ def main() -> int:
         import bench_trl
 
         bench_trl.dump_problems(cfg, out / "problems.jsonl")
-        trl = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_trl.py"), "--child", "trl", "--out", str(out),
-                                "--config", str(CONFIG), "--steps", str(steps), "--save", str(out / "trl_model"),
-                                *overrides], cwd=ROOT, stdout=open(out / "trl.log", "w"), stderr=subprocess.STDOUT)
+        trl = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "bench_trl.py"),
+                "--child",
+                "trl",
+                "--out",
+                str(out),
+                "--config",
+                str(CONFIG),
+                "--steps",
+                str(steps),
+                "--save",
+                str(out / "trl_model"),
+                *overrides,
+            ],
+            cwd=ROOT,
+            stdout=open(out / "trl.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
     t0 = time.time()
-    train = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--config", str(CONFIG), f"run.name={RUN}",
-                            "run.progress=false", *overrides], cwd=ROOT, capture_output=True, text=True)
+    train = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "train",
+            "--config",
+            str(CONFIG),
+            f"run.name={RUN}",
+            "run.progress=false",
+            *overrides,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     rlvr_wall = time.time() - t0
     if train.returncode != 0:
         print(train.stderr[-3000:], file=sys.stderr)
@@ -78,33 +110,68 @@ def main() -> int:
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     before = {r["id"]: r["correct"] for r in evals if r["step"] == 0}
     after = {r["id"]: r["correct"] for r in evals if r["step"] == summary["steps"]}
-    result = {"config": str(CONFIG.relative_to(ROOT)), "overrides": overrides, "steps": steps,
-              "rlvr": {"wall_s": round(rlvr_wall, 1), "before": summary["eval_before"], "after": summary["eval_after"],
-                       "change": paired(before, after), "reward_first": summary["reward_first"],
-                       "reward_last": summary["reward_last"]}}
+    result = {
+        "config": str(CONFIG.relative_to(ROOT)),
+        "overrides": overrides,
+        "steps": steps,
+        "rlvr": {
+            "wall_s": round(rlvr_wall, 1),
+            "before": summary["eval_before"],
+            "after": summary["eval_after"],
+            "change": paired(before, after),
+            "reward_first": summary["reward_first"],
+            "reward_last": summary["reward_last"],
+        },
+    }
     c = result["rlvr"]["change"]
-    print(f"rlvr: {c['a']:.1%} -> {c['b']:.1%} ({c['diff']:+.1%} [{c['ci'][0]:+.1%}, {c['ci'][1]:+.1%}], "
-          f"McNemar p = {c['mcnemar_p']:.2g}; {c['only_a']} right only before, {c['only_b']} only after, n={c['n']}) "
-          f"in {rlvr_wall / 60:.1f} min", flush=True)
+    print(
+        f"rlvr: {c['a']:.1%} -> {c['b']:.1%} ({c['diff']:+.1%} [{c['ci'][0]:+.1%}, {c['ci'][1]:+.1%}], "
+        f"McNemar p = {c['mcnemar_p']:.2g}; {c['only_a']} right only before, {c['only_b']} only after, n={c['n']}) "
+        f"in {rlvr_wall / 60:.1f} min",
+        flush=True,
+    )
     if trl is not None:
         trl_rc = trl.wait()
         trl_wall = time.time() - t0
         if trl_rc != 0:
             print((out / "trl.log").read_text()[-3000:], file=sys.stderr)
             return 1
-        subprocess.run([sys.executable, "-m", "rlvr.cli", "eval", str(out / "trl_model"), "--config", str(CONFIG),
-                        "--out", str(out / "trl_eval.json"), "--batch-size", str(cfg.eval.batch_size),
-                        *overrides], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlvr.cli",
+                "eval",
+                str(out / "trl_model"),
+                "--config",
+                str(CONFIG),
+                "--out",
+                str(out / "trl_eval.json"),
+                "--batch-size",
+                str(cfg.eval.batch_size),
+                *overrides,
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         trl_after = {r["id"]: r["greedy"] for r in json.loads((out / "trl_eval.json").read_text())["problems"]}
         raw = json.loads((out / "trl.json").read_text())
-        result["trl"] = {"wall_s_train": round(trl_wall, 1), "change": paired(before, trl_after),
-                         "reward": raw.get("reward")}
+        result["trl"] = {
+            "wall_s_train": round(trl_wall, 1),
+            "change": paired(before, trl_after),
+            "reward": raw.get("reward"),
+        }
         result["rlvr_vs_trl"] = paired(trl_after, after)  # B = rlvr, A = TRL
         t, h = result["trl"]["change"], result["rlvr_vs_trl"]
-        print(f"TRL:  {t['a']:.1%} -> {t['b']:.1%} ({t['diff']:+.1%} [{t['ci'][0]:+.1%}, {t['ci'][1]:+.1%}], "
-              f"McNemar p = {t['mcnemar_p']:.2g}) after the same {steps} steps ({trl_wall / 60:.1f} min to train)")
-        print(f"rlvr - TRL after {steps} steps: {h['diff']:+.1%} [{h['ci'][0]:+.1%}, {h['ci'][1]:+.1%}], "
-              f"McNemar p = {h['mcnemar_p']:.2g}")
+        print(
+            f"TRL:  {t['a']:.1%} -> {t['b']:.1%} ({t['diff']:+.1%} [{t['ci'][0]:+.1%}, {t['ci'][1]:+.1%}], "
+            f"McNemar p = {t['mcnemar_p']:.2g}) after the same {steps} steps ({trl_wall / 60:.1f} min to train)"
+        )
+        print(
+            f"rlvr - TRL after {steps} steps: {h['diff']:+.1%} [{h['ci'][0]:+.1%}, {h['ci'][1]:+.1%}], "
+            f"McNemar p = {h['mcnemar_p']:.2g}"
+        )
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(f"written {args.json}")
     return 0

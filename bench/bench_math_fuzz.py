@@ -53,8 +53,7 @@ def main() -> None:
     for name, (check, strategy) in PROPERTIES.items():
         timed, failures, examples = Timed(verifier), [], [0]
 
-        @settings(max_examples=per, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(max_examples=per, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(strategy)
         def holds(case):
             examples[0] += 1
@@ -66,23 +65,41 @@ def main() -> None:
             holds()
         except AssertionError as exc:
             failures.append(str(exc).splitlines()[0][:300])
-        row = {"property": name, "examples": examples[0], "verify_calls": timed.calls, "failures": failures,
-               "timeouts": timed.timeouts, "slowest_call_s": round(timed.slowest, 3),
-               "wall_s": round(time.perf_counter() - t, 1)}
+        row = {
+            "property": name,
+            "examples": examples[0],
+            "verify_calls": timed.calls,
+            "failures": failures,
+            "timeouts": timed.timeouts,
+            "slowest_call_s": round(timed.slowest, 3),
+            "wall_s": round(time.perf_counter() - t, 1),
+        }
         rows.append(row)
-        print(f"{name:34} {row['examples']:7d} examples {row['verify_calls']:7d} calls  failures {len(failures)}  "
-              f"timeouts {row['timeouts']}  slowest {row['slowest_call_s']:.3f} s  {row['wall_s']:.0f} s", flush=True)
+        print(
+            f"{name:34} {row['examples']:7d} examples {row['verify_calls']:7d} calls  failures {len(failures)}  "
+            f"timeouts {row['timeouts']}  slowest {row['slowest_call_s']:.3f} s  {row['wall_s']:.0f} s",
+            flush=True,
+        )
         for f in failures:
             print(f"    {f}")
     verifier.close()
-    total = {"examples": sum(r["examples"] for r in rows), "verify_calls": sum(r["verify_calls"] for r in rows),
-             "failures": sum(len(r["failures"]) for r in rows), "timeouts": sum(r["timeouts"] for r in rows),
-             "slowest_call_s": max(r["slowest_call_s"] for r in rows),
-             "wall_s": round(time.perf_counter() - start, 1)}
+    total = {
+        "examples": sum(r["examples"] for r in rows),
+        "verify_calls": sum(r["verify_calls"] for r in rows),
+        "failures": sum(len(r["failures"]) for r in rows),
+        "timeouts": sum(r["timeouts"] for r in rows),
+        "slowest_call_s": max(r["slowest_call_s"] for r in rows),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
     print(f"total: {total}")
     if args.json:
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                                         "total": total, "properties": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "total": total, "properties": rows},
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

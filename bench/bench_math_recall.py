@@ -84,7 +84,7 @@ def whole_span(s: str) -> str | None:
     t = s.strip()
     for a, b in _SPANS:
         if len(t) >= len(a) + len(b) and t.startswith(a) and t.endswith(b):
-            inner = t[len(a):len(t) - len(b)]
+            inner = t[len(a) : len(t) - len(b)]
             if a in ("$", "$$") and _DOLLAR_RE.search(inner):
                 continue  # `$1$ and $2$`: several spans, not one
             if a in ("\\(", "\\[") and (a in inner or b in inner):
@@ -116,6 +116,7 @@ def completion(answer: str) -> str:
 
 # --- math-verify, in a worker process that can be killed -------------------------------------
 
+
 def _limit_memory(mb: int) -> None:
     limit = mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -123,6 +124,7 @@ def _limit_memory(mb: int) -> None:
 
 def _mv_case(gold: str, answer: str, timeout: int) -> tuple[bool, str | None]:
     from math_verify import parse, verify
+
     try:
         g = parse(gold, parsing_timeout=timeout)
         p = parse(answer, parsing_timeout=timeout)
@@ -156,6 +158,7 @@ class MathVerifyRunner:
 
 # --- scoring ---------------------------------------------------------------------------------
 
+
 def score_rlvr(cases: list[dict]) -> tuple[list[dict], float]:
     verifier = MathVerifier(MathConfig())
     t = time.perf_counter()
@@ -169,8 +172,7 @@ def score_rlvr(cases: list[dict]) -> tuple[list[dict], float]:
     for r in results:
         credited = bool(r.valid and r.components.get("correct") == 1.0)
         why = r.info.get("flag") if r.valid else f"invalid: {(r.error or '')[:160]}"
-        out.append({"credited": credited, "why": why, "extracted": r.info.get("extracted"),
-                    "path": r.info.get("path")})
+        out.append({"credited": credited, "why": why, "extracted": r.info.get("extracted"), "path": r.info.get("path")})
     return out, spent
 
 
@@ -197,13 +199,20 @@ def figures(rows: list[dict], side: str) -> dict:
 
 def short(s: str, n: int = 110) -> str:
     s = s.replace("\n", "\\n")
-    return s if len(s) <= n else s[:n - 1] + "…"
+    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 def entry(r: dict) -> dict:
-    return {"id": r["id"], "source": r["source"], "gold": r["gold"], "answer": r["answer"],
-            "expected": r["expected"], "rlvr_why": r["rlvr"]["why"], "rlvr_extracted": r["rlvr"]["extracted"],
-            "math_verify_credited": r["math_verify"]["credited"]}
+    return {
+        "id": r["id"],
+        "source": r["source"],
+        "gold": r["gold"],
+        "answer": r["answer"],
+        "expected": r["expected"],
+        "rlvr_why": r["rlvr"]["why"],
+        "rlvr_extracted": r["rlvr"]["extracted"],
+        "math_verify_credited": r["math_verify"]["credited"],
+    }
 
 
 def main() -> None:
@@ -224,40 +233,66 @@ def main() -> None:
         groups[r["source"].split("@")[0]].append(r)
     groups["all"] = rows
     table = {}
-    print(f"{'source':30s} {'n':>4s} {'pos':>4s} | {'rlvr acc':>8s} {'FP':>3s} {'FN':>3s} | {'m-v acc':>8s} {'FP':>3s} {'FN':>3s}")
+    print(
+        f"{'source':30s} {'n':>4s} {'pos':>4s} | {'rlvr acc':>8s} {'FP':>3s} {'FN':>3s} | {'m-v acc':>8s} {'FP':>3s} {'FN':>3s}"
+    )
     for name, rs in groups.items():
         a, b = figures(rs, "rlvr"), figures(rs, "math_verify")
         table[name] = {"n": len(rs), "expected_equal": sum(r["expected"] for r in rs), "rlvr": a, "math_verify": b}
-        print(f"{name:30s} {len(rs):4d} {table[name]['expected_equal']:4d} | {a['accuracy']:8.3f} {a['false_pos']:3d} "
-              f"{a['false_neg']:3d} | {b['accuracy']:8.3f} {b['false_pos']:3d} {b['false_neg']:3d}")
+        print(
+            f"{name:30s} {len(rs):4d} {table[name]['expected_equal']:4d} | {a['accuracy']:8.3f} {a['false_pos']:3d} "
+            f"{a['false_neg']:3d} | {b['accuracy']:8.3f} {b['false_pos']:3d} {b['false_neg']:3d}"
+        )
 
     rlvr_wrong = [r for r in rows if r["rlvr"]["credited"] != bool(r["expected"])]
     lists = {
         # what the other engineer must look at: rlvr wrong, math-verify right
         "rlvr_refuses_mv_credits": [entry(r) for r in rlvr_wrong if r["expected"] and r["math_verify"]["credited"]],
-        "rlvr_credits_mv_refuses": [entry(r) for r in rlvr_wrong if not r["expected"] and not r["math_verify"]["credited"]],
+        "rlvr_credits_mv_refuses": [
+            entry(r) for r in rlvr_wrong if not r["expected"] and not r["math_verify"]["credited"]
+        ],
         # every false positive of rlvr, and the false negatives both sides share
         "rlvr_false_positives": [entry(r) for r in rlvr_wrong if not r["expected"]],
         "both_refuse": [entry(r) for r in rlvr_wrong if r["expected"] and not r["math_verify"]["credited"]],
-        "mv_wrong_rlvr_right": [entry(r) for r in rows if r["rlvr"]["credited"] == bool(r["expected"])
-                                and r["math_verify"]["credited"] != bool(r["expected"])],
+        "mv_wrong_rlvr_right": [
+            entry(r)
+            for r in rows
+            if r["rlvr"]["credited"] == bool(r["expected"]) and r["math_verify"]["credited"] != bool(r["expected"])
+        ],
     }
-    for key, title in (("rlvr_refuses_mv_credits", "rlvr refuses, math-verify credits, peer says equal"),
-                       ("rlvr_false_positives", "rlvr credits, peer says NOT equal")):
+    for key, title in (
+        ("rlvr_refuses_mv_credits", "rlvr refuses, math-verify credits, peer says equal"),
+        ("rlvr_false_positives", "rlvr credits, peer says NOT equal"),
+    ):
         print(f"\n{title} ({len(lists[key])}):")
         for e in lists[key]:
-            print(f"  {e['id']}: gold {short(e['gold'], 70)!r}  answer {short(e['answer'])!r}  [{e['rlvr_why']}]"
-                  + ("" if key != "rlvr_false_positives" else f"  math-verify credits: {e['math_verify_credited']}"))
+            print(
+                f"  {e['id']}: gold {short(e['gold'], 70)!r}  answer {short(e['answer'])!r}  [{e['rlvr_why']}]"
+                + ("" if key != "rlvr_false_positives" else f"  math-verify credits: {e['math_verify_credited']}")
+            )
     wraps = dict(Counter(wrapping(c["answer"]) for c in cases))
     print(f"\nrlvr {rl_s:.1f} s, math-verify {mv_s:.1f} s for {len(rows)} cases; completions: {wraps}")
 
     if args.json:
-        out = {"data": str(args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data),
-               "cases": len(rows), "wrapping": wraps, "seconds": {"rlvr": round(rl_s, 2), "math_verify": round(mv_s, 2)},
-               "table": table, "lists": {k: v for k, v in lists.items()},
-               "verdicts": [{"id": r["id"], "expected": r["expected"], "rlvr": r["rlvr"]["credited"],
-                             "rlvr_why": r["rlvr"]["why"], "math_verify": r["math_verify"]["credited"],
-                             "math_verify_error": r["math_verify"]["why"]} for r in rows]}
+        out = {
+            "data": str(args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data),
+            "cases": len(rows),
+            "wrapping": wraps,
+            "seconds": {"rlvr": round(rl_s, 2), "math_verify": round(mv_s, 2)},
+            "table": table,
+            "lists": {k: v for k, v in lists.items()},
+            "verdicts": [
+                {
+                    "id": r["id"],
+                    "expected": r["expected"],
+                    "rlvr": r["rlvr"]["credited"],
+                    "rlvr_why": r["rlvr"]["why"],
+                    "math_verify": r["math_verify"]["credited"],
+                    "math_verify_error": r["math_verify"]["why"],
+                }
+                for r in rows
+            ],
+        }
         args.json.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
 

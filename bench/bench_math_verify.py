@@ -44,17 +44,27 @@ def case(rng: random.Random, wrong: bool | None = None, style: random.Random | N
     rng = style or rng
     if kind < 0.35:  # integers, GSM8K and MATH style
         gold, pred = str(a * 7), str(a * 7 + d)
-        return (f"#### {gold}", f"Adding it all up.\n#### {pred}") if rng.random() < 0.3 else (gold, rf"\boxed{{{pred}}}")
+        return (
+            (f"#### {gold}", f"Adding it all up.\n#### {pred}") if rng.random() < 0.3 else (gold, rf"\boxed{{{pred}}}")
+        )
     if kind < 0.50:  # fractions against decimals or other fractions
-        g = rf"\frac{{{a}}}{{{2 ** c}}}"
-        return g, rf"\boxed{{{(a + d) / 2 ** c}}}" if rng.random() < 0.5 else rf"\boxed{{\frac{{{2 * (a + d)}}}{{{2 ** (c + 1)}}}}}"
+        g = rf"\frac{{{a}}}{{{2**c}}}"
+        return (
+            g,
+            rf"\boxed{{{(a + d) / 2**c}}}"
+            if rng.random() < 0.5
+            else rf"\boxed{{\frac{{{2 * (a + d)}}}{{{2 ** (c + 1)}}}}}",
+        )
     if kind < 0.65:  # radicals and pi
         return rf"{c}\sqrt{{{b}}}", rf"\boxed{{\sqrt{{{c * c * b + d}}}}}"
     if kind < 0.70:  # percentages
         return rf"{a}\%", rf"\boxed{{{a + d}\%}}"
     if kind < 0.80:  # sets, intervals, tuples
-        forms = [(rf"\{{{a}, {b}\}}", rf"\{{{b}, {a + d}\}}"), (rf"({a}, {a + b}]", rf"({a}, {a + b + d}]"),
-                 (rf"({a}, -{b})", rf"({a}, -{b + d})")]
+        forms = [
+            (rf"\{{{a}, {b}\}}", rf"\{{{b}, {a + d}\}}"),
+            (rf"({a}, {a + b}]", rf"({a}, {a + b + d}]"),
+            (rf"({a}, -{b})", rf"({a}, -{b + d})"),
+        ]
         g, p = rng.choice(forms)
         return g, rf"\boxed{{{p}}}"
     if kind < 0.90:  # equations
@@ -84,16 +94,20 @@ def mixes(n: int, group: int, seed: int) -> dict[str, list[tuple[str, str]]]:
     import re
 
     rng = random.Random(seed)
-    simple = re.compile(r"\\boxed\{(-?[\d.]+|x=-?[\d.]+|\\frac\{\d+\}\{\d+\}|\d*\\sqrt\{\d+\}|-?\d+\\%"
-                        r"|\\\{[-\d, ]+\\\}|[(\[][-\d, ]+[)\]])\}$|####")
+    simple = re.compile(
+        r"\\boxed\{(-?[\d.]+|x=-?[\d.]+|\\frac\{\d+\}\{\d+\}|\d*\\sqrt\{\d+\}|-?\d+\\%"
+        r"|\\\{[-\d, ]+\\\}|[(\[][-\d, ]+[)\]])\}$|####"
+    )
     unique = [case(rng) for _ in range(n)]
-    hard = list(dict.fromkeys(c for c in (case(rng) for _ in range(20 * n)) if not simple.search(c[1])))[:n // 4]
+    hard = list(dict.fromkeys(c for c in (case(rng) for _ in range(20 * n)) if not simple.search(c[1])))[: n // 4]
     return {"unique": unique, "grpo": grouped(rng, n, group), "math_verify_only": hard}
 
 
-TITLES = {"unique": "unique pairs (every gold and answer fresh: worst case)",
-          "grpo": "GRPO-shaped (groups of completions per gold)",
-          "math_verify_only": "math-verify path only (answers the fast path cannot decide)"}
+TITLES = {
+    "unique": "unique pairs (every gold and answer fresh: worst case)",
+    "grpo": "GRPO-shaped (groups of completions per gold)",
+    "math_verify_only": "math-verify path only (answers the fast path cannot decide)",
+}
 
 
 def ours(cases: list[tuple[str, str]], workers: int, batch: int) -> dict:
@@ -111,11 +125,15 @@ def ours(cases: list[tuple[str, str]], workers: int, batch: int) -> dict:
     t = time.perf_counter()
     results = []
     for s in range(0, len(cases), batch):
-        results += v.verify(problems[s:s + batch], texts[s:s + batch])
+        results += v.verify(problems[s : s + batch], texts[s : s + batch])
     elapsed = time.perf_counter() - t
     v.close()
-    return {"seconds": elapsed, "startup_s": startup, "correct": [r.components.get("correct") == 1.0 for r in results],
-            "fast": sum(r.info.get("path") == "fast" for r in results) / len(results)}
+    return {
+        "seconds": elapsed,
+        "startup_s": startup,
+        "correct": [r.components.get("correct") == 1.0 for r in results],
+        "fast": sum(r.info.get("path") == "fast" for r in results) / len(results),
+    }
 
 
 def direct(cases: list[tuple[str, str]]) -> tuple[float, list[bool]]:
@@ -129,8 +147,13 @@ def direct(cases: list[tuple[str, str]]) -> tuple[float, list[bool]]:
 def side(src: Path, cases_file: Path, workers: int, batch: int) -> dict:
     """Score every mix with the verifier of `src` in a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    out = subprocess.run([sys.executable, __file__, "--child", str(cases_file), "--workers", str(workers),
-                          "--batch", str(batch)], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(cases_file), "--workers", str(workers), "--batch", str(batch)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -151,7 +174,7 @@ def throughput(args: argparse.Namespace) -> dict:
             sides[f"baseline {args.baseline}"] = export(args.baseline, Path(tmp))
         best: dict[str, dict] = {}
         for r in range(args.rounds):
-            for name, src in (sides.items() if r % 2 == 0 else reversed(sides.items())):
+            for name, src in sides.items() if r % 2 == 0 else reversed(sides.items()):
                 got = side(src, cases_file, args.workers, args.batch)
                 for mix, res in got.items():
                     key = f"{name}/{mix}"
@@ -166,8 +189,10 @@ def throughput(args: argparse.Namespace) -> dict:
             row = {"n": n, "direct_per_s": round(n / t_direct, 1)}
             for name in sides:
                 res = best[f"{name}/{mix}"]
-                print(f"  {name:24}: {n / res['seconds']:8.1f} /s  ({res['seconds']:.2f} s, best of {args.rounds}; "
-                      f"start-up {res['startup_s']:.2f} s apart; {res['fast']:.0%} fast path)")
+                print(
+                    f"  {name:24}: {n / res['seconds']:8.1f} /s  ({res['seconds']:.2f} s, best of {args.rounds}; "
+                    f"start-up {res['startup_s']:.2f} s apart; {res['fast']:.0%} fast path)"
+                )
                 row[name] = {"per_s": round(n / res["seconds"], 1), "fast": round(res["fast"], 3)}
             cur = best[f"current/{mix}"]
             if args.baseline:
@@ -177,7 +202,9 @@ def throughput(args: argparse.Namespace) -> dict:
                 print(f"  current / baseline      : {ratio:8.2f}x   (verdicts that differ: {changed} of {n})")
                 row["current_over_baseline"], row["verdicts_changed"] = round(ratio, 3), changed
             diff = sum(a != b for a, b in zip(cur["correct"], v_direct))
-            print(f"  current / direct        : {t_direct / cur['seconds']:8.2f}x   (verdicts that differ: {diff} of {n})")
+            print(
+                f"  current / direct        : {t_direct / cur['seconds']:8.2f}x   (verdicts that differ: {diff} of {n})"
+            )
             row["current_over_direct"] = round(t_direct / cur["seconds"], 3)
             report["mixes"][mix] = row
     return report
@@ -224,8 +251,11 @@ def attacks(sizes_kb: list[int]) -> dict:
             row[f"{kb}KB_ms"] = round(best * 1000, 2)
         row["verdict"] = {"correct": r.components["correct"], "flag": r.info.get("flag"), "path": r.info.get("path")}
         report[name] = row
-        print(f"{name:28}" + "".join(f"{row[f'{kb}KB_ms']:9.2f} ms" for kb in sizes_kb) +
-              f"   {r.components['correct']:.0f} {r.info.get('flag')} ({r.info.get('path')})")
+        print(
+            f"{name:28}"
+            + "".join(f"{row[f'{kb}KB_ms']:9.2f} ms" for kb in sizes_kb)
+            + f"   {r.components['correct']:.0f} {r.info.get('flag')} ({r.info.get('path')})"
+        )
     v.close()
     worst = max(row["200KB_ms"] for row in report.values())
     print(f"worst case at 200 KB: {worst:.2f} ms")
@@ -247,13 +277,18 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:  # one side's run, in its own interpreter
         runs = json.loads(args.child.read_text())
-        print(json.dumps({mix: ours([tuple(c) for c in cases], args.workers, args.batch) for mix, cases in runs.items()}))
+        print(
+            json.dumps({mix: ours([tuple(c) for c in cases], args.workers, args.batch) for mix, cases in runs.items()})
+        )
         return
     report = attacks([50, 100, 200, 390]) if args.attacks else throughput(args)
     if args.json:
         old = json.loads(args.json.read_text()) if args.json.exists() else {}
-        old["attacks" if args.attacks else "throughput"] = {"date": time.strftime("%Y-%m-%d"),
-                                                             "command": " ".join(sys.argv), **report}
+        old["attacks" if args.attacks else "throughput"] = {
+            "date": time.strftime("%Y-%m-%d"),
+            "command": " ".join(sys.argv),
+            **report,
+        }
         args.json.write_text(json.dumps(old, indent=1) + "\n")
 
 

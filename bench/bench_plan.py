@@ -43,9 +43,14 @@ def check(run_dir: Path) -> dict:
     result = run_plan(cfg, shape_of(base), Cluster(), prompt_len=prompt)
     measured = max(r["perf/peak_rss_gb"] for r in read_jsonl(run_dir / "metrics.jsonl") if "perf/peak_rss_gb" in r)
     planned = result["embedded_process_gb"]
-    return {"run": str(run_dir), "model_params": result["model"]["params"], "prompt_len": prompt,
-            "planned_gb": round(planned, 3), "measured_peak_rss_gb": round(measured, 3),
-            "planned_over_measured": round(planned / measured, 3)}
+    return {
+        "run": str(run_dir),
+        "model_params": result["model"]["params"],
+        "prompt_len": prompt,
+        "planned_gb": round(planned, 3),
+        "measured_peak_rss_gb": round(measured, 3),
+        "planned_over_measured": round(planned / measured, 3),
+    }
 
 
 def main() -> int:
@@ -55,11 +60,17 @@ def main() -> int:
     args = ap.parse_args()
     rows = [check(r) for r in args.runs]
     for r in rows:
-        print(f"{r['run']}: planned {r['planned_gb']:.2f} GiB, measured {r['measured_peak_rss_gb']:.2f} GiB "
-              f"(x{r['planned_over_measured']:.2f}; prompt {r['prompt_len']} tokens)")
+        print(
+            f"{r['run']}: planned {r['planned_gb']:.2f} GiB, measured {r['measured_peak_rss_gb']:.2f} GiB "
+            f"(x{r['planned_over_measured']:.2f}; prompt {r['prompt_len']} tokens)"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]),
-                                         "runs": rows}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]), "runs": rows}, indent=1
+            )
+            + "\n"
+        )
     return 0
 
 

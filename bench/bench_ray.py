@@ -36,8 +36,12 @@ MODES = {
     "embedded": [],
     "ray_sync": ["deploy.backend=ray"],
     "ray_async": ["deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1"],
-    "ray_async_partial": ["deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1",
-                          "deploy.partial_rollouts=true"],
+    "ray_async_partial": [
+        "deploy.backend=ray",
+        "deploy.async=true",
+        "deploy.max_staleness=1",
+        "deploy.partial_rollouts=true",
+    ],
 }
 
 
@@ -50,7 +54,11 @@ def paired(base: Path, a: str, b: str) -> dict:
     mine, theirs = outcomes(base / a), outcomes(base / b)
     ids = sorted(theirs)
     rep = paired_report([theirs[i] for i in ids], [mine[i] for i in ids], alpha=0.05, iterations=10000, seed=0)
-    return {"diff_points": rep["diff"] * 100, "ci95_points": [x * 100 for x in rep["ci"]], "mcnemar_p": rep["mcnemar_p"]}
+    return {
+        "diff_points": rep["diff"] * 100,
+        "ci95_points": [x * 100 for x in rep["ci"]],
+        "mcnemar_p": rep["mcnemar_p"],
+    }
 
 
 def measure(name: str, config: str | None, overrides: list[str], base: Path) -> dict:
@@ -58,17 +66,25 @@ def measure(name: str, config: str | None, overrides: list[str], base: Path) -> 
     t0 = time.time()
     if cfg.deploy.backend == "ray":
         from rlvr.assembly.on_ray import train_on_ray
+
         summary = train_on_ray(cfg)
     else:
         from rlvr.assembly import train
+
         summary = train(cfg)
     wall = time.time() - t0
     rows = [r for r in read_jsonl(base / name / "metrics.jsonl") if "perf/step_s" in r]
     loop_s = sum(r["perf/step_s"] for r in rows)
-    out = {"status": summary["status"], "steps": len(rows), "steps_per_s": len(rows) / loop_s,
-           "loop_s": round(loop_s, 2), "wall_s": round(wall, 2),
-           "eval_after": summary["eval_after"]["accuracy"], "eval_before": summary["eval_before"]["accuracy"],
-           "reward_mean": mean(rows, "reward/mean")}
+    out = {
+        "status": summary["status"],
+        "steps": len(rows),
+        "steps_per_s": len(rows) / loop_s,
+        "loop_s": round(loop_s, 2),
+        "wall_s": round(wall, 2),
+        "eval_after": summary["eval_after"]["accuracy"],
+        "eval_before": summary["eval_before"]["accuracy"],
+        "reward_mean": mean(rows, "reward/mean"),
+    }
     if "perf/staleness_max" in rows[-1]:
         out["staleness_max"] = max(r["perf/staleness_max"] for r in rows)
         out["staleness_mean"] = mean(rows, "perf/staleness_mean")
@@ -93,17 +109,33 @@ def main() -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         ap.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
-    common = [f"train.steps={args.steps}", "eval.every=0", "ckpt.every=0", "run.progress=false",
-              "log.tensorboard=false", "log.report=false", *args.overrides]
+    common = [
+        f"train.steps={args.steps}",
+        "eval.every=0",
+        "ckpt.every=0",
+        "run.progress=false",
+        "log.tensorboard=false",
+        "log.report=false",
+        *args.overrides,
+    ]
     base = Path(args.dir)
     results = {name: measure(name, args.config, common, base) for name in modes}
     for name, r in results.items():
-        print(f"{name:17s} {r['steps_per_s']:.3f} steps/s  loop {r['loop_s']:7.1f}s  wall {r['wall_s']:7.1f}s  "
-              f"held-out {r['eval_before']:.1%} -> {r['eval_after']:.1%}  "
-              + (f"staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']:.0f}  trainer idle "
-                 f"{r['trainer_idle_s_mean']:.2f}s/step  " if "staleness_max" in r else "")
-              + (f"per token {r['token_staleness_mean']:.2f}, trajectories on two versions "
-                 f"{r['partial_frac_mean']:.1%}" if "token_staleness_mean" in r else ""))
+        print(
+            f"{name:17s} {r['steps_per_s']:.3f} steps/s  loop {r['loop_s']:7.1f}s  wall {r['wall_s']:7.1f}s  "
+            f"held-out {r['eval_before']:.1%} -> {r['eval_after']:.1%}  "
+            + (
+                f"staleness mean {r['staleness_mean']:.2f} max {r['staleness_max']:.0f}  trainer idle "
+                f"{r['trainer_idle_s_mean']:.2f}s/step  "
+                if "staleness_max" in r
+                else ""
+            )
+            + (
+                f"per token {r['token_staleness_mean']:.2f}, trajectories on two versions {r['partial_frac_mean']:.1%}"
+                if "token_staleness_mean" in r
+                else ""
+            )
+        )
     ratios = {}
     for a, b in (("ray_async", "ray_sync"), ("ray_async", "embedded"), ("ray_async_partial", "ray_async")):
         if a in results and b in results:
@@ -114,11 +146,14 @@ def main() -> int:
     results["ratios"] = ratios
     if "ray_async_partial" in results and "ray_async" in results:
         vs = paired(base, "ray_async_partial", "ray_async")
-        print(f"held-out, partial vs whole-group: {vs['diff_points']:+.1f} points [{vs['ci95_points'][0]:+.1f}, "
-              f"{vs['ci95_points'][1]:+.1f}], McNemar p = {vs['mcnemar_p']:.3g}")
+        print(
+            f"held-out, partial vs whole-group: {vs['diff_points']:+.1f} points [{vs['ci95_points'][0]:+.1f}, "
+            f"{vs['ci95_points'][1]:+.1f}], McNemar p = {vs['mcnemar_p']:.3g}"
+        )
         results["partial_vs_whole_group"] = vs
-    Path(args.out).write_text(json.dumps({"steps": args.steps, "config": args.config, "overrides": common, **results},
-                                         indent=2) + "\n")
+    Path(args.out).write_text(
+        json.dumps({"steps": args.steps, "config": args.config, "overrides": common, **results}, indent=2) + "\n"
+    )
     return 0
 
 

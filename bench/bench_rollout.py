@@ -63,8 +63,9 @@ def bench_engines(name: str, args) -> list[dict]:
     torch.set_num_threads(args.threads)
     model, tok = load_model(path, cfg.model.dtype)
     problems = held_out[: args.prompts]
-    params = SamplingParams(group_size=args.group, temperature=cfg.rollout.temperature, top_p=1.0,
-                            max_new_tokens=args.max_new_tokens)
+    params = SamplingParams(
+        group_size=args.group, temperature=cfg.rollout.temperature, top_p=1.0, max_new_tokens=args.max_new_tokens
+    )
     rows = []
     ngram3 = {"method": "ngram", "num_tokens": 3}
     settings = [("hf", {}), ("loop", {}), ("loop+ngram3", ngram3), ("vllm", {}), ("vllm+ngram3", ngram3)]
@@ -73,8 +74,10 @@ def bench_engines(name: str, args) -> list[dict]:
         rollout = cfg.rollout
         if spec:
             import dataclasses
-            rollout = dataclasses.replace(rollout, engine=engine_name,
-                                          speculative=dataclasses.replace(rollout.speculative, **spec))
+
+            rollout = dataclasses.replace(
+                rollout, engine=engine_name, speculative=dataclasses.replace(rollout.speculative, **spec)
+            )
         try:
             engine = build_engine(rollout, model, tok, name=engine_name, model_dir=path, seed=0, dtype="float32")
         except Exception as exc:  # noqa: BLE001 - a missing engine is a row, not a crash
@@ -82,9 +85,16 @@ def bench_engines(name: str, args) -> list[dict]:
             continue
         t = time_engine(engine, problems, params, args.repeats)
         stats = sample_stats(model, t.pop("last"), tok.pad_token_id, params.temperature)
-        rows.append({"model": name, "engine": label, **t, "trainer_mean_logp": round(stats.mean_logp, 4),
-                     "implausible_tokens": stats.implausible,
-                     **(engine.speculative_stats if isinstance(engine, Speculative) else {})})
+        rows.append(
+            {
+                "model": name,
+                "engine": label,
+                **t,
+                "trainer_mean_logp": round(stats.mean_logp, 4),
+                "implausible_tokens": stats.implausible,
+                **(engine.speculative_stats if isinstance(engine, Speculative) else {}),
+            }
+        )
         del engine
     base = next((r["tok_s"] for r in rows if r["engine"] == "hf" and "tok_s" in r), None)
     for r in rows:
@@ -103,19 +113,40 @@ def bench_steps(args) -> list[dict]:
     out = []
     for engine in ("loop", "vllm"):
         run_dir = ROOT / "runs" / f"bench_rollout_{engine}"
-        done = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", f"rollout.engine={engine}",
-                               f"train.steps={args.steps}", "eval.n=50", "eval.every=0", "ckpt.every=0",
-                               "log.report=false", "run.progress=false", f"run.dir={run_dir}",
-                               f"train.threads={args.threads}"], cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlvr.cli",
+                "train",
+                f"rollout.engine={engine}",
+                f"train.steps={args.steps}",
+                "eval.n=50",
+                "eval.every=0",
+                "ckpt.every=0",
+                "log.report=false",
+                "run.progress=false",
+                f"run.dir={run_dir}",
+                f"train.threads={args.threads}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             out.append({"engine": engine, "error": done.stderr[-1000:]})
             continue
         rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "perf/step_s" in r]
-        out.append({"engine": engine, "steps": len(rows),
-                    "step_s": round(sum(r["perf/step_s"] for r in rows) / len(rows), 3),
-                    "rollout_s": round(sum(r["time/rollout_s"] for r in rows) / len(rows), 3),
-                    "weight_sync_s": round(sum(r.get("sync/seconds", 0.0) for r in rows) / len(rows), 4),
-                    "logprob_diff_max": max((r.get("rollout/logprob_diff_max", 0.0) for r in rows), default=0.0)})
+        out.append(
+            {
+                "engine": engine,
+                "steps": len(rows),
+                "step_s": round(sum(r["perf/step_s"] for r in rows) / len(rows), 3),
+                "rollout_s": round(sum(r["time/rollout_s"] for r in rows) / len(rows), 3),
+                "weight_sync_s": round(sum(r.get("sync/seconds", 0.0) for r in rows) / len(rows), 4),
+                "logprob_diff_max": max((r.get("rollout/logprob_diff_max", 0.0) for r in rows), default=0.0),
+            }
+        )
     return out
 
 

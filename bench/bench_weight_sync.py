@@ -54,8 +54,14 @@ def bench_local(label: str, engine, model, repeats: int) -> dict:
         assert synced.mismatch == 0, label
         rows.append((synced.seconds, check_seconds(engine, model)))
     seconds = statistics.median(r[0] for r in rows[1:])
-    return {"method": synced.method, "engine": label, "bytes": synced.bytes, "seconds": round(seconds, 4),
-            "gb_s": round(synced.bytes / seconds / 1e9, 3), "check_s": round(statistics.median(r[1] for r in rows[1:]), 4)}
+    return {
+        "method": synced.method,
+        "engine": label,
+        "bytes": synced.bytes,
+        "seconds": round(seconds, 4),
+        "gb_s": round(synced.bytes / seconds / 1e9, 3),
+        "check_s": round(statistics.median(r[1] for r in rows[1:]), 4),
+    }
 
 
 def bench_ray(model, model_dir: str, repeats: int) -> dict:
@@ -88,8 +94,13 @@ def bench_ray(model, model_dir: str, repeats: int) -> dict:
             assert loaded.checksum_ok
             rows.append(published + loaded.load_s)
         seconds = statistics.median(rows[1:])
-        return {"method": "object_store", "engine": "ray worker (hf)", "bytes": handle.bytes,
-                "seconds": round(seconds, 4), "gb_s": round(handle.bytes / seconds / 1e9, 3)}
+        return {
+            "method": "object_store",
+            "engine": "ray worker (hf)",
+            "bytes": handle.bytes,
+            "seconds": round(seconds, 4),
+            "gb_s": round(handle.bytes / seconds / 1e9, 3),
+        }
     finally:
         ray.shutdown()
 

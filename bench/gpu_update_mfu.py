@@ -51,21 +51,41 @@ def main() -> int:
 
     device = train_device(args.device)
     cfg = load_config(None, [f"model.name={args.model}"] if args.model != "tiny" else [])
-    path = (save_tiny(ROOT / ".cache" / "mfu-tiny", hidden=256, layers=4, heads=4) if args.model == "tiny"
-            else resolve_model(cfg.model))
+    path = (
+        save_tiny(ROOT / ".cache" / "mfu-tiny", hidden=256, layers=4, heads=4)
+        if args.model == "tiny"
+        else resolve_model(cfg.model)
+    )
     model, tok = load_policy(cfg.model, path, device=device)
     c = model.config
     vocab = c.vocab_size
     g = torch.Generator().manual_seed(0)
-    completions = [Completion(problem_id=f"p{i}", group_id=i // 8, index=i % 8, text="",
-                              prompt_ids=torch.randint(0, vocab, (args.prompt,), generator=g).tolist(),
-                              token_ids=torch.randint(0, vocab, (args.completion,), generator=g).tolist(),
-                              logprobs=[-float(torch.rand((), generator=g)) - 5.0] * args.completion,
-                              finish_reason="length") for i in range(args.sequences)]
+    completions = [
+        Completion(
+            problem_id=f"p{i}",
+            group_id=i // 8,
+            index=i % 8,
+            text="",
+            prompt_ids=torch.randint(0, vocab, (args.prompt,), generator=g).tolist(),
+            token_ids=torch.randint(0, vocab, (args.completion,), generator=g).tolist(),
+            logprobs=[-float(torch.rand((), generator=g)) - 5.0] * args.completion,
+            finish_reason="length",
+        )
+        for i in range(args.sequences)
+    ]
     advantages = torch.randn(args.sequences, generator=g)
     opt = build_optimizer(cfg.train, model)
-    settings = split_settings(dict(ppo_epochs=1, mini_batches=1, micro_batch_size=args.micro, max_grad_norm=1.0,
-                                   temperature=1.0, loss_type="token_mean", dtype="bfloat16"))
+    settings = split_settings(
+        dict(
+            ppo_epochs=1,
+            mini_batches=1,
+            micro_batch_size=args.micro,
+            max_grad_norm=1.0,
+            temperature=1.0,
+            loss_type="token_mean",
+            dtype="bfloat16",
+        )
+    )
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -73,8 +93,17 @@ def main() -> int:
     for i in range(args.steps + 1):  # the first call allocates AdamW's moments (and warms the kernels)
         sync()
         t0 = time.perf_counter()
-        policy_update(model, opt, completions, advantages, torch.ones(args.sequences), None, tok.pad_token_id,
-                      settings, generator=torch.Generator().manual_seed(i))
+        policy_update(
+            model,
+            opt,
+            completions,
+            advantages,
+            torch.ones(args.sequences),
+            None,
+            tok.pad_token_id,
+            settings,
+            generator=torch.Generator().manual_seed(i),
+        )
         sync()
         if i:
             times.append(time.perf_counter() - t0)
@@ -83,10 +112,17 @@ def main() -> int:
     seq = args.prompt + args.completion
     tokens = args.sequences * seq
     flops = 6 * params * tokens + 12 * c.num_hidden_layers * c.hidden_size * seq * tokens
-    row = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "model": str(args.model),
-           "params_m": params / 1e6, "tokens_per_step": tokens, "step_s": step_s, "tokens_per_s": tokens / step_s,
-           "achieved_tflops": flops / step_s / 1e12, "mfu": flops / step_s / (args.peak_tflops * 1e12),
-           "peak_device_gb": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None}
+    row = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "model": str(args.model),
+        "params_m": params / 1e6,
+        "tokens_per_step": tokens,
+        "step_s": step_s,
+        "tokens_per_s": tokens / step_s,
+        "achieved_tflops": flops / step_s / 1e12,
+        "mfu": flops / step_s / (args.peak_tflops * 1e12),
+        "peak_device_gb": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+    }
     print(json.dumps(row, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(row, indent=1) + "\n")

@@ -29,10 +29,12 @@ import torch  # noqa: E402
 def default_model() -> str:
     from rlvr.config import load_config
     from rlvr.models import resolve_model
+
     try:
         return resolve_model(load_config(ROOT / "configs" / "smollm2.yaml").model)
     except Exception:  # noqa: BLE001 - not installed: a tiny model will do
         from rlvr.models.tiny import save_tiny
+
         path = Path(tempfile.mkdtemp(prefix="rlvr-gpu-tiny-"))
         save_tiny(path, hidden=256, layers=4, heads=8, seed=0)
         return str(path)
@@ -66,8 +68,10 @@ def main() -> int:
     path = args.model or default_model()
     model, tok = load_model(path, "bfloat16")
     model.cuda()
-    problems = [Problem(id=str(i), prompt=f"What is {17 * i + 3} + {29 * i + 11}? Think step by step.")
-                for i in range(args.prompts)]
+    problems = [
+        Problem(id=str(i), prompt=f"What is {17 * i + 3} + {29 * i + 11}? Think step by step.")
+        for i in range(args.prompts)
+    ]
     params = SamplingParams(group_size=args.group, temperature=1.0, max_new_tokens=args.max_new_tokens)
 
     engine = VLLMEngine(path, tok, dtype="bfloat16", seed=0, gpu_memory_utilization=0.4)
@@ -84,10 +88,12 @@ def main() -> int:
     sleep_s = time.perf_counter() - t0
     torch.cuda.reset_peak_memory_stats()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    batch = pack([tok(p.prompt).input_ids for p in problems], [[tok.eos_token_id] * 16 for _ in problems],
-                 tok.pad_token_id)
-    batch = TokenBatch(*(t.cuda() for t in (batch.input_ids, batch.attention_mask, batch.targets, batch.mask,
-                                            batch.starts)))
+    batch = pack(
+        [tok(p.prompt).input_ids for p in problems], [[tok.eos_token_id] * 16 for _ in problems], tok.pad_token_id
+    )
+    batch = TokenBatch(
+        *(t.cuda() for t in (batch.input_ids, batch.attention_mask, batch.targets, batch.mask, batch.starts))
+    )
     t0 = time.perf_counter()
     logp, _ = completion_scores(model, batch, 1.0)
     (-(logp * batch.mask).sum() / batch.mask.sum()).backward()
@@ -102,13 +108,23 @@ def main() -> int:
     engine._wake("kv_cache")  # what generate does first
     wake_s = time.perf_counter() - t0
     second, second_s = tokens_per_s(engine, problems, params)
-    result = {"model": path, "prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,
-              "vllm_alone_tok_s": round(alone, 1), "with_sleep_cycle_tok_s": round(second, 1),
-              "ratio": round(second / alone, 3), "before_sleep_tok_s": round(first, 1),
-              "sleep_s": round(sleep_s, 3), "update_s": round(update_s, 3), "wake_kv_s": round(wake_s, 3),
-              "wake_weights_and_sync_s": round(sync_s, 3), "peak_update_gb_engine_asleep": round(peak_update_gb, 2),
-              "rollout_s": {"alone": round(alone_s, 2), "first": round(first_s, 2), "after_wake": round(second_s, 2)},
-              "device": torch.cuda.get_device_name()}
+    result = {
+        "model": path,
+        "prompts": args.prompts,
+        "group": args.group,
+        "max_new_tokens": args.max_new_tokens,
+        "vllm_alone_tok_s": round(alone, 1),
+        "with_sleep_cycle_tok_s": round(second, 1),
+        "ratio": round(second / alone, 3),
+        "before_sleep_tok_s": round(first, 1),
+        "sleep_s": round(sleep_s, 3),
+        "update_s": round(update_s, 3),
+        "wake_kv_s": round(wake_s, 3),
+        "wake_weights_and_sync_s": round(sync_s, 3),
+        "peak_update_gb_engine_asleep": round(peak_update_gb, 2),
+        "rollout_s": {"alone": round(alone_s, 2), "first": round(first_s, 2), "after_wake": round(second_s, 2)},
+        "device": torch.cuda.get_device_name(),
+    }
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

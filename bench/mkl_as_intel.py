@@ -33,10 +33,16 @@ def intel_env(build_dir: Path | None = None) -> dict[str, str]:
 
 def isa(env: dict[str, str]) -> str:
     """MKL's own words for the kernels `rlvr` runs under `env`: its MKL_VERBOSE banner and CNR mode."""
-    probe = ("from rlvr.kernels import start_as_rlvr; start_as_rlvr(); import torch; "
-             "torch.ones(64, 64) @ torch.ones(64, 64)")
-    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env, "MKL_VERBOSE": "1"},
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    probe = (
+        "from rlvr.kernels import start_as_rlvr; start_as_rlvr(); import torch; torch.ones(64, 64) @ torch.ones(64, 64)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, **env, "MKL_VERBOSE": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     banner = next(line for line in out if line.startswith("MKL_VERBOSE oneMKL"))
     cnr = next(word for line in out if "GEMM" in line for word in line.split() if word.startswith("CNR:"))
     return f"{banner.split(' for ', 1)[1].split(', Lnx')[0]}, {cnr}"

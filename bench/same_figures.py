@@ -31,10 +31,23 @@ from ops_tiny import OPS_TINY  # noqa: E402  (the tests' tiny run: the same figu
 TINY = [*OPS_TINY, "log.report=false"]
 RUNS = {
     "embedded": [*TINY, "train.steps=3", "algo.beta=0.04"],
-    "tool": ["--config", "configs/tool_arithmetic.yaml", "model.tiny_hidden=32", "model.tiny_layers=2",
-             "model.tiny_heads=2", "sft.steps=80", "rollout.batch_size=4", "rollout.group_size=4", "eval.n=8",
-             "eval.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false", "log.report=false",
-             "train.steps=2"],
+    "tool": [
+        "--config",
+        "configs/tool_arithmetic.yaml",
+        "model.tiny_hidden=32",
+        "model.tiny_layers=2",
+        "model.tiny_heads=2",
+        "sft.steps=80",
+        "rollout.batch_size=4",
+        "rollout.group_size=4",
+        "eval.n=8",
+        "eval.every=0",
+        "train.threads=1",
+        "run.progress=false",
+        "log.tensorboard=false",
+        "log.report=false",
+        "train.steps=2",
+    ],
     "fsdp": [*TINY, "train.steps=3", "train.strategy=fsdp", "train.world_size=2"],
     "ray": [*TINY, "train.steps=3", "deploy.backend=ray", "algo.beta=0.04"],
 }
@@ -44,8 +57,15 @@ TIMING = ("time/", "perf/", "sync/seconds")
 def run_all(src: Path, out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(src)}
     for name, args in RUNS.items():
-        cmd = [sys.executable, "-m", "rlvr.cli", "train", *args, f"run.dir={out / name}",
-               f"sft.cache_dir={out / ('sft_' + name)}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "train",
+            *args,
+            f"run.dir={out / name}",
+            f"sft.cache_dir={out / ('sft_' + name)}",
+        ]
         with open(out / f"{name}.log", "w") as log:
             rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
         print(f"{src.parent.name}: {name} exit {rc}", flush=True)
@@ -55,27 +75,36 @@ def rows(run_dir: Path) -> list[dict]:
     out = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        out.append({k: v for k, v in row.items() if not k.startswith(TIMING) and "seconds" not in k
-                    and not k.endswith("_s")})
+        out.append(
+            {k: v for k, v in row.items() if not k.startswith(TIMING) and "seconds" not in k and not k.endswith("_s")}
+        )
     return out
 
 
 def weights(run_dir: Path) -> dict[str, str]:
-    return {str(p.relative_to(run_dir)): hashlib.sha1(p.read_bytes()).hexdigest()
-            for p in sorted(run_dir.rglob("*.safetensors"))}
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(run_dir.rglob("*.safetensors"))
+    }
 
 
 def compare(a: Path, b: Path) -> bool:
     same = True
     for name in RUNS:
         ra, rb = rows(a / name), rows(b / name)
-        diffs = [(i, k, x.get(k), y.get(k)) for i, (x, y) in enumerate(zip(ra, rb)) for k in sorted(set(x) | set(y))
-                 if x.get(k) != y.get(k)]
+        diffs = [
+            (i, k, x.get(k), y.get(k))
+            for i, (x, y) in enumerate(zip(ra, rb))
+            for k in sorted(set(x) | set(y))
+            if x.get(k) != y.get(k)
+        ]
         wa, wb = weights(a / name), weights(b / name)
         ok = not diffs and len(ra) == len(rb) and wa == wb and bool(wa)
         same &= ok
-        print(f"{name}: {len(ra)} vs {len(rb)} metric rows, {len(diffs)} differing values {diffs[:3]}, "
-              f"{len(wa)} weight files {'identical' if wa == wb else 'DIFFERENT'} -> {'same' if ok else 'CHANGED'}")
+        print(
+            f"{name}: {len(ra)} vs {len(rb)} metric rows, {len(diffs)} differing values {diffs[:3]}, "
+            f"{len(wa)} weight files {'identical' if wa == wb else 'DIFFERENT'} -> {'same' if ok else 'CHANGED'}"
+        )
     return same
 
 
@@ -86,8 +115,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rlvr-same-") as tmp:
         tmp = Path(tmp)
         base = tmp / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.rev], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), args.rev], cwd=ROOT, check=True, capture_output=True
+        )
         try:
             for tree, src in (("base", base / "src"), ("head", ROOT / "src")):
                 (tmp / f"out-{tree}").mkdir()

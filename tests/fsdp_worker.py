@@ -22,8 +22,15 @@ from rlvr.train.parallel import Parallel  # noqa: E402
 from rlvr.train.update import build_optimizer  # noqa: E402
 from rlvr.train.update import policy_update  # noqa: E402
 
-SETTINGS = dict(ppo_epochs=2, mini_batches=2, micro_batch_size=3, max_grad_norm=1.0, temperature=1.0,
-                loss_type="token_mean", beta=0.05)
+SETTINGS = dict(
+    ppo_epochs=2,
+    mini_batches=2,
+    micro_batch_size=3,
+    max_grad_norm=1.0,
+    temperature=1.0,
+    loss_type="token_mean",
+    beta=0.05,
+)
 
 
 def main(model_dir: str, batch_path: str, out_path: str) -> None:
@@ -35,9 +42,18 @@ def main(model_dir: str, batch_path: str, out_path: str) -> None:
     model = par.shard(model)
     optimizer = build_optimizer(cfg.train, model)
     batch = torch.load(batch_path, weights_only=False)
-    stats = policy_update(model, optimizer, batch["completions"], batch["advantages"], batch["loss_mask"],
-                          batch["ref_logp"], tok.pad_token_id, split_settings(SETTINGS),
-                          generator=torch.Generator().manual_seed(0), par=par)
+    stats = policy_update(
+        model,
+        optimizer,
+        batch["completions"],
+        batch["advantages"],
+        batch["loss_mask"],
+        batch["ref_logp"],
+        tok.pad_token_id,
+        split_settings(SETTINGS),
+        generator=torch.Generator().manual_seed(0),
+        par=par,
+    )
     weights = par.full_state_dict(model)
     if par.main:
         torch.save({"weights": weights, "stats": stats, "world": par.world}, out_path)

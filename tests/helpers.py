@@ -32,8 +32,10 @@ def sample(model, tok, problems, params, **kwargs):
     return HFEngine(model, tok).generate(problems, params, **kwargs)
 
 
-CHATML = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}"
+)
 """A ChatML-shaped chat template on the tiny tokenizer (its bos/eos as the turn markers)."""
 
 

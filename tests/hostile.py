@@ -77,8 +77,12 @@ class Hostile(Environment):
 
     def step(self, assistant_turn: str) -> StepResult:
         self.turns += 1
-        ok = StepResult([{"role": "user", "content": "ok\n"}] if self.turns < 2 else None, {"score": 1.0},
-                        self.turns >= 2, {"success": True})
+        ok = StepResult(
+            [{"role": "user", "content": "ok\n"}] if self.turns < 2 else None,
+            {"score": 1.0},
+            self.turns >= 2,
+            {"success": True},
+        )
         return self._act("step", ok)
 
     def close(self) -> None:
@@ -139,6 +143,7 @@ class AlwaysTuple(Environment):
 
 
 # --- tools --------------------------------------------------------------------------------------
+
 
 def spin(n: int) -> str:
     """Burn the CPU forever.

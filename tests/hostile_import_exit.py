@@ -1,4 +1,5 @@
 """A user module that exits the process importing it."""
+
 import sys
 
 sys.exit(0)

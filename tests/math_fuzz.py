@@ -29,35 +29,114 @@ from rlvr.records import Problem, RewardResult
 
 # --- values and their notations ---------------------------------------------------------------
 
-integers = st.integers(-10 ** 6, 10 ** 6)
+integers = st.integers(-(10**6), 10**6)
 fractions = st.builds(Fraction, st.integers(-5000, 5000), st.integers(1, 64))
 values = st.one_of(integers.map(Fraction), fractions)
 
 UNITS = {  # dimension -> {unit as written: factor to the first}
-    "length": {"m": Fraction(1), "cm": Fraction(1, 100), "mm": Fraction(1, 1000), "km": Fraction(1000),
-               "\\text{ meters}": Fraction(1), "米": Fraction(1), "厘米": Fraction(1, 100)},
-    "mass": {"g": Fraction(1), "kg": Fraction(1000), "mg": Fraction(1, 1000), "\\text{ grams}": Fraction(1),
-             "克": Fraction(1), "千克": Fraction(1000)},
-    "time": {"s": Fraction(1), "min": Fraction(60), "h": Fraction(3600), "\\text{ hours}": Fraction(3600),
-             "秒": Fraction(1), "分钟": Fraction(60)},
+    "length": {
+        "m": Fraction(1),
+        "cm": Fraction(1, 100),
+        "mm": Fraction(1, 1000),
+        "km": Fraction(1000),
+        "\\text{ meters}": Fraction(1),
+        "米": Fraction(1),
+        "厘米": Fraction(1, 100),
+    },
+    "mass": {
+        "g": Fraction(1),
+        "kg": Fraction(1000),
+        "mg": Fraction(1, 1000),
+        "\\text{ grams}": Fraction(1),
+        "克": Fraction(1),
+        "千克": Fraction(1000),
+    },
+    "time": {
+        "s": Fraction(1),
+        "min": Fraction(60),
+        "h": Fraction(3600),
+        "\\text{ hours}": Fraction(3600),
+        "秒": Fraction(1),
+        "分钟": Fraction(60),
+    },
     "area": {"\\text{ cm}^2": Fraction(1, 10000), "\\text{ m}^2": Fraction(1), "平方米": Fraction(1)},
 }
-SEPARATORS = [", ", "; ", "、", "，", "；", " or ", " \\text{ or } ", " and ", "或", "和", " \\sim ", "~", "–",
-              " \\text{ to } ", "至", "到", " \\lor ", " \\quad \\text{or} \\quad "]
-RELATIONS = ["\\ne {v}", "\\neq {v}", "> {v}", "< {v}", "\\geq {v}", "\\leq {v}", "\\ge {v}", "\\le {v}", "≠ {v}",
-             "≥ {v}", "≤ {v}", "x > {v}", "x \\neq {v}", "{v} < x", "\\text{not } {v}", "\\text{at least } {v}",
-             "不等于{v}", "大于{v}", "不是{v}", "{v}以上", "\\lt {v}", "\\gt {v}", "\\not= {v}", "x \\in ({v}, \\infty)"]
-WRAPPERS = ["{x}", " {x} ", "{{{x}}}", "\\displaystyle {x}", "\\textbf{{{x}}}", "\\mathbf{{{x}}}", "\\text{{{x}}}",
-            "  {x}\t", "\\color{{red}}{x}", "{x}\\phantom{{}}"]
-PADDING = ["", "Let me think step by step. ", "<think>1+1=2, 3*4=12</think>\n", "So,\n\n\n", "答案如下：",
-           "We get $x^2$ and then $y$.\n", " " * 2000, "\n" * 500, "$a$ $b$ $c$ " * 50]
+SEPARATORS = [
+    ", ",
+    "; ",
+    "、",
+    "，",
+    "；",
+    " or ",
+    " \\text{ or } ",
+    " and ",
+    "或",
+    "和",
+    " \\sim ",
+    "~",
+    "–",
+    " \\text{ to } ",
+    "至",
+    "到",
+    " \\lor ",
+    " \\quad \\text{or} \\quad ",
+]
+RELATIONS = [
+    "\\ne {v}",
+    "\\neq {v}",
+    "> {v}",
+    "< {v}",
+    "\\geq {v}",
+    "\\leq {v}",
+    "\\ge {v}",
+    "\\le {v}",
+    "≠ {v}",
+    "≥ {v}",
+    "≤ {v}",
+    "x > {v}",
+    "x \\neq {v}",
+    "{v} < x",
+    "\\text{not } {v}",
+    "\\text{at least } {v}",
+    "不等于{v}",
+    "大于{v}",
+    "不是{v}",
+    "{v}以上",
+    "\\lt {v}",
+    "\\gt {v}",
+    "\\not= {v}",
+    "x \\in ({v}, \\infty)",
+]
+WRAPPERS = [
+    "{x}",
+    " {x} ",
+    "{{{x}}}",
+    "\\displaystyle {x}",
+    "\\textbf{{{x}}}",
+    "\\mathbf{{{x}}}",
+    "\\text{{{x}}}",
+    "  {x}\t",
+    "\\color{{red}}{x}",
+    "{x}\\phantom{{}}",
+]
+PADDING = [
+    "",
+    "Let me think step by step. ",
+    "<think>1+1=2, 3*4=12</think>\n",
+    "So,\n\n\n",
+    "答案如下：",
+    "We get $x^2$ and then $y$.\n",
+    " " * 2000,
+    "\n" * 500,
+    "$a$ $b$ $c$ " * 50,
+]
 FULLWIDTH = str.maketrans("0123456789-.", "０１２３４５６７８９－．")
 
 
 def _decimal(v: Fraction) -> str | None:
     """v as a terminating decimal, if it is one with at most 6 places."""
     for places in range(7):
-        scaled = v * 10 ** places
+        scaled = v * 10**places
         if scaled.denominator == 1:
             n = int(scaled)
             if places == 0:
@@ -69,15 +148,23 @@ def _decimal(v: Fraction) -> str | None:
 
 def notations(v: Fraction) -> list[str]:
     """Ways to write exactly v (no units)."""
-    out = [f"\\frac{{{v.numerator}}}{{{v.denominator}}}", f"{v.numerator}/{v.denominator}",
-           f"\\dfrac{{{v.numerator}}}{{{v.denominator}}}"]
+    out = [
+        f"\\frac{{{v.numerator}}}{{{v.denominator}}}",
+        f"{v.numerator}/{v.denominator}",
+        f"\\dfrac{{{v.numerator}}}{{{v.denominator}}}",
+    ]
     d = _decimal(v)
     if d is not None:
         out += [d, d.translate(FULLWIDTH), f"x = {d}", "−" + d[1:] if d.startswith("-") else d]
         if v.denominator == 1:
             n = int(v)
-            out += [f"{n}.0", f"{n:,}", f"{n:,}".replace(",", "{,}"), f"{n:,}".replace(",", ",\\!"),
-                    f"\\frac{{{2 * n}}}{{2}}"]
+            out += [
+                f"{n}.0",
+                f"{n:,}",
+                f"{n:,}".replace(",", "{,}"),
+                f"{n:,}".replace(",", ",\\!"),
+                f"\\frac{{{2 * n}}}{{2}}",
+            ]
     if v < 0:
         out.append(f"-\\frac{{{-v.numerator}}}{{{v.denominator}}}")
     pct = _decimal(v * 100)
@@ -106,8 +193,12 @@ def two_values(draw):
 def quantities(draw):
     """(dimension, value in the first unit, gold unit, pred unit)."""
     dim = draw(st.sampled_from(sorted(UNITS)))
-    return dim, draw(st.fractions(Fraction(1, 4), Fraction(10 ** 4), max_denominator=8)), \
-        draw(st.sampled_from(sorted(UNITS[dim]))), draw(st.sampled_from(sorted(UNITS[dim])))
+    return (
+        dim,
+        draw(st.fractions(Fraction(1, 4), Fraction(10**4), max_denominator=8)),
+        draw(st.sampled_from(sorted(UNITS[dim]))),
+        draw(st.sampled_from(sorted(UNITS[dim]))),
+    )
 
 
 def number(v: Fraction) -> str:
@@ -125,6 +216,7 @@ def boxed(answer: str, pad: str = "") -> str:
 
 # --- judging ------------------------------------------------------------------------------------
 
+
 def judge(verifier, gold: str, completion: str, prompt: str = "") -> RewardResult:
     return verifier.verify([Problem(id="f", prompt=prompt, answer=gold)], [completion])[0]
 
@@ -138,6 +230,7 @@ def judged_in_budget(r: RewardResult) -> bool:
 
 
 # --- the properties (each returns a message when it fails, else None) ----------------------------
+
 
 def same_value_any_notation(verifier, case) -> str | None:
     v, g, p = case
@@ -168,8 +261,11 @@ def _foreign(ch: str) -> bool:
     return not any(c.isascii() or c.isalnum() or c.isspace() for c in norm)
 
 
-UNICODE_SEPARATORS = st.lists(st.characters(categories=("Pd", "Po", "Pc", "Pi", "Pf", "Ps", "Pe", "Sm", "So", "Sk",
-                                                        "Sc")).filter(_foreign), min_size=1, max_size=2).map("".join)
+UNICODE_SEPARATORS = st.lists(
+    st.characters(categories=("Pd", "Po", "Pc", "Pi", "Pf", "Ps", "Pe", "Sm", "So", "Sk", "Sc")).filter(_foreign),
+    min_size=1,
+    max_size=2,
+).map("".join)
 
 
 def any_character_between_values_is_several(verifier, case) -> str | None:
@@ -193,7 +289,10 @@ def relation_never(verifier, case) -> str | None:
 def invariant_under_wrappers(verifier, case) -> str | None:
     (v, w), wrap, pad, right = case
     answer = number(v if right else w)
-    plain, wrapped = judge(verifier, number(v), boxed(answer)), judge(verifier, number(v), boxed(wrap.format(x=answer), pad))
+    plain, wrapped = (
+        judge(verifier, number(v), boxed(answer)),
+        judge(verifier, number(v), boxed(wrap.format(x=answer), pad)),
+    )
     if credited(plain) != credited(wrapped) or credited(plain) != right:
         return f"{answer!r}: plain {credited(plain)}, wrapped {wrap!r} with padding {pad[:20]!r}: {credited(wrapped)}"
     return None
@@ -231,26 +330,58 @@ def any_text_within_budget(verifier, case) -> str | None:
     return None if judged_in_budget(r) else f"over the budget: {text[:80]!r}: {r.error}"
 
 
-JUNK = st.lists(st.sampled_from(list("0123456789{}()[]\\^_$,;.%-+*/= \n<>abcxyz")
-                               + ["\\boxed{", "\\frac", "<answer>", "</answer>", "Answer:", "####", "\\text{",
-                                  "\\sqrt", "、", "或", "不", "≈", "\\pm", "km", "%", "1,000", "\\approx"]),
-                max_size=200).map("".join)
+JUNK = st.lists(
+    st.sampled_from(
+        list("0123456789{}()[]\\^_$,;.%-+*/= \n<>abcxyz")
+        + [
+            "\\boxed{",
+            "\\frac",
+            "<answer>",
+            "</answer>",
+            "Answer:",
+            "####",
+            "\\text{",
+            "\\sqrt",
+            "、",
+            "或",
+            "不",
+            "≈",
+            "\\pm",
+            "km",
+            "%",
+            "1,000",
+            "\\approx",
+        ]
+    ),
+    max_size=200,
+).map("".join)
 
 PROPERTIES = {
     "same_value_any_notation": (same_value_any_notation, value_and_two_notations()),
     "different_value_never": (different_value_never, st.tuples(two_values(), st.integers(0, 20), st.integers(0, 20))),
-    "second_candidate_never_helps": (second_candidate_never_helps,
-                                     st.tuples(two_values(), st.sampled_from(SEPARATORS), st.booleans(), st.booleans())),
-    "any_character_between_values_is_several": (any_character_between_values_is_several,
-                                                st.tuples(st.tuples(st.integers(2, 10 ** 6), integers), UNICODE_SEPARATORS,
-                                                          st.booleans(), st.booleans())),
+    "second_candidate_never_helps": (
+        second_candidate_never_helps,
+        st.tuples(two_values(), st.sampled_from(SEPARATORS), st.booleans(), st.booleans()),
+    ),
+    "any_character_between_values_is_several": (
+        any_character_between_values_is_several,
+        st.tuples(st.tuples(st.integers(2, 10**6), integers), UNICODE_SEPARATORS, st.booleans(), st.booleans()),
+    ),
     "relation_never": (relation_never, st.tuples(values, st.sampled_from(RELATIONS))),
-    "invariant_under_wrappers": (invariant_under_wrappers, st.tuples(two_values(), st.sampled_from(WRAPPERS),
-                                                                     st.sampled_from(PADDING), st.booleans())),
+    "invariant_under_wrappers": (
+        invariant_under_wrappers,
+        st.tuples(two_values(), st.sampled_from(WRAPPERS), st.sampled_from(PADDING), st.booleans()),
+    ),
     "percent_never_off_by_100": (percent_never_off_by_100, st.tuples(values, st.booleans())),
-    "units_convert_within_a_dimension": (units_convert_within_a_dimension,
-                                         st.tuples(quantities(), st.sampled_from(sorted(UNITS)), st.booleans())),
-    "any_text_within_budget": (any_text_within_budget,
-                               st.tuples(st.one_of(JUNK, st.builds(lambda j, n: j * n, JUNK, st.integers(1, 300))),
-                                         st.sampled_from(["12", "\\frac{1}{2}", "x^2", "2 \\text{ km}", "20\\%"]))),
+    "units_convert_within_a_dimension": (
+        units_convert_within_a_dimension,
+        st.tuples(quantities(), st.sampled_from(sorted(UNITS)), st.booleans()),
+    ),
+    "any_text_within_budget": (
+        any_text_within_budget,
+        st.tuples(
+            st.one_of(JUNK, st.builds(lambda j, n: j * n, JUNK, st.integers(1, 300))),
+            st.sampled_from(["12", "\\frac{1}{2}", "x^2", "2 \\text{ km}", "20\\%"]),
+        ),
+    ),
 }

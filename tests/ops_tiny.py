@@ -8,12 +8,28 @@ from pathlib import Path
 # 1-digit sums after a short cold start (seconds): it stops and writes the format, rarely the right
 # answer, so groups disagree and updates really move the weights.
 OPS_TINY = [
-    "task.min_digits=1", "task.max_digits=1", "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2",
-    "sft.steps=80", "sft.batch_size=16", "sft.examples=1000", "sft.lr=1e-2", "sft.warmup=20", "sft.teacher_error=0.0",
-    "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=32",
-    "eval.n=8", "eval.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false",
+    "task.min_digits=1",
+    "task.max_digits=1",
+    "model.tiny_hidden=32",
+    "model.tiny_layers=2",
+    "model.tiny_heads=2",
+    "sft.steps=80",
+    "sft.batch_size=16",
+    "sft.examples=1000",
+    "sft.lr=1e-2",
+    "sft.warmup=20",
+    "sft.teacher_error=0.0",
+    "rollout.batch_size=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=32",
+    "eval.n=8",
+    "eval.every=0",
+    "train.threads=1",
+    "run.progress=false",
+    "log.tensorboard=false",
     # every group trains and at the temperature set: the tests time and check one step's batch as sampled
-    "algo.filter_zero_std=false", "rollout.auto_temperature.when=never",
+    "algo.filter_zero_std=false",
+    "rollout.auto_temperature.when=never",
 ]
 
 

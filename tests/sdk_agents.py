@@ -6,9 +6,16 @@ from __future__ import annotations
 import anthropic
 import openai
 
-TOOLS = [{"type": "function", "function": {"name": "note", "description": "Keep a note.",
-                                           "parameters": {"type": "object", "properties": {
-                                               "text": {"type": "string"}}, "required": ["text"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "note",
+            "description": "Keep a note.",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        },
+    }
+]
 
 
 def chat(base_url, model, problem):
@@ -16,8 +23,10 @@ def chat(base_url, model, problem):
     messages = [{"role": "user", "content": problem["prompt"]}]
     for _ in range(3):
         reply = client.chat.completions.create(model=model, messages=messages, max_tokens=12, tools=TOOLS)
-        messages += [{"role": "assistant", "content": reply.choices[0].message.content},
-                     {"role": "user", "content": "ok\n"}]
+        messages += [
+            {"role": "assistant", "content": reply.choices[0].message.content},
+            {"role": "user", "content": "ok\n"},
+        ]
     return reply.choices[0].message.content
 
 
@@ -25,9 +34,11 @@ def streamed(base_url, model, problem):
     client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
     messages = [{"role": "user", "content": problem["prompt"]}]
     for _ in range(2):
-        text = "".join(c.choices[0].delta.content or "" for c in
-                       client.chat.completions.create(model=model, messages=messages, max_tokens=12, stream=True)
-                       if c.choices)
+        text = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(model=model, messages=messages, max_tokens=12, stream=True)
+            if c.choices
+        )
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "ok\n"}]
     return text
 
@@ -63,18 +74,25 @@ def claude(base_url, model, problem):
 
 def reward_only(base_url, model, problem):
     client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
-    text = client.chat.completions.create(model=model, messages=[{"role": "user", "content": problem["prompt"]}],
-                                          max_tokens=12).choices[0].message.content
+    text = (
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": problem["prompt"]}], max_tokens=12
+        )
+        .choices[0]
+        .message.content
+    )
     return float(len(text))
 
 
 async def asynchronous(base_url, model, problem):
     client = openai.AsyncOpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
-    reply = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": problem["prompt"]}],
-                                                 max_tokens=12)
+    reply = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": problem["prompt"]}], max_tokens=12
+    )
     return {"answer": reply.choices[0].message.content, "reward": 1.0}
 
 
 def hangs(base_url, model, problem):
     import time
+
     time.sleep(3600)

@@ -35,12 +35,12 @@ def check_token_exact(model, tok, completions, tol: float, renderer=None, messag
         assert sum(c.mask) == sum(t.end - t.start for t in c.turns if t.role == "assistant")
         worst = max(worst, float((ref[i, : len(c.token_ids)][mask] - torch.tensor(c.logprobs)[mask]).abs().max()))
         for t in c.turns:
-            span = c.token_ids[t.start:t.end]
+            span = c.token_ids[t.start : t.end]
             if t.role == "env":
                 said = message or {"role": "user", "content": "ok\n"}
-                assert span == renderer.continuation([said]) and not any(c.mask[t.start:t.end])
+                assert span == renderer.continuation([said]) and not any(c.mask[t.start : t.end])
             else:
-                assert all(c.mask[t.start:t.end]) and tok.decode(span, skip_special_tokens=True) == t.text
+                assert all(c.mask[t.start : t.end]) and tok.decode(span, skip_special_tokens=True) == t.text
         ends = [t for t in c.turns if t.role == "assistant"][:-1]
         assert all(c.token_ids[t.end - 1] == tok.eos_token_id for t in ends)  # only a turn that stopped is answered
     assert worst < tol, worst
@@ -58,8 +58,10 @@ def test_trajectories_are_token_exact(chatty, engine_cls):
     # each answered turn records the reward its step earned (what per-turn credit reads)
     assert all(t.info.get("components") == {"turn": 1.0} for c in out for t in c.turns[:-1] if t.role == "assistant")
     # every turn that ended with eos was answered, and its step's reward summed; a truncated one was not
-    assert all(c.env_components.get("turn", 0.0) == sum(t.role == "assistant" for t in c.turns)
-               - (c.finish_reason == "length") for c in out)
+    assert all(
+        c.env_components.get("turn", 0.0) == sum(t.role == "assistant" for t in c.turns) - (c.finish_reason == "length")
+        for c in out
+    )
 
 
 def test_chat_template_turns_are_rendered_incrementally(chatty):
@@ -77,7 +79,7 @@ def test_chat_template_turns_are_rendered_incrementally(chatty):
     check_token_exact(model, chat_tok, out, 1e-5, renderer, tool)
     # the whole trajectory decodes to the conversation the template would render around the sampled text
     c = next(c for c in out if len(c.turns) >= 3)
-    assert chat_tok.decode(c.prompt_ids + c.token_ids[:c.turns[2].start]).startswith("<|bos|>user\n")
+    assert chat_tok.decode(c.prompt_ids + c.token_ids[: c.turns[2].start]).startswith("<|bos|>user\n")
 
 
 def test_windowed_history_trains_each_turn_in_its_own_context(chatty):
@@ -91,13 +93,23 @@ def test_windowed_history_trains_each_turn_in_its_own_context(chatty):
     assert any(len(m) == 3 for m in mine)  # the third turn sees the prompt and the second exchange only
     assert all(m[2].context_start == m[1].start > 0 and m[1].context_start == 0 for m in mine if len(m) == 3)
     n = len(out)
-    view = training_view(out, torch.ones(n), torch.ones(n), torch.arange(n, dtype=torch.float32), credit="trajectory",
-                         weights={}, group_size=4, scale="group", eps=1e-6)
+    view = training_view(
+        out,
+        torch.ones(n),
+        torch.ones(n),
+        torch.arange(n, dtype=torch.float32),
+        credit="trajectory",
+        weights={},
+        group_size=4,
+        scale="group",
+        eps=1e-6,
+    )
     assert view is not None and len(view.sequences) == sum(sum(t.role == "assistant" for t in c.turns) for c in out)
     # each turn's sequence is what the policy saw: its log-probs, scored by the trainer, are the sampler's
     ref = completion_logprobs(model, view.sequences, tok.pad_token_id, PARAMS.temperature)
-    worst = max(float((ref[i, : len(s.token_ids)] - torch.tensor(s.logprobs)).abs().max())
-                for i, s in enumerate(view.sequences))
+    worst = max(
+        float((ref[i, : len(s.token_ids)] - torch.tensor(s.logprobs)).abs().max()) for i, s in enumerate(view.sequences)
+    )
     assert worst < 1e-5
 
 
@@ -113,20 +125,33 @@ def test_per_turn_credit_gives_each_turn_the_return_from_it_on():
             if k < len(step_rewards) - 1:
                 turns.append(Turn("env", len(tokens), len(tokens) + 1, "o"))
                 tokens += [7]
-        return Completion("p", 0, 0, "x", [3], tokens, [0.0] * len(tokens), "env_done",
-                          loss_mask=[1 if any(t.role == "assistant" and t.start <= j < t.end for t in turns) else 0
-                                     for j in range(len(tokens))], turns=turns)
+        return Completion(
+            "p",
+            0,
+            0,
+            "x",
+            [3],
+            tokens,
+            [0.0] * len(tokens),
+            "env_done",
+            loss_mask=[
+                1 if any(t.role == "assistant" and t.start <= j < t.end for t in turns) else 0
+                for j in range(len(tokens))
+            ],
+            turns=turns,
+        )
 
     from rlvr.algos import group_advantages
 
     a, b = traj([1.0, 0.0, 1.0]), traj([0.0, 0.0, 0.0])
     shaped = torch.tensor([2.0, 0.0])  # totals: step rewards x weight 1
     adv = group_advantages(shaped, 2, eps=0.0)  # (r - mean) / std, std = sqrt(2) (Bessel-corrected)
-    view = training_view([a, b], adv, torch.ones(2), shaped, credit="turn", weights={"hit": 1.0}, group_size=2,
-                         scale="group", eps=0.0)
+    view = training_view(
+        [a, b], adv, torch.ones(2), shaped, credit="turn", weights={"hit": 1.0}, group_size=2, scale="group", eps=0.0
+    )
     assert view.owner == [0, 0, 0, 1, 1, 1]
     # A_k = A - (reward before turn k) / std: the return from turn k on, against the same baseline
-    expected = [2 ** -0.5, 0.0, 0.0, -(2 ** -0.5), -(2 ** -0.5), -(2 ** -0.5)]
+    expected = [2**-0.5, 0.0, 0.0, -(2**-0.5), -(2**-0.5), -(2**-0.5)]
     assert view.advantages.tolist() == pytest.approx(expected, abs=1e-6)
     assert [len(s.prompt_ids) for s in view.sequences[:3]] == [1, 4, 7]  # the whole history before each turn
 
@@ -188,8 +213,10 @@ def test_rlvr_eval_and_compare_run_episodes(tmp_path, capsys):
     assert main(["eval", str(model), *args, "--out", str(out), "eval.n=4"]) == 0
     fl = json.loads(out.read_text())["by_source"]["frozenlake"]
     assert fl["n"] == 4 and {"greedy_accuracy", "pass@1", "pass@2"} <= set(fl)
-    assert main(["compare", str(model), str(model), "--config", "configs/frozenlake.yaml", "--limit", "4",
-                 "eval.n=4"]) == 0
+    assert (
+        main(["compare", str(model), str(model), "--config", "configs/frozenlake.yaml", "--limit", "4", "eval.n=4"])
+        == 0
+    )
     assert "no significant difference" in capsys.readouterr().out
 
 

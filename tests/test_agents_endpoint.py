@@ -40,16 +40,26 @@ def host():
 
 
 def episodes(host, fn, timeout_s: float = 60.0) -> EpisodeSpec:
-    return EpisodeSpec(AgentProgram, host=host, agent=AgentSpec(fn, concurrency=8), episode_timeout_s=timeout_s,
-                       faults=FaultLedger(0))
+    return EpisodeSpec(
+        AgentProgram, host=host, agent=AgentSpec(fn, concurrency=8), episode_timeout_s=timeout_s, faults=FaultLedger(0)
+    )
 
 
 def check_token_exact(model, tok, out, tol: float = 1e-5) -> list:
     """Every sequence the update would see (whole trajectories, or turn by turn for rewritten histories)
     scores, in the trainer, exactly as the sampler did on its sampled tokens."""
     n = len(out)
-    view = training_view(out, torch.ones(n), torch.ones(n), torch.zeros(n), credit="trajectory", weights={},
-                         group_size=2, scale="group", eps=1e-6)
+    view = training_view(
+        out,
+        torch.ones(n),
+        torch.ones(n),
+        torch.zeros(n),
+        credit="trajectory",
+        weights={},
+        group_size=2,
+        scale="group",
+        eps=1e-6,
+    )
     seqs = view.sequences if view is not None else out
     ref = completion_logprobs(model, seqs, tok.pad_token_id, PARAMS.temperature)
     worst = 0.0
@@ -152,11 +162,33 @@ def test_the_shipped_example_agent_trains_on_the_tool_task(sft_cache, tmp_path):
 
     from rlvr.cli import main
 
-    assert main(["train", "--config", "configs/agent_tool_arithmetic.yaml", "model.tiny_hidden=32",
-                 "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=20", "sft.batch_size=8", "sft.examples=40",
-                 "rollout.batch_size=2", "rollout.group_size=2", "train.steps=2", "eval.n=4", "eval.every=0",
-                 "ckpt.every=0", "run.progress=false", "log.tensorboard=false", "log.report=false",
-                 f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                "configs/agent_tool_arithmetic.yaml",
+                "model.tiny_hidden=32",
+                "model.tiny_layers=2",
+                "model.tiny_heads=2",
+                "sft.steps=20",
+                "sft.batch_size=8",
+                "sft.examples=40",
+                "rollout.batch_size=2",
+                "rollout.group_size=2",
+                "train.steps=2",
+                "eval.n=4",
+                "eval.every=0",
+                "ckpt.every=0",
+                "run.progress=false",
+                "log.tensorboard=false",
+                "log.report=false",
+                f"run.dir={tmp_path / 'run'}",
+                f"sft.cache_dir={sft_cache}",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/env_error_frac" in r]
     assert len(steps) == 2 and all(r["rollout/env_error_frac"] == 0.0 and r["rollout/tokens"] > 0 for r in steps)

@@ -37,24 +37,37 @@ def slow(seconds: float) -> str:
 def test_calculator_is_exact_and_bounded():
     assert calculator("482193*3951") == "1905144543" and calculator("854736/12") == "71228"
     assert calculator("1/8") == "0.125" and calculator("1/3") == "1/3" and calculator("2^10") == "1024"
-    for bad, why in [("__import__('os')", "only numbers"), ("10**5000", "digits"), ("2**100000", "at most 10000"), ("1/0", "division by zero"),
-                     ("1" * 300, "longer than")]:
+    for bad, why in [
+        ("__import__('os')", "only numbers"),
+        ("10**5000", "digits"),
+        ("2**100000", "at most 10000"),
+        ("1/0", "division by zero"),
+        ("1" * 300, "longer than"),
+    ]:
         with pytest.raises((ValueError, ZeroDivisionError), match=why):
             calculator(bad)
 
 
 def test_calls_are_read_in_both_formats_and_malformed_ones_answered_with_an_error():
-    hermes = parse_tool_calls('<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
-                              "<tool_call>{not json}</tool_call>", "hermes")
+    hermes = parse_tool_calls(
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
+        "<tool_call>{not json}</tool_call>",
+        "hermes",
+    )
     assert hermes[0] == ToolCall("calculator", {"expression": "2*3"}) and "not valid JSON" in hermes[1].error
     compact = parse_tool_calls("<tool_call>calculator(2*3)</tool_call><tool_call>2*3</tool_call>", "compact")
     assert compact[0] == ToolCall("calculator", {"": "2*3"}) and compact[1].error
     tools = resolve_tools(["calculator", f"{__name__}:slow"])
-    assert tools["slow"].parameters["properties"] == {"seconds": {"type": "number", "description": "How long to sleep."}}
+    assert tools["slow"].parameters["properties"] == {
+        "seconds": {"type": "number", "description": "How long to sleep."}
+    }
     assert run_tool(tools, compact[0], 5).content == "6"
     assert run_tool(tools, ToolCall("calculator", {"expr": "1"}), 5).error  # an argument it does not take
     assert "unknown tool" in run_tool(tools, ToolCall("rm", {}), 5).content
-    assert run_tool(tools, ToolCall("calculator", {"expression": "1/0"}), 5).content == "error: ZeroDivisionError: division by zero"
+    assert (
+        run_tool(tools, ToolCall("calculator", {"expression": "1/0"}), 5).content
+        == "error: ZeroDivisionError: division by zero"
+    )
     timed = run_tool(tools, ToolCall("slow", {"seconds": 3}), 0.3)
     assert timed.timeout and "did not answer within 0.3 s" in timed.content
 
@@ -66,8 +79,11 @@ class Scripted:
         self.tokenizer, self.version, self.ids = tok, 0, tok(text, add_special_tokens=False).input_ids
 
     def sample(self, contexts, params, group_size):
-        return [(self.ids + [self.tokenizer.eos_token_id], [-0.5] * (len(self.ids) + 1), "stop")
-                for _ in contexts for _ in range(group_size)]
+        return [
+            (self.ids + [self.tokenizer.eos_token_id], [-0.5] * (len(self.ids) + 1), "stop")
+            for _ in contexts
+            for _ in range(group_size)
+        ]
 
 
 def test_a_tool_that_hangs_times_out_and_the_episodes_complete():
@@ -75,11 +91,16 @@ def test_a_tool_that_hangs_times_out_and_the_episodes_complete():
 
     tok = build_tokenizer(code_chars=True, tool_tags=True)
     tools = resolve_tools([f"{__name__}:slow"])
-    spec = EpisodeSpec(lambda p: ToolUse(tools=tools, tool_format="compact", tool_timeout_s=0.5), max_turns=2,
-                       max_tokens=200)
+    spec = EpisodeSpec(
+        lambda p: ToolUse(tools=tools, tool_format="compact", tool_timeout_s=0.5), max_turns=2, max_tokens=200
+    )
     t0 = time.time()
-    out = run_episodes(Scripted(tok, "<tool_call>slow(30)</tool_call>"), [Problem(id="p", prompt="1+1=")],
-                       SamplingParams(group_size=2, max_new_tokens=40), spec)
+    out = run_episodes(
+        Scripted(tok, "<tool_call>slow(30)</tool_call>"),
+        [Problem(id="p", prompt="1+1=")],
+        SamplingParams(group_size=2, max_new_tokens=40),
+        spec,
+    )
     assert time.time() - t0 < 10 and [c.finish_reason for c in out] == ["max_turns", "max_turns"]
     calls = out[0].turns[0].info["tool_calls"]
     assert calls[0]["timeout"] and not calls[0]["ok"] and "did not answer" in tok.decode(out[0].token_ids)
@@ -103,8 +124,10 @@ def test_hostile_python_tool_calls_are_contained(tmp_path):
         return result.messages[0]["content"]
 
     try:
-        net = call("import socket\ns = socket.socket()\ns.settimeout(0.5)\n"
-                   f"try:\n    s.connect(('127.0.0.1', {port}))\n    print('connected')\nexcept OSError as e:\n    print('blocked')\n")
+        net = call(
+            "import socket\ns = socket.socket()\ns.settimeout(0.5)\n"
+            f"try:\n    s.connect(('127.0.0.1', {port}))\n    print('connected')\nexcept OSError as e:\n    print('blocked')\n"
+        )
         assert "connected" not in net
         with pytest.raises(socket.timeout):
             listener.accept()

@@ -111,8 +111,13 @@ def test_decoupled_advantages_match_the_naive_loop_per_part(estimator, scale):
     rule[:g] = 0.0  # a group the verifier does not tell apart
     learned = torch.rand(5 * g, generator=gen) * 0.05  # (N,) small variation everywhere
     adv = decoupled_advantages(rule, {"rm": (0.3, learned)}, g, estimator=estimator, scale=scale)
-    expected = [a + 0.3 * b for a, b in zip(naive_advantages(rule.tolist(), g, estimator, scale, 1e-6),
-                                            naive_advantages(learned.tolist(), g, estimator, scale, 1e-6))]
+    expected = [
+        a + 0.3 * b
+        for a, b in zip(
+            naive_advantages(rule.tolist(), g, estimator, scale, 1e-6),
+            naive_advantages(learned.tolist(), g, estimator, scale, 1e-6),
+        )
+    ]
     torch.testing.assert_close(adv, torch.tensor(expected), rtol=1e-5, atol=1e-5)
     if scale == "none":
         torch.testing.assert_close(adv, group_advantages(rule + 0.3 * learned, g, estimator=estimator, scale=scale))
@@ -194,7 +199,7 @@ def test_invalid_rewards_take_their_groups_valid_mean_as_a_plain_loop_gives():
     valid = torch.tensor([True, False, True, True, False, False, False, False])
     expected = []
     for m in range(2):
-        group = list(zip(rewards[m * 4:(m + 1) * 4].tolist(), valid[m * 4:(m + 1) * 4].tolist()))
+        group = list(zip(rewards[m * 4 : (m + 1) * 4].tolist(), valid[m * 4 : (m + 1) * 4].tolist()))
         kept = [r for r, ok in group if ok]
         mean = sum(kept) / len(kept) if kept else 0.0  # a group with no valid reward: 0
         expected += [r if ok else mean for r, ok in group]
@@ -226,7 +231,9 @@ def test_kl_matches_naive_loop(kind):
     logp = -torch.rand(3, 5, generator=gen) * 4
     ref = -torch.rand(3, 5, generator=gen) * 4
     formulas = {"k1": lambda d: -d, "k2": lambda d: 0.5 * d * d, "k3": lambda d: math.exp(d) - 1 - d}
-    expected = [[formulas[kind](r - p) for p, r in zip(lp_row, ref_row)] for lp_row, ref_row in zip(logp.tolist(), ref.tolist())]
+    expected = [
+        [formulas[kind](r - p) for p, r in zip(lp_row, ref_row)] for lp_row, ref_row in zip(logp.tolist(), ref.tolist())
+    ]
     torch.testing.assert_close(kl_estimate(logp, ref, kind), torch.tensor(expected))
 
 

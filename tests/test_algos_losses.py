@@ -17,9 +17,25 @@ from rlvr.algos import LOSS_AGGREGATIONS, LOG_RATIOS, LossSettings, LossType, Ra
 # --- naive reference --------------------------------------------------------------------------
 
 
-def naive_policy_loss(logp, old, adv, mask, *, loss_type, clip_low, clip_high, dual_clip, ratio_level,
-                      ref=None, beta=0.0, kl_kind="k3", max_len=None, entropy=None, entropy_coef=0.0,
-                      token_weights=None):
+def naive_policy_loss(
+    logp,
+    old,
+    adv,
+    mask,
+    *,
+    loss_type,
+    clip_low,
+    clip_high,
+    dual_clip,
+    ratio_level,
+    ref=None,
+    beta=0.0,
+    kl_kind="k3",
+    max_len=None,
+    entropy=None,
+    entropy_coef=0.0,
+    token_weights=None,
+):
     """One token at a time, straight from the formulas; scalar tensor ops so autograd gives the gradient."""
     b, t = logp.shape
     seq_losses, total, weight_sum = [], 0.0, 0.0
@@ -27,7 +43,9 @@ def naive_policy_loss(logp, old, adv, mask, *, loss_type, clip_low, clip_high, d
         tokens = [j for j in range(t) if mask[i, j] != 0]
         if ratio_level == "sequence" and tokens:
             # GSPO: exp of the (mask-weighted) mean token log-ratio, one value for the whole sequence
-            seq_ratio = torch.exp(sum(mask[i, j] * (logp[i, j] - old[i, j]) for j in tokens) / sum(mask[i, j] for j in tokens))
+            seq_ratio = torch.exp(
+                sum(mask[i, j] * (logp[i, j] - old[i, j]) for j in tokens) / sum(mask[i, j] for j in tokens)
+            )
         seq_sum, seq_w = 0.0, 0.0
         for j in tokens:
             a = adv[i]
@@ -101,8 +119,16 @@ def test_policy_loss_matches_naive_loop(loss_type, ratio_level, dual_clip):
 @pytest.mark.parametrize("loss_type", ["grpo", "token_mean", "dr_grpo"])
 def test_kl_and_entropy_terms_match_naive_loop(kl_kind, loss_type):
     logp, old, adv, mask, ref, entropy = random_batch(1)
-    kwargs = dict(loss_type=loss_type, clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token",
-                  beta=0.05, kl_kind=kl_kind, entropy_coef=0.01)
+    kwargs = dict(
+        loss_type=loss_type,
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        ratio_level="token",
+        beta=0.05,
+        kl_kind=kl_kind,
+        entropy_coef=0.01,
+    )
     loss, stats = policy_loss(logp, old, adv, mask, LossSettings(**kwargs), ref_logp=ref, entropy=entropy)
     expected = naive_policy_loss(logp, old, adv, mask, ref=ref, entropy=entropy, **kwargs)
     torch.testing.assert_close(loss, expected)
@@ -115,8 +141,9 @@ def test_kl_and_entropy_terms_match_naive_loop(kl_kind, loss_type):
 
 def one_token(log_ratio, adv, **kwargs):
     logp = torch.zeros(1, 1, requires_grad=True)
-    loss, stats = policy_loss(logp, torch.full((1, 1), -log_ratio), torch.tensor([adv]), torch.ones(1, 1),
-                              LossSettings(**kwargs))
+    loss, stats = policy_loss(
+        logp, torch.full((1, 1), -log_ratio), torch.tensor([adv]), torch.ones(1, 1), LossSettings(**kwargs)
+    )
     (grad,) = torch.autograd.grad(loss, logp)
     return loss.item(), grad.item(), stats
 
@@ -196,8 +223,9 @@ def test_all_masked_batch_gives_finite_zero(loss_type, ratio_level):
     old = torch.full((2, 4), float("-inf"))  # padding values must not matter
     ref = torch.full((2, 4), float("inf"))
     settings = LossSettings(loss_type=loss_type, ratio_level=ratio_level, beta=0.1, dual_clip=3.0, entropy_coef=0.01)
-    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), torch.zeros(2, 4), settings, ref_logp=ref,
-                              entropy=torch.ones(2, 4))
+    loss, stats = policy_loss(
+        logp, old, torch.tensor([1.0, -1.0]), torch.zeros(2, 4), settings, ref_logp=ref, entropy=torch.ones(2, 4)
+    )
     assert loss.item() == 0.0 and loss.requires_grad
     loss.backward()
     assert (logp.grad == 0).all()
@@ -210,8 +238,9 @@ def test_padding_values_never_leak(ratio_level):
     dirty_old = torch.where(mask > 0, old, torch.full_like(old, float("-inf")))
     dirty_ref = torch.where(mask > 0, ref, torch.full_like(ref, 1e30))
     clean, _ = policy_loss(logp, old, adv, mask, LossSettings(beta=0.1, ratio_level=ratio_level), ref_logp=ref)
-    dirty, _ = policy_loss(logp, dirty_old, adv, mask, LossSettings(beta=0.1, ratio_level=ratio_level),
-                           ref_logp=dirty_ref)
+    dirty, _ = policy_loss(
+        logp, dirty_old, adv, mask, LossSettings(beta=0.1, ratio_level=ratio_level), ref_logp=dirty_ref
+    )
     torch.testing.assert_close(dirty, clean)
     torch.testing.assert_close(torch.autograd.grad(dirty, logp)[0], torch.autograd.grad(clean, logp)[0])
 
@@ -219,11 +248,18 @@ def test_padding_values_never_leak(ratio_level):
 def test_bf16_inputs_give_fp32_results():
     logp, old, adv, mask, ref, _ = random_batch(4)
     logp16 = logp.detach().bfloat16().requires_grad_()
-    loss, stats = policy_loss(logp16, old.bfloat16(), adv.bfloat16(), mask, LossSettings(beta=0.1),
-                              ref_logp=ref.bfloat16())
+    loss, stats = policy_loss(
+        logp16, old.bfloat16(), adv.bfloat16(), mask, LossSettings(beta=0.1), ref_logp=ref.bfloat16()
+    )
     assert loss.dtype == torch.float32 and all(v.dtype == torch.float32 for v in stats.values())
-    expected, _ = policy_loss(logp16.float(), old.bfloat16().float(), adv.bfloat16().float(), mask,
-                              LossSettings(beta=0.1), ref_logp=ref.bfloat16().float())
+    expected, _ = policy_loss(
+        logp16.float(),
+        old.bfloat16().float(),
+        adv.bfloat16().float(),
+        mask,
+        LossSettings(beta=0.1),
+        ref_logp=ref.bfloat16().float(),
+    )
     torch.testing.assert_close(loss, expected)
     loss.backward()
     assert logp16.grad.dtype == torch.bfloat16 and torch.isfinite(logp16.grad).all()
@@ -336,8 +372,18 @@ def test_is_weights_scale_each_tokens_policy_gradient_term():
     weights = torch.rand(logp.shape, generator=torch.Generator().manual_seed(4)) + 0.5
     settings = LossSettings(loss_type="token_mean", clip_low=0.2, clip_high=0.28)
     loss, _ = policy_loss(logp, old, adv, mask, settings, is_weights=weights)
-    expected = naive_policy_loss(logp, old, adv, mask, loss_type="token_mean", clip_low=0.2, clip_high=0.28,
-                                 dual_clip=None, ratio_level="token", token_weights=weights)
+    expected = naive_policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        loss_type="token_mean",
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=None,
+        ratio_level="token",
+        token_weights=weights,
+    )
     torch.testing.assert_close(loss, expected)
     plain, _ = policy_loss(logp, old, adv, mask, settings)
     assert not torch.allclose(loss, plain)

@@ -41,8 +41,10 @@ def test_score_pathological_file_every_verdict_within_budget(tmp_path, capsys):
 
 
 def test_repeat_reports_samples_whose_reward_changed(tmp_path, capsys, monkeypatch):
-    src = _write(tmp_path / "in.jsonl", [{"completion": r"\boxed{2}", "answer": "2"},
-                                         {"completion": "x", "answer": "1", "verifier": "dice"}])
+    src = _write(
+        tmp_path / "in.jsonl",
+        [{"completion": r"\boxed{2}", "answer": "2"}, {"completion": "x", "answer": "1", "verifier": "dice"}],
+    )
     assert main(["reward", "score", str(src), "--repeat", "2"]) == 0
     assert "deterministic" in capsys.readouterr().err
 
@@ -59,19 +61,22 @@ def test_repeat_reports_samples_whose_reward_changed(tmp_path, capsys, monkeypat
 def test_audit_reports_every_bad_line_and_fails(tmp_path, capsys):
     rows = [
         {"id": "1", "prompt": "12+345=", "answer": "357", "source": "arithmetic"},
-        {"id": "2", "prompt": "2+2=", "answer": "5", "source": "arithmetic"},                # mislabelled
+        {"id": "2", "prompt": "2+2=", "answer": "5", "source": "arithmetic"},  # mislabelled
         {"id": "3", "prompt": "Area of a unit circle?", "answer": "约为3.14", "source": "zh"},  # fine
-        {"id": "4", "prompt": "Half of one?", "answer": r"\frac{1}{2", "source": "math"},     # unparseable
-        {"id": "5", "prompt": "12+345=", "answer": "357", "source": "arithmetic"},           # duplicate
-        '{"id": "6", "prompt": "broken',                                                       # malformed
+        {"id": "4", "prompt": "Half of one?", "answer": r"\frac{1}{2", "source": "math"},  # unparseable
+        {"id": "5", "prompt": "12+345=", "answer": "357", "source": "arithmetic"},  # duplicate
+        '{"id": "6", "prompt": "broken',  # malformed
         {"id": "7", "prompt": "Clips?", "answer": "70", "solution": "48+24 = 72\n#### 72", "source": "gsm8k"},
-        {"id": "8", "prompt": "", "answer": "1", "source": "gsm8k"},                         # empty field
+        {"id": "8", "prompt": "", "answer": "1", "source": "gsm8k"},  # empty field
     ]
     src = _write(tmp_path / "data.jsonl", rows)
     assert main(["data", "audit", str(src)]) == 1
     out = capsys.readouterr().out
-    lines = {int(line.split(":")[1]): line for line in out.splitlines() if line.startswith(str(src) + ":")
-             and line.split(":")[1].isdigit()}
+    lines = {
+        int(line.split(":")[1]): line
+        for line in out.splitlines()
+        if line.startswith(str(src) + ":") and line.split(":")[1].isdigit()
+    }
     assert sorted(lines) == [2, 4, 5, 6, 7, 8]
     assert "mislabelled" in lines[2] and "does not parse" in lines[4] and "duplicate prompt" in lines[5]
     assert "invalid: not valid JSON" in lines[6] and "mislabelled" in lines[7]
@@ -80,7 +85,10 @@ def test_audit_reports_every_bad_line_and_fails(tmp_path, capsys):
 
 
 def test_audit_of_a_clean_file_passes(tmp_path, capsys):
-    src = _write(tmp_path / "ok.jsonl", [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(5)]
-                 + [{"prompt": "Set?", "answer": r"\{1, 2\}"}, {"prompt": "Pi?", "answer": "≈ 3.14"}])
+    src = _write(
+        tmp_path / "ok.jsonl",
+        [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(5)]
+        + [{"prompt": "Set?", "answer": r"\{1, 2\}"}, {"prompt": "Pi?", "answer": "≈ 3.14"}],
+    )
     assert main(["data", "audit", str(src)]) == 0
     assert "OK" in capsys.readouterr().out

@@ -16,13 +16,30 @@ from rlvr.tasks.files import DataError, as_chat, load_problems
 from rlvr.train.sft import sft_pairs
 
 # A chat template over the tiny tokenizer's characters: a turn is "role: content<|eos|>\n".
-TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|eos|>\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant: {% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|eos|>\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
 # 1-digit sums (OPS_TINY's task): a few seconds of SFT, one RL step
-RUN = ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=60", "sft.batch_size=16",
-       "sft.lr=1e-2", "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=32", "train.steps=1",
-       "eval.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false", "log.report=false",
-       "data.chat=false", "data.eval_size=8"]
+RUN = [
+    "model.tiny_hidden=32",
+    "model.tiny_layers=2",
+    "model.tiny_heads=2",
+    "sft.steps=60",
+    "sft.batch_size=16",
+    "sft.lr=1e-2",
+    "rollout.batch_size=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=32",
+    "train.steps=1",
+    "eval.every=0",
+    "train.threads=1",
+    "run.progress=false",
+    "log.tensorboard=false",
+    "log.report=false",
+    "data.chat=false",
+    "data.eval_size=8",
+]
 
 
 def _write(path, rows):
@@ -32,8 +49,11 @@ def _write(path, rows):
 
 def test_a_chat_record_ending_with_an_assistant_turn_carries_its_solution(tmp_path):
     msgs = [{"role": "user", "content": "1+2="}, {"role": "assistant", "content": "<answer>3</answer>"}]
-    rows = [{"messages": msgs, "answer": "3"}, {"prompt": "2+2=", "answer": "4", "solution": "<answer>4</answer>"},
-            {"prompt": "3+3=", "answer": "6"}]
+    rows = [
+        {"messages": msgs, "answer": "3"},
+        {"prompt": "2+2=", "answer": "4", "solution": "<answer>4</answer>"},
+        {"prompt": "3+3=", "answer": "6"},
+    ]
     a, b, c = load_problems([_write(tmp_path / "d.jsonl", rows)])
     assert a.prompt == msgs[:1] and a.solution == "<answer>3</answer>"
     assert b.solution == "<answer>4</answer>" and c.solution is None
@@ -50,27 +70,44 @@ def test_sft_prompts_tokenise_exactly_as_rollout_feeds_them(tmp_path, engine):
     tok = build_tokenizer(code_chars=True)
     tok.chat_template = TEMPLATE
     model = build_tiny_model(tok, hidden=32, layers=1, heads=2)
-    rows = [{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+2="},
-                          {"role": "assistant", "content": "<answer>3</answer>"}], "answer": "3"},
-            {"prompt": "2+2=", "answer": "4", "solution": "<answer>4</answer>"}]
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "1+2="},
+                {"role": "assistant", "content": "<answer>3</answer>"},
+            ],
+            "answer": "3",
+        },
+        {"prompt": "2+2=", "answer": "4", "solution": "<answer>4</answer>"},
+    ]
     problems = as_chat(load_problems([_write(tmp_path / "d.jsonl", rows)]), None)  # data.chat=true
     cfg = load_config(None, [])
     sampled = build_engine(cfg.rollout, model, tok, name=engine).generate(
-        problems, SamplingParams(group_size=1, max_new_tokens=2, greedy=True))
+        problems, SamplingParams(group_size=1, max_new_tokens=2, greedy=True)
+    )
     pairs = sft_pairs(problems, tok, [p.solution for p in problems])
     for p, c, (prompt, target, mask) in zip(problems, sampled, pairs):
         assert prompt == c.prompt_ids  # the very ids rollout conditions on
         # the demonstration is the assistant turn as the template writes it, ending with its end of turn
-        whole = tok.apply_chat_template([*p.prompt, {"role": "assistant", "content": p.solution}], tokenize=True,
-                                        return_dict=False)
-        assert prompt + target == list(whole)[:len(prompt) + len(target)]
+        whole = tok.apply_chat_template(
+            [*p.prompt, {"role": "assistant", "content": p.solution}], tokenize=True, return_dict=False
+        )
+        assert prompt + target == list(whole)[: len(prompt) + len(target)]
         assert target[-1] == tok.eos_token_id and mask == [1] * len(target)
 
 
 def test_sft_on_data_then_rl_from_it(tmp_path, capsys):
-    rows = [{"id": f"r{a}{b}", "prompt": f"{a}+{b}=", "answer": str(a + b),
-             **({"solution": f"<think>{a}+{b}={a + b}</think><answer>{a + b}</answer>"} if (a + b) % 5 else {})}
-            for a in range(10) for b in range(10)]
+    rows = [
+        {
+            "id": f"r{a}{b}",
+            "prompt": f"{a}+{b}=",
+            "answer": str(a + b),
+            **({"solution": f"<think>{a}+{b}={a + b}</think><answer>{a + b}</answer>"} if (a + b) % 5 else {}),
+        }
+        for a in range(10)
+        for b in range(10)
+    ]
     data = _write(tmp_path / "sums.jsonl", rows)
     common = [*RUN, f"sft.cache_dir={tmp_path / 'cache'}", f"run.dir={tmp_path / 'run'}"]
     assert main(["sft", "--data", str(data), *common]) == 0

@@ -17,19 +17,22 @@ def test_defaults_and_overrides():
     assert cfg.algo.dual_clip == 3.0
 
 
-@pytest.mark.parametrize("override, key, hint", [
-    ("rollout.group_size=oops", "rollout.group_size", "integer"),
-    ("no.such.key=1", "no.such.key", "unknown key"),
-    ("rollout.nope=1", "rollout.nope", "group_size"),  # lists the allowed keys
-    ("algo.loss_type=ppo", "algo.loss_type", "'token_mean'"),
-    ("rollout.group_size=1", "rollout.group_size", ">= 2"),
-    ("train.lr=-1", "train.lr", "> 0"),
-    ("run.progress=maybe", "run.progress", "true or false"),
-    ("rollout=3", "rollout", "mapping"),
-    ("reward.format.pattern=x", "reward.format.pattern", "kind=regex only"),  # read by another kind: no effect
-    ("reward.format.json_schema=s.json", "reward.format.json_schema", "kind=json only"),
-    ("reward.format.kind=regex", "reward.format.kind", "needs reward.format.pattern"),
-])
+@pytest.mark.parametrize(
+    "override, key, hint",
+    [
+        ("rollout.group_size=oops", "rollout.group_size", "integer"),
+        ("no.such.key=1", "no.such.key", "unknown key"),
+        ("rollout.nope=1", "rollout.nope", "group_size"),  # lists the allowed keys
+        ("algo.loss_type=ppo", "algo.loss_type", "'token_mean'"),
+        ("rollout.group_size=1", "rollout.group_size", ">= 2"),
+        ("train.lr=-1", "train.lr", "> 0"),
+        ("run.progress=maybe", "run.progress", "true or false"),
+        ("rollout=3", "rollout", "mapping"),
+        ("reward.format.pattern=x", "reward.format.pattern", "kind=regex only"),  # read by another kind: no effect
+        ("reward.format.json_schema=s.json", "reward.format.json_schema", "kind=json only"),
+        ("reward.format.kind=regex", "reward.format.kind", "needs reward.format.pattern"),
+    ],
+)
 def test_bad_values_name_the_key(override, key, hint):
     with pytest.raises(ConfigError) as err:
         load_config(None, [override])
@@ -51,20 +54,27 @@ def test_yaml_file_errors(tmp_path):
     assert (cfg.rollout.group_size, cfg.train.steps) == (6, 9)
 
 
-@pytest.mark.parametrize("override, key", [("rollout.group_size=oops", "rollout.group_size"),
-                                           ("no.such.key=1", "no.such.key")])
+@pytest.mark.parametrize(
+    "override, key", [("rollout.group_size=oops", "rollout.group_size"), ("no.such.key=1", "no.such.key")]
+)
 def test_cli_fails_before_any_work(tmp_path, override, key):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", f"run.dir={run_dir}", override],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", f"run.dir={run_dir}", override],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and key in lines[0], proc.stderr
     assert not run_dir.exists()  # nothing was started
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_shipped_config_loads(path):
     load_config(path)  # every key is known and every value passes validation
 

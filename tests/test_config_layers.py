@@ -24,16 +24,33 @@ def write(path: Path, text: str) -> Path:
 
 def test_two_files_a_profile_an_env_variable_and_overrides_stack_with_their_origins(tmp_path, monkeypatch):
     common = write(tmp_path / "common.yaml", "seed: 3\ntrain:\n  lr: 1.0e-3\n  steps: 7\n")
-    base = write(tmp_path / "base.yaml", "include: [common.yaml]\ntrain:\n  lr: 2.0e-3\nrollout:\n  group_size: 4\n"
-                 "profiles:\n  prod:\n    rollout:\n      group_size: 16\n")
-    mine = write(tmp_path / "mine.yaml", "train:\n  steps: ${env:RLVR_TEST_STEPS}\nrun:\n  name: ${env:RLVR_TEST_NAME,dev}\n")
+    base = write(
+        tmp_path / "base.yaml",
+        "include: [common.yaml]\ntrain:\n  lr: 2.0e-3\nrollout:\n  group_size: 4\n"
+        "profiles:\n  prod:\n    rollout:\n      group_size: 16\n",
+    )
+    mine = write(
+        tmp_path / "mine.yaml", "train:\n  steps: ${env:RLVR_TEST_STEPS}\nrun:\n  name: ${env:RLVR_TEST_NAME,dev}\n"
+    )
     monkeypatch.setenv("RLVR_TEST_STEPS", "42")
     monkeypatch.delenv("RLVR_PROFILE", raising=False)
     cfg = load_config([base, mine], ["eval.n=9"])
-    assert (cfg.seed, cfg.train.lr, cfg.train.steps, cfg.rollout.group_size, cfg.run.name, cfg.eval.n) == \
-        (3, 2e-3, 42, 4, "dev", 9)
-    assert cfg.sources == {"seed": str(common), "train.lr": str(base), "train.steps": str(mine),
-                           "rollout.group_size": str(base), "run.name": str(mine), "eval.n": "override"}
+    assert (cfg.seed, cfg.train.lr, cfg.train.steps, cfg.rollout.group_size, cfg.run.name, cfg.eval.n) == (
+        3,
+        2e-3,
+        42,
+        4,
+        "dev",
+        9,
+    )
+    assert cfg.sources == {
+        "seed": str(common),
+        "train.lr": str(base),
+        "train.steps": str(mine),
+        "rollout.group_size": str(base),
+        "run.name": str(mine),
+        "eval.n": "override",
+    }
     prod = load_config([base, mine], ["eval.n=9"], profile="prod")
     assert prod.rollout.group_size == 16 and prod.sources["rollout.group_size"] == f"profile prod ({base})"
     # the profile from the environment, from a file beside the first config
@@ -45,14 +62,21 @@ def test_two_files_a_profile_an_env_variable_and_overrides_stack_with_their_orig
     assert t.to_dict()["sources"]["train.lr"].startswith("profile test")
 
 
-@pytest.mark.parametrize("files, args, message", [
-    ({"a.yaml": "train:\n  steps: ${env:RLVR_TEST_UNSET}\n"}, {}, "train.steps: environment variable RLVR_TEST_UNSET is not set"),
-    ({"a.yaml": "seed: 1\n"}, {"profile": "nope"}, "profile 'nope'"),
-    ({"a.yaml": "include: [b.yaml]\n", "b.yaml": "include: [a.yaml]\n"}, {}, "includes itself"),
-    ({"a.yaml": f"alerts:\n  webhook_url: '{REDACTED}'\n"}, {}, "alerts.webhook_url: the file has <secret> here"),
-    ({"a.yaml": "secrets: [alerts.nothing]\n"}, {}, "secrets: 'alerts.nothing' is not a config key"),
-    ({"a.yaml": "train:\n  steps: oops\n"}, {}, "train.steps: expected an integer, got 'oops' (set in "),
-])
+@pytest.mark.parametrize(
+    "files, args, message",
+    [
+        (
+            {"a.yaml": "train:\n  steps: ${env:RLVR_TEST_UNSET}\n"},
+            {},
+            "train.steps: environment variable RLVR_TEST_UNSET is not set",
+        ),
+        ({"a.yaml": "seed: 1\n"}, {"profile": "nope"}, "profile 'nope'"),
+        ({"a.yaml": "include: [b.yaml]\n", "b.yaml": "include: [a.yaml]\n"}, {}, "includes itself"),
+        ({"a.yaml": f"alerts:\n  webhook_url: '{REDACTED}'\n"}, {}, "alerts.webhook_url: the file has <secret> here"),
+        ({"a.yaml": "secrets: [alerts.nothing]\n"}, {}, "secrets: 'alerts.nothing' is not a config key"),
+        ({"a.yaml": "train:\n  steps: oops\n"}, {}, "train.steps: expected an integer, got 'oops' (set in "),
+    ],
+)
 def test_layering_mistakes_are_config_errors_naming_the_key(tmp_path, monkeypatch, files, args, message):
     monkeypatch.delenv("RLVR_TEST_UNSET", raising=False)
     monkeypatch.delenv("RLVR_PROFILE", raising=False)
@@ -74,13 +98,30 @@ def test_a_secret_never_reaches_a_run_file_or_a_sink(tmp_path, tmp_path_factory,
     cfg_file = write(tmp_path / "ops.yaml", "alerts:\n  webhook_url: ${secret:RLVR_TEST_HOOK}\n")
     run_dir = tmp_path / "run"
     try:
-        assert main(["train", "--config", str(cfg_file), *OPS_TINY, "train.steps=2", "ckpt.every=1",
-                     f"run.dir={run_dir}", f"sft.cache_dir={sft_cache(tmp_path_factory)}", "log.wandb_project=p",
-                     f"log.mlflow_tracking_uri=file:{tmp_path / 'mlruns'}", f"serve.api_keys=[{api_key}]"]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--config",
+                    str(cfg_file),
+                    *OPS_TINY,
+                    "train.steps=2",
+                    "ckpt.every=1",
+                    f"run.dir={run_dir}",
+                    f"sft.cache_dir={sft_cache(tmp_path_factory)}",
+                    "log.wandb_project=p",
+                    f"log.mlflow_tracking_uri=file:{tmp_path / 'mlruns'}",
+                    f"serve.api_keys=[{api_key}]",
+                ]
+            )
+            == 0
+        )
     finally:
         listener.close()
     files = [p for p in [*run_dir.rglob("*"), *(tmp_path / "mlruns").rglob("*")] if p.is_file()]
-    assert any(p.name == "config.yaml" for p in files) and any("checkpoint" in str(p) or "step_" in str(p) for p in files)
+    assert any(p.name == "config.yaml" for p in files) and any(
+        "checkpoint" in str(p) or "step_" in str(p) for p in files
+    )
     assert any(p.suffix == ".wandb" for p in files) and any(p.parent.name == "params" for p in files)
     for path in files:
         data = path.read_bytes()

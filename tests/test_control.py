@@ -26,8 +26,9 @@ def test_an_action_is_one_number_per_dimension_clipped_to_the_space():
 @given(st.text(max_size=40))
 def test_any_turn_parses_to_an_action_in_the_box_or_to_none(text):
     action = parse_action(text, [-3.0, -1.0], [3.0, 1.0])
-    assert action is None or (len(action) == 2 and all(math.isfinite(a) for a in action)
-                              and -3 <= action[0] <= 3 and -1 <= action[1] <= 1)
+    assert action is None or (
+        len(action) == 2 and all(math.isfinite(a) for a in action) and -3 <= action[0] <= 3 and -1 <= action[1] <= 1
+    )
 
 
 def test_the_pendulum_episode_reports_balance_success_and_invalid_turns():

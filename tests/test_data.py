@@ -31,15 +31,28 @@ def math_rows(n, source=None):
 
 
 def test_jsonl_records_become_problems(tmp_path):
-    f = write_jsonl(tmp_path / "mixed.jsonl", [
-        {"prompt": "2+2=", "answer": 4},
-        {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "3*3?"}],
-         "answer": "9", "source": "chat", "id": "q2"},
-        {"prompt": "write add", "tests": {"type": "function", "entry_point": "add",
-                                          "cases": [{"args": [1, 2], "expected": 3}]}},
-        {"prompt": "echo", "tests": json.dumps({"type": "stdio", "cases": [{"input": "a", "output": "a"}]}),
-         "verifier": "code", "metadata": {"level": 1}},
-    ])
+    f = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            {"prompt": "2+2=", "answer": 4},
+            {
+                "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "3*3?"}],
+                "answer": "9",
+                "source": "chat",
+                "id": "q2",
+            },
+            {
+                "prompt": "write add",
+                "tests": {"type": "function", "entry_point": "add", "cases": [{"args": [1, 2], "expected": 3}]},
+            },
+            {
+                "prompt": "echo",
+                "tests": json.dumps({"type": "stdio", "cases": [{"input": "a", "output": "a"}]}),
+                "verifier": "code",
+                "metadata": {"level": 1},
+            },
+        ],
+    )
     ps = load_problems([f])
     assert [p.answer for p in ps] == ["4", "9", None, None]
     assert [p.verifier for p in ps] == ["math", "math", "code", "code"]
@@ -50,23 +63,29 @@ def test_jsonl_records_become_problems(tmp_path):
     assert ps[3].metadata["where"] == f"{f}:4"
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"prompt": "1+1=", "answer": "2"', "not valid JSON"),
-    ('["prompt", "answer"]', "expected a JSON object, got list"),
-    ('{"prompt": "1+1="}', "missing field 'answer'"),
-    ('{"answer": "2"}', "needs exactly one of 'prompt' (text) or 'messages' (chat), got neither"),
-    ('{"prompt": ["1+1="], "answer": "2"}', "field 'prompt': expected text, got list"),
-    ('{"prompt": "1+1=", "answer": [2]}', "field 'answer': expected text or a number, got list"),
-    ('{"prompt": "1+1=", "answer": true}', "field 'answer': expected text or a number, got bool"),
-    ('{"prompt": "  ", "answer": "2"}', "field 'prompt' is empty"),
-    ('{"messages": [{"role": "bot", "content": "hi"}], "answer": "2"}', "messages[0].role"),
-    ('{"messages": [{"role": "user", "content": 3}], "answer": "2"}', "messages[0].content': expected text, got int"),
-    ('{"prompt": "x", "answer": "2", "verifier": "chem"}', "unknown verifier 'chem'"),
-    ('{"prompt": "x", "answer": "2", "verifier": "code"}', "missing field 'tests' (verifier 'code')"),
-    ('{"prompt": "x", "tests": {"type": "stdio"}}', "tests.cases"),
-    ('{"prompt": "x", "answer": "2", "source": 7}', "field 'source': expected text, got int"),
-    ('{"prompt": "1+1=", "answer": "2", "id": "line1"}', "duplicate id 'line1'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"prompt": "1+1=", "answer": "2"', "not valid JSON"),
+        ('["prompt", "answer"]', "expected a JSON object, got list"),
+        ('{"prompt": "1+1="}', "missing field 'answer'"),
+        ('{"answer": "2"}', "needs exactly one of 'prompt' (text) or 'messages' (chat), got neither"),
+        ('{"prompt": ["1+1="], "answer": "2"}', "field 'prompt': expected text, got list"),
+        ('{"prompt": "1+1=", "answer": [2]}', "field 'answer': expected text or a number, got list"),
+        ('{"prompt": "1+1=", "answer": true}', "field 'answer': expected text or a number, got bool"),
+        ('{"prompt": "  ", "answer": "2"}', "field 'prompt' is empty"),
+        ('{"messages": [{"role": "bot", "content": "hi"}], "answer": "2"}', "messages[0].role"),
+        (
+            '{"messages": [{"role": "user", "content": 3}], "answer": "2"}',
+            "messages[0].content': expected text, got int",
+        ),
+        ('{"prompt": "x", "answer": "2", "verifier": "chem"}', "unknown verifier 'chem'"),
+        ('{"prompt": "x", "answer": "2", "verifier": "code"}', "missing field 'tests' (verifier 'code')"),
+        ('{"prompt": "x", "tests": {"type": "stdio"}}', "tests.cases"),
+        ('{"prompt": "x", "answer": "2", "source": 7}', "field 'source': expected text, got int"),
+        ('{"prompt": "1+1=", "answer": "2", "id": "line1"}', "duplicate id 'line1'"),
+    ],
+)
 def test_a_bad_record_is_reported_with_file_and_line(tmp_path, line, message):
     f = write_jsonl(tmp_path / "d.jsonl", ['{"prompt": "0+0=", "answer": "0", "id": "line1"}', "", line])
     with pytest.raises(DataError) as err:
@@ -111,8 +130,13 @@ def _cfg(tmp_path, *overrides):
 
 def test_mix_ratio_is_exact_seeded_and_held_out_is_disjoint(tmp_path):
     write_jsonl(tmp_path / "math.jsonl", math_rows(60))
-    write_jsonl(tmp_path / "code.jsonl", [{"prompt": f"f{i}", "tests": {"type": "stdio", "cases": [
-        {"input": "", "output": str(i)}]}} for i in range(20)])
+    write_jsonl(
+        tmp_path / "code.jsonl",
+        [
+            {"prompt": f"f{i}", "tests": {"type": "stdio", "cases": [{"input": "", "output": str(i)}]}}
+            for i in range(20)
+        ],
+    )
     files = f"data.files=[{tmp_path / 'math.jsonl'},{tmp_path / 'code.jsonl'}]"
     cfg = _cfg(tmp_path, files, "data.mix={math: 6, code: 4}", "data.eval_size=8")
     task = run_task(cfg)
@@ -125,8 +149,15 @@ def test_mix_ratio_is_exact_seeded_and_held_out_is_disjoint(tmp_path):
     assert len({p.id for p in draws if p.source == "code"}) == 18  # all training code records before repeats
     again = [p.id for p in itertools.islice(run_task(cfg).train_stream(cfg.seed), 100)]
     assert again == [p.id for p in draws]  # a pure function of the seed
-    other = [p.id for p in itertools.islice(run_task(_cfg(tmp_path, files, "seed=1", "data.mix={math: 6, code: 4}",
-                                                             "data.eval_size=8")).train_stream(1), 100)]
+    other = [
+        p.id
+        for p in itertools.islice(
+            run_task(_cfg(tmp_path, files, "seed=1", "data.mix={math: 6, code: 4}", "data.eval_size=8")).train_stream(
+                1
+            ),
+            100,
+        )
+    ]
     assert other != again
     # a resumed sampler replays to its position
     s = ProblemSampler(task, seed=cfg.seed)
@@ -148,18 +179,30 @@ def test_chat_wrapping_system_prompt_and_prompt_length_policies(tmp_path):
     write_jsonl(tmp_path / "d.jsonl", math_rows(6) + [{"prompt": long_q, "answer": "61", "id": "long"}])
     tok = build_tokenizer()
     tok.chat_template = CHAT
-    base = [f"task.name={tmp_path / 'd.jsonl'}", "data.eval_size=1", "data.system_prompt=Box it.",
-            "data.max_prompt_tokens=64"]
-    with pytest.raises(DataError, match=r"(?s)d\.jsonl:7: prompt is 1\d\d tokens.*data.on_long_prompt=skip or truncate"):
+    base = [
+        f"task.name={tmp_path / 'd.jsonl'}",
+        "data.eval_size=1",
+        "data.system_prompt=Box it.",
+        "data.max_prompt_tokens=64",
+    ]
+    with pytest.raises(
+        DataError, match=r"(?s)d\.jsonl:7: prompt is 1\d\d tokens.*data.on_long_prompt=skip or truncate"
+    ):
         run_task(_cfg(tmp_path, *base), tokenizer=tok)
     events = []
-    task = run_task(_cfg(tmp_path, *base, "data.on_long_prompt=skip"), tokenizer=tok,
-                      on_event=lambda kind, **f: events.append((kind, f)))
+    task = run_task(
+        _cfg(tmp_path, *base, "data.on_long_prompt=skip"),
+        tokenizer=tok,
+        on_event=lambda kind, **f: events.append((kind, f)),
+    )
     assert "long" not in {p.id for p in task.all_problems()} and len(task.all_problems()) == 6
     assert [k for k, _ in events] == ["prompt_skipped", "data_loaded"] and events[0][1]["limit"] == 64
     events.clear()
-    task = run_task(_cfg(tmp_path, *base, "data.on_long_prompt=truncate"), tokenizer=tok,
-                      on_event=lambda kind, **f: events.append((kind, f)))
+    task = run_task(
+        _cfg(tmp_path, *base, "data.on_long_prompt=truncate"),
+        tokenizer=tok,
+        on_event=lambda kind, **f: events.append((kind, f)),
+    )
     cut = next(p for p in task.all_problems() if p.id == "long")
     assert cut.prompt[0] == {"role": "system", "content": "Box it."}  # the system prompt goes first
     assert long_q.endswith(cut.prompt[-1]["content"]) and cut.prompt[-1]["content"].endswith("+1?")

@@ -61,7 +61,9 @@ def test_the_kuberay_rayjob_runs_a_config_its_cluster_can_place():
     assert not packs(cfg, nodes[:2])  # one GPU node fewer does not hold the pools: the check can fail
     # no filesystem shared between pods: the model and the run directory in object storage
     groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
-    assert is_url(cfg.run.dir) and is_url(cfg.model.name) and not any("volumes" in g["template"]["spec"] for g in groups)
+    assert (
+        is_url(cfg.run.dir) and is_url(cfg.model.name) and not any("volumes" in g["template"]["spec"] for g in groups)
+    )
 
 
 def test_the_slurm_script_is_valid_bash_and_asks_for_nodes_that_hold_the_pools():
@@ -72,4 +74,4 @@ def test_the_slurm_script_is_valid_bash_and_asks_for_nodes_that_hold_the_pools()
     cfg = train_config(command.replace('"$@"', ""), ["model.name=/models/my-model"])
     nodes = [{"CPU": float(opts["cpus-per-task"]), "GPU": float(opts["gpus-per-node"])}] * int(opts["nodes"])
     assert packs(cfg, nodes)
-    assert f'--num-gpus={opts["gpus-per-node"]}' in script  # Ray is told the GPUs Slurm gave each node
+    assert f"--num-gpus={opts['gpus-per-node']}" in script  # Ray is told the GPUs Slurm gave each node

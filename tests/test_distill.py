@@ -32,8 +32,14 @@ def test_a_student_moves_toward_its_teacher_and_bad_teachers_are_config_errors(t
     reverse KL of the student's samples to it falls; a teacher that does not load, of another
     tokenizer is refused before the first step with the key named."""
     save_tiny(tmp_path / "teacher", hidden=32, layers=2, heads=2, seed=7)
-    overrides = [*tiny_overrides, "train.steps=12", "train.lr=2e-3", f"algo.distill.teacher={tmp_path / 'teacher'}",
-                 "algo.distill.rewards=false", "alerts.reward_collapse_frac=0"]  # a random teacher: reward falls
+    overrides = [
+        *tiny_overrides,
+        "train.steps=12",
+        "train.lr=2e-3",
+        f"algo.distill.teacher={tmp_path / 'teacher'}",
+        "algo.distill.rewards=false",
+        "alerts.reward_collapse_frac=0",
+    ]  # a random teacher: reward falls
     assert main(["train", *overrides]) == 0
     run = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("run.dir="))
     rows = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
@@ -42,14 +48,17 @@ def test_a_student_moves_toward_its_teacher_and_bad_teachers_are_config_errors(t
     assert sum(kl[-3:]) / 3 < 0.7 * sum(kl[:3]) / 3, kl
 
     save_tiny(tmp_path / "other", hidden=32, layers=1, heads=2, code_chars=True)
-    for teacher, message in [(tmp_path / "other", "has another tokenizer than the policy"),
-                             (tmp_path / "missing", "does not load")]:
+    for teacher, message in [
+        (tmp_path / "other", "has another tokenizer than the policy"),
+        (tmp_path / "missing", "does not load"),
+    ]:
         capsys.readouterr()
         assert main(["train", *tiny_overrides, f"algo.distill.teacher={teacher}"]) == 2
         err = capsys.readouterr().err
         assert "algo.distill.teacher" in err and message in err, err
     from rlvr.config import load_config
     from rlvr.configlib import ConfigError
+
     with pytest.raises(ConfigError, match="algo.distill.coef: must be > 0"):
         load_config(None, ["algo.distill.coef=0"])
 
@@ -62,8 +71,9 @@ def test_the_plan_counts_the_teacher():
 
     shape, teacher = shape_for_params(0.5e9), 1.7e9
     alone = run_plan(load_config(None, []), shape, Cluster(), prompt_len=24)
-    taught = run_plan(load_config(None, ["algo.distill.teacher=t"]), shape, Cluster(), prompt_len=24,
-                  teacher_params=int(teacher))
+    taught = run_plan(
+        load_config(None, ["algo.distill.teacher=t"]), shape, Cluster(), prompt_len=24, teacher_params=int(teacher)
+    )
     assert taught["pools"]["inference"]["terms_gb"]["teacher_weights"] == pytest.approx(4 * teacher / GB, rel=1e-6)
     assert "teacher_weights" not in alone["pools"]["inference"]["terms_gb"]
     extra = taught["flops_per_step"]["logprob_passes"] - alone["flops_per_step"]["logprob_passes"]

@@ -65,7 +65,9 @@ def test_cli_reference_covers_every_command():
     assert {f"rlvr {c}" for c in COMMANDS} <= set(paths)
     assert {"rlvr reward score", "rlvr data audit", "rlvr sandbox run", "rlvr sandbox check"} <= set(paths)
     for path in paths:
-        assert re.search(rf"^#+ {re.escape(path)}$", page, flags=re.MULTILINE), f"{path} has no section in {docgen.CLI_PAGE}"
+        assert re.search(rf"^#+ {re.escape(path)}$", page, flags=re.MULTILINE), (
+            f"{path} has no section in {docgen.CLI_PAGE}"
+        )
     for option in ("--config FILE", "--samples N", "--model-b B", "--repeat REPEAT"):
         assert f"`{option}`" in page
 

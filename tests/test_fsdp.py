@@ -37,8 +37,15 @@ def _batch(model_dir: Path, path: Path) -> None:
     loss_mask = torch.ones(len(completions))
     loss_mask[5] = 0.0
     ref = completion_logprobs(model, completions, tok.pad_token_id, 1.0)  # (N, T)
-    torch.save({"completions": completions, "advantages": advantages, "loss_mask": loss_mask,
-                "ref_logp": ref + 0.01 * torch.randn_like(ref)}, path)
+    torch.save(
+        {
+            "completions": completions,
+            "advantages": advantages,
+            "loss_mask": loss_mask,
+            "ref_logp": ref + 0.01 * torch.randn_like(ref),
+        },
+        path,
+    )
 
 
 def test_a_2_rank_fsdp_update_equals_the_single_process_update(tmp_path):
@@ -46,8 +53,20 @@ def test_a_2_rank_fsdp_update_equals_the_single_process_update(tmp_path):
     _batch(model_dir, tmp_path / "batch.pt")
     args = [str(model_dir), str(tmp_path / "batch.pt")]
     subprocess.run([sys.executable, str(WORKER), *args, str(tmp_path / "one.pt")], check=True, timeout=300)
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(WORKER),
-                    *args, str(tmp_path / "two.pt")], check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(WORKER),
+            *args,
+            str(tmp_path / "two.pt"),
+        ],
+        check=True,
+        timeout=300,
+    )
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert (one["world"], two["world"]) == (1, 2)
     start = load_policy(load_config().model, model_dir)[0].state_dict()
@@ -63,8 +82,14 @@ def test_a_2_rank_fsdp_update_equals_the_single_process_update(tmp_path):
     assert two["stats"]["actor/skipped_updates"] == one["stats"]["actor/skipped_updates"] == 0
 
 
-RUN = OPS_TINY + ["train.steps=6", "ckpt.every=3", "ckpt.keep=0", "log.report=false", "train.strategy=fsdp",
-                  "train.world_size=2"]
+RUN = OPS_TINY + [
+    "train.steps=6",
+    "ckpt.every=3",
+    "ckpt.keep=0",
+    "log.report=false",
+    "train.strategy=fsdp",
+    "train.world_size=2",
+]
 
 
 def _train_cmd(run_dir, cache, *extra):
@@ -110,11 +135,16 @@ def fsdp_killed_and_resumed(tmp_path_factory):
     deadline = time.time() + 30
     while any(_alive(r) for r in ranks) and time.time() < deadline:
         time.sleep(0.05)
-    at_kill = {"returncode": victim.returncode, "ranks": ranks, "ranks_alive": [r for r in ranks if _alive(r)],
-               "summary": (run_dir / "summary.json").exists(),
-               "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").iterdir())}
-    resumed = subprocess.run(_train_cmd(run_dir, cache, "ckpt.resume=auto"), stdout=logs["resume"],
-                             stderr=subprocess.STDOUT, timeout=300)
+    at_kill = {
+        "returncode": victim.returncode,
+        "ranks": ranks,
+        "ranks_alive": [r for r in ranks if _alive(r)],
+        "summary": (run_dir / "summary.json").exists(),
+        "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
+    }
+    resumed = subprocess.run(
+        _train_cmd(run_dir, cache, "ckpt.resume=auto"), stdout=logs["resume"], stderr=subprocess.STDOUT, timeout=300
+    )
     assert resumed.returncode == 0, (base / "resume.log").read_text()[-3000:]
     assert ref.wait(timeout=300) == 0, (base / "ref.log").read_text()[-3000:]
     return {"ref": ref_dir, "run": run_dir, "at_kill": at_kill}
@@ -129,7 +159,10 @@ def test_a_killed_2_rank_run_resumes_from_its_shards_bit_exactly(fsdp_killed_and
     assert (ckpt / "dcp").is_dir() and (ckpt / "rank_0.pt").exists() and (ckpt / "rank_1.pt").exists()
     assert not (ckpt / "model" / "model.safetensors").exists()  # shards only: nothing was gathered
     assert [e["step"] for e in events(run, "resume")] == [3]
-    final_ref, final_run = load_file(ref / "model" / "model.safetensors"), load_file(run / "model" / "model.safetensors")
+    final_ref, final_run = (
+        load_file(ref / "model" / "model.safetensors"),
+        load_file(run / "model" / "model.safetensors"),
+    )
     assert final_ref.keys() == final_run.keys()
     assert all(torch.equal(final_ref[k], final_run[k]) for k in final_ref)
     rows_ref, rows_run = metric_rows(ref), metric_rows(run)
@@ -144,8 +177,9 @@ def test_the_2_rank_export_is_a_plain_transformers_model(fsdp_killed_and_resumed
     model_dir = fsdp_killed_and_resumed["ref"] / "model"
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    start = load_policy(load_config().model, json.loads((fsdp_killed_and_resumed["ref"] / "summary.json")
-                                                        .read_text())["start_from"])[0].state_dict()
+    start = load_policy(
+        load_config().model, json.loads((fsdp_killed_and_resumed["ref"] / "summary.json").read_text())["start_from"]
+    )[0].state_dict()
     weights = model.state_dict()
     assert weights.keys() == start.keys()
     assert any(not torch.equal(weights[k], start[k]) for k in start)  # trained weights, not the start's
@@ -157,8 +191,12 @@ def test_the_2_rank_export_is_a_plain_transformers_model(fsdp_killed_and_resumed
 def test_train_device_cuda_without_cuda_is_a_one_line_config_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    done = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "train.device=cuda", f"run.dir={tmp_path}"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", "train.device=cuda", f"run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rlvr train: config error: train.device=cuda:"), done.stderr
@@ -168,7 +206,12 @@ def test_train_device_cuda_without_cuda_is_a_one_line_config_error(tmp_path):
 def test_fsdp_settings_that_are_not_built_are_config_errors():
     from rlvr.configlib import ConfigError
 
-    for bad in (["rollout.engine=vllm"], ["deploy.backend=ray", "eval.engine=vllm"], ["model.lora.enabled=true"], ["ckpt.async_write=true"]):
+    for bad in (
+        ["rollout.engine=vllm"],
+        ["deploy.backend=ray", "eval.engine=vllm"],
+        ["model.lora.enabled=true"],
+        ["ckpt.async_write=true"],
+    ):
         with pytest.raises(ConfigError):
             load_config(None, ["train.strategy=fsdp", *bad])
     with pytest.raises(ConfigError, match="train.strategy=fsdp"):

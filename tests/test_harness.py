@@ -24,16 +24,26 @@ from rlvr.train.metrics import env_error_metrics, rollout_metrics
 
 PARAMS = SamplingParams(group_size=2, max_new_tokens=8)
 EXPECTED = {  # behaviour -> (kind of failure, the method named), None: the episode is fine
-    "ok": None, "flood": None, "surrogate": None,
-    "init_raise": ("raised", "make_hostile.__init__ raised ZeroDivisionError"), "reset_raise": ("raised", "Hostile.reset"),
-    "step_raise": ("raised", "Hostile.step"), "close_raise": ("raised", "Hostile.close"),
-    "reset_hang": ("timeout", "make_hostile.reset did not answer within 2 s"), "step_hang": ("timeout", "Hostile.step"),
-    "step_spin": ("timeout", "Hostile.step"), "exit": ("exit", "Hostile.step"),
-    "tuple": ("bad_result", "Hostile.step returned a tuple"), "none": ("bad_result", "Hostile.step returned None"),
-    "nan": ("bad_result", "component 'score' is nan"), "inf": ("bad_result", "component 'score' is inf"),
+    "ok": None,
+    "flood": None,
+    "surrogate": None,
+    "init_raise": ("raised", "make_hostile.__init__ raised ZeroDivisionError"),
+    "reset_raise": ("raised", "Hostile.reset"),
+    "step_raise": ("raised", "Hostile.step"),
+    "close_raise": ("raised", "Hostile.close"),
+    "reset_hang": ("timeout", "make_hostile.reset did not answer within 2 s"),
+    "step_hang": ("timeout", "Hostile.step"),
+    "step_spin": ("timeout", "Hostile.step"),
+    "exit": ("exit", "Hostile.step"),
+    "tuple": ("bad_result", "Hostile.step returned a tuple"),
+    "none": ("bad_result", "Hostile.step returned None"),
+    "nan": ("bad_result", "component 'score' is nan"),
+    "inf": ("bad_result", "component 'score' is inf"),
     "str_component": ("bad_result", "components are str -> finite number"),
-    "info_none": ("bad_result", "info is None"), "done_array": ("bad_result", "done is"),
-    "messages_str": ("bad_result", "messages is a str"), "reset_int": ("bad_result", "Hostile.reset returned a int"),
+    "info_none": ("bad_result", "info is None"),
+    "done_array": ("bad_result", "done is"),
+    "messages_str": ("bad_result", "messages is a str"),
+    "reset_int": ("bad_result", "Hostile.reset returned a int"),
     "return_nan": ("bad_result", "info['return']"),
 }
 
@@ -63,8 +73,14 @@ def bounded(seconds: float, fn, *args, **kwargs):
 
 def spec(host, **kwargs) -> EpisodeSpec:
     # deadlines that a well-behaved call meets even on a loaded 2-core machine, beside spinning neighbours
-    settings = {"max_turns": 2, "reset_timeout_s": 2.0, "step_timeout_s": 2.0, "episode_timeout_s": 30.0,
-                "limits": Limits(message_chars=1000), "faults": FaultLedger(0)} | kwargs
+    settings = {
+        "max_turns": 2,
+        "reset_timeout_s": 2.0,
+        "step_timeout_s": 2.0,
+        "episode_timeout_s": 30.0,
+        "limits": Limits(message_chars=1000),
+        "faults": FaultLedger(0),
+    } | kwargs
     return EpisodeSpec(hostile.make_hostile, host=host, **settings)
 
 
@@ -102,11 +118,16 @@ def test_every_failure_costs_only_its_own_episode(sampler, where):
     assert "\udc80" not in surrogate.turns[1].info["messages"][0]["content"]
     # the reward never credits a failed episode; the metrics count them, by kind, and nothing is NaN
     reward = build_reward(None, {"score": 1.0})
-    results = reward.score([p for p in problems(names) for _ in range(2)], [c.text for c in out],
-                           [c.group_id for c in out], **env_kwargs(out))
+    results = reward.score(
+        [p for p in problems(names) for _ in range(2)],
+        [c.text for c in out],
+        [c.group_id for c in out],
+        **env_kwargs(out),
+    )
     assert [r.valid for r in results] == [EXPECTED[c.problem_id] is None for c in out]
     assert all(r.total == 0.0 for r in results if not r.valid)
     import torch
+
     metrics = rollout_metrics(out, torch.tensor([r.total for r in results]), 2)
     assert all(math.isfinite(v) for v in metrics.values())
     failed = sum(e is not None for e in map(EXPECTED.get, names)) / len(names)
@@ -136,8 +157,9 @@ def test_a_hung_worker_is_killed_and_a_dead_one_replaced(sampler):
 def test_an_environment_wrong_on_every_episode_stops_the_run_with_one_line():
     from rlvr.rollout.episodes import EpisodeSpec
 
-    episodes = EpisodeSpec(lambda p: hostile.AlwaysTuple(), max_turns=2, host=ProcessHost(1), faults=FaultLedger(4),
-                           step_timeout_s=5.0)
+    episodes = EpisodeSpec(
+        lambda p: hostile.AlwaysTuple(), max_turns=2, host=ProcessHost(1), faults=FaultLedger(4), step_timeout_s=5.0
+    )
     with pytest.raises(EnvironmentBroken) as err:
         bounded(30, run_episodes, Scripted(), problems(["a", "b", "c"]), PARAMS, episodes)
     message = str(err.value)
@@ -192,8 +214,14 @@ def test_a_run_with_a_flaky_environment_completes_with_its_failures_counted(tiny
 def test_user_code_calling_sys_exit_in_the_trainer_fails_the_run(tiny_overrides, capsys):
     from rlvr.cli import main
 
-    overrides = tiny_overrides + ["reward.process.scorer=hostile:exiting_scorer", "reward.weights.process=0.1",
-                                  "train.steps=2", "ckpt.every=0"]
+    overrides = tiny_overrides + [
+        "reward.process.scorer=hostile:exiting_scorer",
+        "reward.weights.process=0.1",
+        "train.steps=2",
+        "ckpt.every=0",
+    ]
     assert main(["train", *overrides]) == 1  # it exits in the evaluation before the first step
     assert "failed: sys.exit(0) was called by user code" in capsys.readouterr().err
-    assert main(["train", *tiny_overrides, "env.name=hostile_import_exit:Env"]) == 2  # exiting on import: a config error
+    assert (
+        main(["train", *tiny_overrides, "env.name=hostile_import_exit:Env"]) == 2
+    )  # exiting on import: a config error

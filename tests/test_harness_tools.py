@@ -70,7 +70,9 @@ def test_raising_odd_exiting_and_garbling_tools_answer_with_bounded_errors():
     garbled.content.encode("utf-8")  # what a tokenizer takes
     unknown = run_tool(TOOLS, ToolCall("x" * 1_000_000, {}), 10)
     assert "unknown tool" in unknown.content and len(unknown.content) < 600
-    assert "did not answer" not in bounded(30, run_tool, TOOLS, ToolCall("garble", {"n": 1}), 10).content  # still serving
+    assert (
+        "did not answer" not in bounded(30, run_tool, TOOLS, ToolCall("garble", {"n": 1}), 10).content
+    )  # still serving
     WORKERS.close()
 
 
@@ -78,22 +80,48 @@ def test_the_parser_is_linear_and_never_raises():
     unclosed = bounded(5, parse_tool_calls, "<tool_call>" * 30_000, "hermes")  # 330 KB: 66 s when quadratic
     assert len(unclosed) == 1 and "cut" in unclosed[0].error
     assert bounded(5, split_calls, "<tool_call>" * 30_000, {"f"}) == ("<tool_call>" * 30_000, [])  # serving's reader
-    deep = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 5_000 + "]" * 5_000
-                            + "}}</tool_call>", "hermes")
+    deep = parse_tool_calls(
+        '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 5_000 + "]" * 5_000 + "}}</tool_call>", "hermes"
+    )
     assert "nested" in deep[0].error
     huge = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": ' + "9" * 10_000 + "}}</tool_call>", "hermes")
     assert "digits" in huge[0].error
     many = parse_tool_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call>' * 20, "hermes")
     assert len(many) == MAX_CALLS + 1 and "more than" in many[-1].error
-    last = parse_tool_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call> then <tool_call>{"name": "g"',
-                            "hermes")
+    last = parse_tool_calls(
+        '<tool_call>{"name": "f", "arguments": {}}</tool_call> then <tool_call>{"name": "g"', "hermes"
+    )
     assert last[0] == ToolCall("f", {}) and "was cut" in last[1].error  # not taken for the final answer
     surrogate = parse_tool_calls('<tool_call>{"name": "f", "arguments": {"a": "\\udc80"}}</tool_call>', "hermes")
     assert surrogate[0].error is None
 
 
-FRAGMENTS = st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", "[", "]", '"', "\\", ":", ",", "name", "arguments",
-                             '"name"', '"f"', "9" * 80, "\udc80", " ", "(", ")", "f", "null", "1e999"])
+FRAGMENTS = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        "\\",
+        ":",
+        ",",
+        "name",
+        "arguments",
+        '"name"',
+        '"f"',
+        "9" * 80,
+        "\udc80",
+        " ",
+        "(",
+        ")",
+        "f",
+        "null",
+        "1e999",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -108,8 +136,9 @@ def test_the_parser_is_total_on_any_text(parts, fmt):
 def test_the_python_tools_sandbox_run_ends_at_the_calls_deadline():
     from test_agents_tools import CFG
 
-    tools = resolve_tools(["python"], CFG.__class__(**{**CFG.__dict__, "max_parallel": 1, "timeout_s": 20.0,
-                                                      "case_timeout_s": 20.0}))
+    tools = resolve_tools(
+        ["python"], CFG.__class__(**{**CFG.__dict__, "max_parallel": 1, "timeout_s": 20.0, "case_timeout_s": 20.0})
+    )
     t0 = time.monotonic()
     spun = bounded(30, run_tool, tools, ToolCall("python", {"code": "while True:\n    pass\n"}), 1.0)
     assert not spun.ok and time.monotonic() - t0 < 10

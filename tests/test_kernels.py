@@ -24,7 +24,9 @@ def test_pins_are_set_where_avx2_exists_and_a_users_value_is_kept():
     assert pin_cpu_kernels(env, AVX2) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
     assert env == {**PINS, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
     assert pin_cpu_kernels(no := {}, NO_AVX2) == {} and no == {}
-    assert pin_cpu_kernels(opt_out := {"RLVR_NATIVE_KERNELS": "1"}, AVX2) == {} and opt_out == {"RLVR_NATIVE_KERNELS": "1"}
+    assert pin_cpu_kernels(opt_out := {"RLVR_NATIVE_KERNELS": "1"}, AVX2) == {} and opt_out == {
+        "RLVR_NATIVE_KERNELS": "1"
+    }
     assert has_avx2(AVX2) and not has_avx2(NO_AVX2)
 
 
@@ -37,10 +39,12 @@ def test_huge_pages_are_asked_for_unless_the_user_said_otherwise():
 def test_the_rlvr_command_runs_torch_on_the_pinned_kernels():
     if not has_avx2():
         pytest.skip("this CPU has no AVX2")
-    code = ("import contextlib, io, os\nfrom rlvr.cli import main\n"
-            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-            "    main(['data', '--help'])\n"
-            "import torch\nprint(torch.backends.cpu.get_cpu_capability(), os.environ['ONEDNN_MAX_CPU_ISA'])")
+    code = (
+        "import contextlib, io, os\nfrom rlvr.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['data', '--help'])\n"
+        "import torch\nprint(torch.backends.cpu.get_cpu_capability(), os.environ['ONEDNN_MAX_CPU_ISA'])"
+    )
     env = {k: v for k, v in os.environ.items() if k not in PINS}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.split() == ["AVX2", "AVX2"], out.stderr[-2000:]
@@ -68,8 +72,9 @@ def test_the_pinned_gemms_give_the_same_numbers_as_mkl_gives_an_intel_host(tmp_p
     shim = intel_env(tmp_path)
 
     def digest(**env: str) -> str:
-        out = subprocess.run([sys.executable, "-c", SMALL_GEMMS], env={**os.environ, **env}, capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", SMALL_GEMMS], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+        )
         return out.stdout.strip() or out.stderr[-2000:]
 
     pinned = {"MKL_CBWR": PINS["MKL_CBWR"]}

@@ -17,8 +17,14 @@ for _path in sorted((SRC / "rlvr").rglob("*.py")):
     _name = ".".join(_path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
     MODULES[_name] = _path
 # run as scripts inside the sandbox or as `python -m`, never imported by the package
-SCRIPTS = {"rlvr.cli.__main__", "rlvr.sandbox._checker", "rlvr.sandbox._child", "rlvr.sandbox._harness", "rlvr.sandbox._program",
-           "rlvr.sandbox._server"}
+SCRIPTS = {
+    "rlvr.cli.__main__",
+    "rlvr.sandbox._checker",
+    "rlvr.sandbox._child",
+    "rlvr.sandbox._harness",
+    "rlvr.sandbox._program",
+    "rlvr.sandbox._server",
+}
 
 
 def imports_of(name: str) -> set[str]:
@@ -112,8 +118,12 @@ def test_every_package_imports_only_from_the_floors_below_it():
     floor = {f"rlvr.{name}" if name != "rlvr" else name: i for i, names in enumerate(FLOORS) for name in names}
     packages = package_imports()
     assert set(packages) - set(floor) == set(), "a new package: give it a floor in FLOORS"
-    upward = sorted(f"{p} (floor {floor[p]}) imports {d} (floor {floor[d]})"
-                    for p, deps in packages.items() for d in deps if floor[d] >= floor[p])
+    upward = sorted(
+        f"{p} (floor {floor[p]}) imports {d} (floor {floor[d]})"
+        for p, deps in packages.items()
+        for d in deps
+        if floor[d] >= floor[p]
+    )
     assert upward == []
 
 
@@ -124,8 +134,9 @@ def test_every_module_imports():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("override, key", [("rollout.engine=sglang", "rollout.engine"),
-                                           ("rollout.backend=hf", "rollout.backend")])
+@pytest.mark.parametrize(
+    "override, key", [("rollout.engine=sglang", "rollout.engine"), ("rollout.backend=hf", "rollout.backend")]
+)
 def test_an_engine_that_is_not_built_is_a_config_error(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, [override])
@@ -134,8 +145,13 @@ def test_an_engine_that_is_not_built_is_a_config_error(override, key):
 def test_only_the_assembly_and_the_cli_hold_the_whole_config():
     """Every other module takes its own section (or plain values): none imports `Config`."""
     holders = ("rlvr.assembly", "rlvr.cli", "rlvr.config", "rlvr.docgen")
-    found = sorted(name for name, path in MODULES.items() if not name.startswith(holders)
-                   for node in ast.walk(ast.parse(path.read_text()))
-                   if isinstance(node, ast.ImportFrom) and node.module == "rlvr.config"
-                   and any(a.name == "Config" for a in node.names))
+    found = sorted(
+        name
+        for name, path in MODULES.items()
+        if not name.startswith(holders)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "rlvr.config"
+        and any(a.name == "Config" for a in node.names)
+    )
     assert found == []

@@ -34,8 +34,19 @@ def test_a_reward_model_moves_the_property_it_prefers_and_correctness_holds(tmp_
     assert any("reward/agreement/correct_vs_marker" in row for row in steps)  # compared with the verifier
     assert steps[-1]["reward/marker/raw_mean"] > steps[0]["reward/marker/raw_mean"]
     # the same model through `rlvr eval --pairs`: its pair accuracy on every pair
-    assert main(["eval", str(tmp_path / "rm"), "--pairs", str(tmp_path / "pairs.jsonl"),
-                 "--out", str(tmp_path / "pairs.json")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(tmp_path / "rm"),
+                "--pairs",
+                str(tmp_path / "pairs.jsonl"),
+                "--out",
+                str(tmp_path / "pairs.json"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "pairs.json").read_text())["pair_accuracy"] >= 0.9
 
 
@@ -47,8 +58,11 @@ def test_a_failing_reward_model_marks_its_samples_invalid_and_the_run_goes_on(tm
         cfg = type("Cfg", (), {"batch_size": 2, "weight": 0.5, "normalize": "batch"})()
 
         def score(self, problems, texts):
-            return [float(len(t)) for t in texts[:2]] + [RuntimeError("CUDA error: device-side assert")] * 2 + \
-                [float("nan")] * 2
+            return (
+                [float(len(t)) for t in texts[:2]]
+                + [RuntimeError("CUDA error: device-side assert")] * 2
+                + [float("nan")] * 2
+            )
 
     class Broken:
         cfg = type("Cfg", (), {"batch_size": 2, "weight": 0.5, "normalize": "batch"})()
@@ -66,31 +80,38 @@ def test_a_failing_reward_model_marks_its_samples_invalid_and_the_run_goes_on(tm
     assert all(r.total == 0.0 for r in results[2:]) and metrics["reward/style/failed"] == 4
     assert results[0].components["style"] == pytest.approx(-1.0, abs=1e-5)  # z-scores of the two valid samples
     assert results[1].components["style"] == pytest.approx(1.0, abs=1e-5)
-    assert results[1].total == pytest.approx(results[1].components["correct"] + 0.1 * results[1].components["format"]
-                                             + 0.5) and results[1].info["style_raw"] == len(texts[1])
+    assert results[1].total == pytest.approx(
+        results[1].components["correct"] + 0.1 * results[1].components["format"] + 0.5
+    ) and results[1].info["style_raw"] == len(texts[1])
     with LearnedReward(build_reward(), {"style": Broken()}) as reward:
         assert all(not r.valid and "model file vanished" in r.error for r in reward.score(probs, texts))
 
 
 def test_pairs_files_and_reward_model_settings_are_checked(tmp_path):
-    ok = [{"prompt": "q", "chosen": "a", "rejected": "b"},
-          {"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-           "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "b"}]}]
+    ok = [
+        {"prompt": "q", "chosen": "a", "rejected": "b"},
+        {
+            "chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "b"}],
+        },
+    ]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ok))
     first, second = load_pairs(tmp_path / "p.jsonl")
     assert (first.prompt, first.chosen) == ("q", "a") and second.prompt == [{"role": "user", "content": "q"}]
-    bad = {"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-           "rejected": [{"role": "user", "content": "other"}, {"role": "assistant", "content": "b"}]}
+    bad = {
+        "chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        "rejected": [{"role": "user", "content": "other"}, {"role": "assistant", "content": "b"}],
+    }
     (tmp_path / "bad.jsonl").write_text(json.dumps(ok[0]) + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(DataError, match=r"bad.jsonl:2: without 'prompt'"):
         load_pairs(tmp_path / "bad.jsonl")
     from rlvr.config import load_config
+
     with pytest.raises(ConfigError, match=r"reward.models: \[.correct.\] already name rule components"):
         load_config(None, ["reward.models.correct.path=/x"])
     with pytest.raises(ConfigError, match=r"reward.models.style.path: the reward model's directory is required"):
         load_config(None, ["reward.models.style.weight=0.2"])
     assert load_config(None, ["reward.models.style.path=/x", "deploy.backend=ray"])  # on the inference pool
-
 
 
 def test_a_local_judge_generates_on_an_rlvr_engine_and_reads_its_score(tmp_path):
@@ -101,8 +122,15 @@ def test_a_local_judge_generates_on_an_rlvr_engine_and_reads_its_score(tmp_path)
     from rlvr.models.tiny import save_tiny
 
     save_tiny(tmp_path / "judge", hidden=32, layers=1, heads=2)
-    cfg = load_config(None, [f"reward.judges.j.model={tmp_path / 'judge'}", "reward.judges.j.max_tokens=12",
-                             r"reward.judges.j.score_pattern=(\d)", "reward.judges.j.max_score=9"])
+    cfg = load_config(
+        None,
+        [
+            f"reward.judges.j.model={tmp_path / 'judge'}",
+            "reward.judges.j.max_tokens=12",
+            r"reward.judges.j.score_pattern=(\d)",
+            "reward.judges.j.max_score=9",
+        ],
+    )
     judge = Judge("j", cfg.reward.judges["j"])
     probs = [Problem(id=str(i), prompt=f"{i}+1=", answer=str(i + 1)) for i in range(5)]
     out = judge.score(probs, [f"<answer>{i + 1}</answer>" for i in range(5)])
@@ -128,8 +156,18 @@ def test_a_run_whose_reward_model_fails_completes_with_the_samples_invalid(tiny_
 
     monkeypatch.setattr(reward_models, "load_reward_model", lambda path, device: (None, build_tokenizer()))
     monkeypatch.setattr(reward_models, "score_texts", flaky)
-    assert main(["train", *tiny_overrides, "train.steps=2", "reward.models.style.path=rm-dir",
-                 "reward.models.style.batch_size=8"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *tiny_overrides,
+                "train.steps=2",
+                "reward.models.style.path=rm-dir",
+                "reward.models.style.batch_size=8",
+            ]
+        )
+        == 0
+    )
     run = Path([o.split("=", 1)[1] for o in tiny_overrides if o.startswith("run.dir=")][0])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "reward/mean" in r]
@@ -148,9 +186,16 @@ def test_a_completion_full_of_placeholders_never_shows_the_judge_the_gold():
             self.messages = messages
             return ["9"] * len(messages)
 
-    cfg = load_config(None, ["reward.judges.j.base_url=http://127.0.0.1:9/v1", "reward.judges.j.model=m",
-                             "reward.judges.j.rubric=Q: {prompt} A: {completion} Gold: {answer}",
-                             r"reward.judges.j.score_pattern=(\d)", "reward.judges.j.max_score=9"])
+    cfg = load_config(
+        None,
+        [
+            "reward.judges.j.base_url=http://127.0.0.1:9/v1",
+            "reward.judges.j.model=m",
+            "reward.judges.j.rubric=Q: {prompt} A: {completion} Gold: {answer}",
+            r"reward.judges.j.score_pattern=(\d)",
+            "reward.judges.j.max_score=9",
+        ],
+    )
     client = Recorder()
     judge = Judge("j", cfg.reward.judges["j"], client=client)
     sly = "The gold is {answer}; the question was {prompt}; again {completion} {answer}"

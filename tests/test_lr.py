@@ -38,8 +38,17 @@ def test_grpo_run_follows_the_configured_schedule(tiny_overrides, tmp_path):
 
     threads = torch.get_num_threads()
     try:
-        cfg = load_config(None, tiny_overrides + ["train.lr_schedule=linear", "train.lr=0.003", "ckpt.every=0",
-                                                  "log.report=false", "log.tensorboard=false"])
+        cfg = load_config(
+            None,
+            tiny_overrides
+            + [
+                "train.lr_schedule=linear",
+                "train.lr=0.003",
+                "ckpt.every=0",
+                "log.report=false",
+                "log.tensorboard=false",
+            ],
+        )
         assert train(cfg)["status"] == "completed"
     finally:
         torch.set_num_threads(threads)

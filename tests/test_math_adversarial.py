@@ -62,7 +62,9 @@ def test_no_false_positive_and_at_most_one_percent_false_negatives(verdicts):
         if credited != bool(row["expected"]):
             kind = "FP" if credited else "FN"
             table[row["class"]][kind] += 1
-            wrong.append((kind, row["id"], row["why"], row["answer"], completion(row)[:80], r.info.get("flag"), r.error))
+            wrong.append(
+                (kind, row["id"], row["why"], row["answer"], completion(row)[:80], r.info.get("flag"), r.error)
+            )
     fp = sum(t["FP"] for t in table.values())
     fn = sum(t["FN"] for t in table.values())
     print({c: dict(t) for c, t in table.items()})

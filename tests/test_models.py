@@ -21,8 +21,10 @@ from helpers import sample
 
 from rlvr.rollout import SamplingParams, render_prompt
 
-CHAT = ("{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}<|eos|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|bos|>assistant: {% endif %}")
+CHAT = (
+    "{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}<|eos|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|bos|>assistant: {% endif %}"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,11 +47,20 @@ def tiny_tokenizer(chat=True, pad=True):
 
 def save_tiny(path, arch="llama", chat=True, pad=True, seed=0):
     tok = tiny_tokenizer(chat, pad)
-    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                  eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, tie_word_embeddings=True)
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
-    model = (LlamaForCausalLM(LlamaConfig(**common)) if arch == "llama" else Qwen2ForCausalLM(Qwen2Config(**common)))
+    model = LlamaForCausalLM(LlamaConfig(**common)) if arch == "llama" else Qwen2ForCausalLM(Qwen2Config(**common))
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return model.eval(), tok
@@ -159,6 +170,7 @@ def test_chat_prompt_renders_the_template_with_a_generation_prompt(tmp_path):
 
 # --- GGUF ---------------------------------------------------------------------------------------
 
+
 def _llama_cpp_permute(w, n_head):
     # llama.cpp stores q/k rows interleaved for its rope; transformers undoes this on load
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -171,9 +183,19 @@ def write_tiny_gguf(path):
 
     spelling = bytes_to_unicode()
     tokens = [spelling[b] for b in range(256)] + ["ab", "<|bos|>", "<|im_end|>"]
-    config = LlamaConfig(vocab_size=len(tokens), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=True, rms_norm_eps=1e-5, bos_token_id=257, eos_token_id=258)
+    config = LlamaConfig(
+        vocab_size=len(tokens),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        bos_token_id=257,
+        eos_token_id=258,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     w = gguf.GGUFWriter(str(path), "llama")
@@ -183,12 +205,22 @@ def write_tiny_gguf(path):
     w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("default"), w.add_token_list(tokens)
     w.add_token_types([1] * 257 + [3] * 2), w.add_token_merges(["a b"])
     w.add_bos_token_id(257), w.add_eos_token_id(258)
-    w.add_chat_template("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|im_end|>{% endfor %}"
-                        "{% if add_generation_prompt %}assistant: {% endif %}")
+    w.add_chat_template(
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<|im_end|>{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
-    parts = [("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
-             ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
-             ("mlp.down_proj", "ffn_down"), ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm")]
+    parts = [
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+        ("input_layernorm", "attn_norm"),
+        ("post_attention_layernorm", "ffn_norm"),
+    ]
     for i in range(2):
         names.update({f"model.layers.{i}.{hf}.weight": f"blk.{i}.{gg}.weight" for hf, gg in parts})
     for key, value in model.state_dict().items():
@@ -222,7 +254,9 @@ def test_gguf_is_dequantized_once_to_a_trainable_safetensors_model(tmp_path):
     assert dequantize_gguf(tmp_path / "tiny.gguf", cache_dir=tmp_path / "cache") == path_obj.parent
     assert path_obj.stat().st_mtime_ns == mtime
     # the directory + gguf_file form resolves to the same converted model
-    cfg2 = load_config(None, [f"model.name={tmp_path}", "model.gguf_file=tiny.gguf", f"model.cache_dir={tmp_path / 'cache'}"])
+    cfg2 = load_config(
+        None, [f"model.name={tmp_path}", "model.gguf_file=tiny.gguf", f"model.cache_dir={tmp_path / 'cache'}"]
+    )
     assert resolve_model(cfg2.model) == path
 
 
@@ -240,7 +274,9 @@ def test_a_gguf_without_the_gguf_package_is_a_one_line_config_error(tmp_path, mo
     write_tiny_gguf(tmp_path / "tiny.gguf")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"model.name: reading tiny.gguf \(a GGUF\) needs gguf: pip install 'rlvr\[gguf\]'"):
+    with pytest.raises(
+        ConfigError, match=r"model.name: reading tiny.gguf \(a GGUF\) needs gguf: pip install 'rlvr\[gguf\]'"
+    ):
         dequantize_gguf(tmp_path / "tiny.gguf", cache_dir=tmp_path / "cache")
 
 
@@ -253,7 +289,10 @@ def test_every_weight_load_checks_its_keys(tmp_path):
     model, _ = save_tiny(tmp_path / "m")
     load_weights(model, tmp_path / "m")  # the tied lm_head.weight is not in the file: fine
     state = load_file(tmp_path / "m" / "model.safetensors")
-    for broken in ({k: v for k, v in state.items() if "layers.1.mlp" not in k}, {**state, "extra.weight": torch.zeros(1)}):
+    for broken in (
+        {k: v for k, v in state.items() if "layers.1.mlp" not in k},
+        {**state, "extra.weight": torch.zeros(1)},
+    ):
         save_file(broken, tmp_path / "m" / "model.safetensors")
         with pytest.raises(RuntimeError, match="weights do not fit the model"):
             load_weights(model, tmp_path / "m")

@@ -13,14 +13,18 @@ from rlvr.rollout import LoopEngine, SamplingParams, render_prompt
 from rlvr.train.update import policy_update
 from test_models import one_thread, save_tiny  # noqa: F401  (one_thread: autouse fixture)
 
-PROBLEMS = [Problem(id="a", prompt=[{"role": "user", "content": "12+3="}]), Problem(id="b", prompt="4+5="),
-            Problem(id="c", prompt=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "7*8="}])]
+PROBLEMS = [
+    Problem(id="a", prompt=[{"role": "user", "content": "12+3="}]),
+    Problem(id="b", prompt="4+5="),
+    Problem(id="c", prompt=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "7*8="}]),
+]
 
 
 @pytest.fixture
 def tiny(tmp_path):
     save_tiny(tmp_path, pad=False)  # pad falls back to eos, as for many real checkpoints
     from rlvr.models import load_model
+
     model, tok = load_model(tmp_path)
     return model.eval(), tok
 
@@ -40,7 +44,12 @@ def test_sampled_rows_leave_the_batch_and_logprobs_match_rescoring(tiny):
     torch.manual_seed(0)
     out = LoopEngine(model, tok).generate(PROBLEMS, SamplingParams(group_size=4, temperature=1.3, max_new_tokens=10))
     assert [(c.problem_id, c.group_id, c.index) for c in out][:5] == [
-        ("a", 0, 0), ("a", 0, 1), ("a", 0, 2), ("a", 0, 3), ("b", 1, 0)]
+        ("a", 0, 0),
+        ("a", 0, 1),
+        ("a", 0, 2),
+        ("a", 0, 3),
+        ("b", 1, 0),
+    ]
     reasons = {c.finish_reason for c in out}
     for c in out:
         assert len(c.token_ids) == len(c.logprobs) >= 1
@@ -60,23 +69,57 @@ def test_loop_samples_softmax_over_temperature_and_respects_top_p(tiny):
     p = torch.softmax(logits / 0.7, -1)
     torch.manual_seed(1)
     n = 4000
-    first = [ids[0] for ids, _, _ in decode(model, [prompt], n, max_new_tokens=1, temperature=0.7, top_p=1.0,
-                                            greedy=False, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)]
+    first = [
+        ids[0]
+        for ids, _, _ in decode(
+            model,
+            [prompt],
+            n,
+            max_new_tokens=1,
+            temperature=0.7,
+            top_p=1.0,
+            greedy=False,
+            eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id,
+        )
+    ]
     freq = torch.bincount(torch.tensor(first), minlength=len(p)).float() / n
     assert (freq - p).abs().max() < 4 * (p * (1 - p) / n).sqrt().max() + 1e-3
     nucleus = p.sort(descending=True)
     keep = int((nucleus.values.cumsum(0) - nucleus.values <= 0.5).sum())  # smallest set with mass >= 0.5
     allowed = set(nucleus.indices[:keep].tolist())
     torch.manual_seed(2)
-    sampled = decode(model, [prompt], 500, max_new_tokens=1, temperature=0.7, top_p=0.5, greedy=False,
-                     eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    sampled = decode(
+        model,
+        [prompt],
+        500,
+        max_new_tokens=1,
+        temperature=0.7,
+        top_p=0.5,
+        greedy=False,
+        eos_id=tok.eos_token_id,
+        pad_id=tok.pad_token_id,
+    )
     assert {ids[0] for ids, _, _ in sampled} <= allowed
 
 
 def _settings(**kw):
-    base = dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2, max_grad_norm=1.0, temperature=1.0,
-                loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
-                kl_kind="k3", max_len=10, entropy_coef=0.0)
+    base = dict(
+        ppo_epochs=2,
+        mini_batches=2,
+        micro_batch_size=2,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        loss_type="grpo",
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        ratio_level="token",
+        beta=0.0,
+        kl_kind="k3",
+        max_len=10,
+        entropy_coef=0.0,
+    )
     return split_settings({**base, **kw})
 
 
@@ -95,9 +138,20 @@ def test_update_skips_zero_gradient_sequences_without_changing_the_result(tiny, 
         stats = []
         for adv in batches:
             # skip_zero_gradient=False computes every sequence: the reference path without the skip
-            stats.append(policy_update(m, opt, completions, adv, mask, None, tok.pad_token_id,
-                                       _settings(loss_type=loss_type), generator=gen,
-                                       skip_zero_gradient=skip))
+            stats.append(
+                policy_update(
+                    m,
+                    opt,
+                    completions,
+                    adv,
+                    mask,
+                    None,
+                    tok.pad_token_id,
+                    _settings(loss_type=loss_type),
+                    generator=gen,
+                    skip_zero_gradient=skip,
+                )
+            )
         results.append((m, stats))
     (fast, fast_stats), (full, full_stats) = results
     for (name, a), b in zip(fast.named_parameters(), full.parameters()):
@@ -113,8 +167,17 @@ def test_kl_term_turns_the_skip_off(tiny):
     with torch.no_grad():
         ref = completion_logprobs(model, completions, tok.pad_token_id, 1.0) - 0.1
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    stats = policy_update(model, opt, completions, torch.zeros(2), torch.ones(2), ref, tok.pad_token_id,
-                          _settings(beta=0.1, mini_batches=1), generator=torch.Generator().manual_seed(0))
+    stats = policy_update(
+        model,
+        opt,
+        completions,
+        torch.zeros(2),
+        torch.ones(2),
+        ref,
+        tok.pad_token_id,
+        _settings(beta=0.1, mini_batches=1),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert stats["actor/zero_grad_seqs"] == 0 and stats["actor/grad_norm"] > 0
 
 
@@ -171,9 +234,19 @@ def test_speculative_sampling_keeps_the_distribution(tiny):
     go_on[eos] = 0.0  # a sample whose first token is eos has no second token
     exact = go_on @ second / go_on.sum()  # (V,) marginal of the second token, given a first that is not eos
     torch.manual_seed(5)
-    samples, stats = decode_speculative(model, [prompt], n, max_new_tokens=4, temperature=1.0, top_p=1.0,
-                                        greedy=False, eos_id=eos, pad_id=tok.pad_token_id, draft_tokens=2,
-                                        propose=propose)
+    samples, stats = decode_speculative(
+        model,
+        [prompt],
+        n,
+        max_new_tokens=4,
+        temperature=1.0,
+        top_p=1.0,
+        greedy=False,
+        eos_id=eos,
+        pad_id=tok.pad_token_id,
+        draft_tokens=2,
+        propose=propose,
+    )
     assert 0.1 < stats["accept_rate"] < 0.9  # drafts were both accepted and rejected
     seconds = torch.tensor([ids[1] for ids, _, _ in samples if len(ids) > 1])
     assert len(seconds) > 0.5 * n
@@ -209,17 +282,32 @@ def test_packed_micro_batches_give_the_loss_and_gradients_of_unpacked_ones(tiny,
     for sizes in (dict(micro_batch_size=1), dict(micro_batch_size=0, micro_batch_tokens=budget)):
         m = __import__("copy").deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=1.0)  # the step is the gradient
-        stats = policy_update(m, opt, completions, adv, mask, ref, tok.pad_token_id,
-                              _settings(loss_type=loss_type, ppo_epochs=1, mini_batches=1, max_grad_norm=1e9,
-                                        beta=0.05, entropy_coef=0.01, **sizes),
-                              generator=torch.Generator().manual_seed(0))
+        stats = policy_update(
+            m,
+            opt,
+            completions,
+            adv,
+            mask,
+            ref,
+            tok.pad_token_id,
+            _settings(
+                loss_type=loss_type,
+                ppo_epochs=1,
+                mini_batches=1,
+                max_grad_norm=1e9,
+                beta=0.05,
+                entropy_coef=0.01,
+                **sizes,
+            ),
+            generator=torch.Generator().manual_seed(0),
+        )
         results.append(([(a - b).detach() for a, b in zip(model.parameters(), m.parameters())], stats))
     (single, single_stats), (packed, packed_stats) = results
     assert packed_stats["actor/loss"] == pytest.approx(single_stats["actor/loss"], abs=1e-6)
     for a, b in zip(single, packed):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
     assert max(float(g.abs().max()) for g in single) > 1e-3  # a real gradient, not two zeros
-    assert any(rows < n for n, rows in shapes[len(completions):])  # rows that hold several sequences
+    assert any(rows < n for n, rows in shapes[len(completions) :])  # rows that hold several sequences
 
 
 def test_packing_places_several_sequences_in_a_row_each_from_position_0():

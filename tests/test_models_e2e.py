@@ -18,21 +18,39 @@ from test_models import save_tiny  # noqa: E402
 
 def _data(path):
     rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i), "source": "add"} for i in range(12)]
-    rows += [{"messages": [{"role": "user", "content": f"{i}*2="}], "answer": str(2 * i), "source": "mul"}
-             for i in range(12)]
+    rows += [
+        {"messages": [{"role": "user", "content": f"{i}*2="}], "answer": str(2 * i), "source": "mul"} for i in range(12)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
 def _overrides(tmp_path, *extra):
-    return [f"model.name={tmp_path / 'base'}", f"task.name={tmp_path / 'd.jsonl'}", f"run.dir={tmp_path / 'run'}",
-            "data.mix={add: 1, mul: 1}", "data.eval_size=4", "data.system_prompt=Answer in <answer></answer>.",
-            "sft.steps=50",  # asked for, but data files carry no solutions: SFT must not run
-            "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_new_tokens=6", "train.steps=2",
-            "train.micro_batch_size=2", "train.threads=1", "eval.n=4", "eval.every=0", "ckpt.every=1",
-            "run.progress=false", "log.tensorboard=false", "log.report=false",
-            "reward.format.kind=regex", r"reward.format.pattern=.*\d.*",  # random text has a digit about half the time
-            "reward.math.extract=[answer_tag,last_number]", *extra]
+    return [
+        f"model.name={tmp_path / 'base'}",
+        f"task.name={tmp_path / 'd.jsonl'}",
+        f"run.dir={tmp_path / 'run'}",
+        "data.mix={add: 1, mul: 1}",
+        "data.eval_size=4",
+        "data.system_prompt=Answer in <answer></answer>.",
+        "sft.steps=50",  # asked for, but data files carry no solutions: SFT must not run
+        "rollout.batch_size=2",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=6",
+        "train.steps=2",
+        "train.micro_batch_size=2",
+        "train.threads=1",
+        "eval.n=4",
+        "eval.every=0",
+        "ckpt.every=1",
+        "run.progress=false",
+        "log.tensorboard=false",
+        "log.report=false",
+        "reward.format.kind=regex",
+        r"reward.format.pattern=.*\d.*",  # random text has a digit about half the time
+        "reward.math.extract=[answer_tag,last_number]",
+        *extra,
+    ]
 
 
 def test_lora_run_on_a_data_file_exports_a_merged_model_and_resumes(tmp_path, capsys):
@@ -56,8 +74,9 @@ def test_lora_run_on_a_data_file_exports_a_merged_model_and_resumes(tmp_path, ca
     # the export is a plain, merged model that generates with its chat template
     model = AutoModelForCausalLM.from_pretrained(run / "model")
     tok = AutoTokenizer.from_pretrained(run / "model")
-    ids = tok.apply_chat_template([{"role": "user", "content": "2*2="}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "2*2="}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
     assert out.shape[1] > ids["input_ids"].shape[1]
     # the run's recommended length (1.2 x P90) is the export's generation default, which `rlvr eval` of
@@ -77,8 +96,12 @@ def test_lora_run_on_a_data_file_exports_a_merged_model_and_resumes(tmp_path, ca
     base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
     assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, base.model.layers[0].self_attn.q_proj.weight)
     # resuming loads the adapter from the newest checkpoint and continues
-    cfg = load_config(None, _overrides(tmp_path, "model.lora.enabled=true", "model.lora.r=4", "algo.beta=0.1",
-                                       "train.steps=3", "ckpt.resume=auto"))
+    cfg = load_config(
+        None,
+        _overrides(
+            tmp_path, "model.lora.enabled=true", "model.lora.r=4", "algo.beta=0.1", "train.steps=3", "ckpt.resume=auto"
+        ),
+    )
     assert train(cfg)["steps"] == 3
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert any(e["kind"] == "resume" and e["step"] == 2 for e in events)

@@ -19,9 +19,24 @@ from rlvr.rollout import SamplingParams  # noqa: E402
 from rlvr.train.update import policy_update  # noqa: E402
 from test_models import CHAT, one_thread, save_tiny  # noqa: E402,F401  (one_thread: autouse fixture)
 
-SETTINGS = split_settings(dict(ppo_epochs=2, mini_batches=1, micro_batch_size=2, max_grad_norm=1.0,
-                               temperature=1.0, loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None,
-                               ratio_level="token", beta=0.0, kl_kind="k3", max_len=8, entropy_coef=0.0))
+SETTINGS = split_settings(
+    dict(
+        ppo_epochs=2,
+        mini_batches=1,
+        micro_batch_size=2,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        loss_type="grpo",
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        ratio_level="token",
+        beta=0.0,
+        kl_kind="k3",
+        max_len=8,
+        entropy_coef=0.0,
+    )
+)
 
 
 def _rollout(model, tok, seed=0):
@@ -34,8 +49,17 @@ def _train(model, tok, lr=1e-2):
     completions = _rollout(model, tok)
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    policy_update(model, opt, completions, adv, torch.ones(4), None, tok.pad_token_id, SETTINGS,
-                  generator=torch.Generator().manual_seed(0))
+    policy_update(
+        model,
+        opt,
+        completions,
+        adv,
+        torch.ones(4),
+        None,
+        tok.pad_token_id,
+        SETTINGS,
+        generator=torch.Generator().manual_seed(0),
+    )
     return completions
 
 
@@ -80,8 +104,9 @@ def test_merged_export_loads_in_plain_transformers_and_generates(tmp_path):
     assert type(plain).__name__ == "LlamaForCausalLM" and plain_tok.chat_template == CHAT
     with torch.no_grad():
         assert torch.allclose(plain(x).logits, expected, atol=1e-4)
-    ids = plain_tok.apply_chat_template([{"role": "user", "content": "1+2="}], add_generation_prompt=True,
-                                        return_tensors="pt", return_dict=True)
+    ids = plain_tok.apply_chat_template(
+        [{"role": "user", "content": "1+2="}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = plain.generate(**ids, max_new_tokens=5, do_sample=False, pad_token_id=plain_tok.pad_token_id)
     assert out.shape[1] > ids["input_ids"].shape[1]
 

@@ -19,8 +19,12 @@ from rlvr.rollout import SamplingParams
 from rlvr.rollout.episodes import run_episodes
 
 pytest.importorskip("openenv")
-GUESS = ["env.name=openenv", "env.settings.environment=openenv_guess:GuessEnv",
-         "env.settings.action=openenv_guess:GuessAction", "env.max_turns=4"]
+GUESS = [
+    "env.name=openenv",
+    "env.settings.environment=openenv_guess:GuessEnv",
+    "env.settings.action=openenv_guess:GuessAction",
+    "env.max_turns=4",
+]
 
 
 def test_an_openenv_environment_runs_as_an_episode_in_a_worker():
@@ -40,8 +44,9 @@ def test_an_openenv_environment_runs_as_an_episode_in_a_worker():
 
 def test_an_action_with_two_text_fields_needs_the_one_named():
     spec = episode_spec(load_config(None, [*GUESS[:2], "env.settings.action=openenv_guess:TwoTexts"]))
-    out = run_episodes(Scripted("7"), [Problem(id="g", prompt="")], SamplingParams(group_size=1, max_new_tokens=4),
-                       spec)
+    out = run_episodes(
+        Scripted("7"), [Problem(id="g", prompt="")], SamplingParams(group_size=1, max_new_tokens=4), spec
+    )
     spec.host.shutdown()
     assert "name the one the policy's turn fills" in out[0].env_info["error"]
     with pytest.raises(ConfigError, match="reads no setting"):

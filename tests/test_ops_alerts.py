@@ -20,9 +20,17 @@ ROLLBACK = {"nonfinite", "kl", "reward_collapse", "format_errors"}
 
 
 def healthy(step: int, **over) -> dict:
-    m = {"reward/mean": 0.6 + 0.05 * (step % 3), "reward/format/mean": 0.95, "actor/loss": 0.01,
-         "actor/grad_norm": 0.5, "actor/kl": 0.01, "actor/skipped_updates": 0.0, "rollout/zero_std_frac": 0.3,
-         "reward/invalid_frac": 0.0, "perf/rollout_tok_s": 1000.0 + 10 * (step % 4)}
+    m = {
+        "reward/mean": 0.6 + 0.05 * (step % 3),
+        "reward/format/mean": 0.95,
+        "actor/loss": 0.01,
+        "actor/grad_norm": 0.5,
+        "actor/kl": 0.01,
+        "actor/skipped_updates": 0.0,
+        "rollout/zero_std_frac": 0.3,
+        "reward/invalid_frac": 0.0,
+        "perf/rollout_tok_s": 1000.0 + 10 * (step % 4),
+    }
     m.update(over)
     return m
 
@@ -37,24 +45,42 @@ def test_a_healthy_stream_raises_nothing():
 
 def test_nonfinite_and_kl_fire_at_once_as_rollback_rules_and_latch_until_cleared():
     rules = AlertRules(AlertsConfig(kl_max=0.5), ROLLBACK)
-    stream = [healthy(1), healthy(2, **{"actor/loss": float("nan")}), healthy(3),
-              healthy(4, **{"actor/kl": 0.9}), healthy(5, **{"actor/kl": 2.0}), healthy(6), healthy(7, **{"actor/kl": 0.8})]
+    stream = [
+        healthy(1),
+        healthy(2, **{"actor/loss": float("nan")}),
+        healthy(3),
+        healthy(4, **{"actor/kl": 0.9}),
+        healthy(5, **{"actor/kl": 2.0}),
+        healthy(6),
+        healthy(7, **{"actor/kl": 0.8}),
+    ]
     assert feed(rules, stream) == [(2, "nonfinite"), (4, "kl"), (7, "kl")]  # step 5 still the same episode
     alert = AlertRules(AlertsConfig(), ROLLBACK).check(1, healthy(1, **{"actor/skipped_updates": 2.0}))[0]
     assert alert.severity == "critical" and "2 skipped update(s)" in alert.message
-    assert AlertRules(AlertsConfig(), set()).check(1, healthy(1, **{"actor/grad_norm": float("inf")}))[0].severity == "warning"
+    assert (
+        AlertRules(AlertsConfig(), set()).check(1, healthy(1, **{"actor/grad_norm": float("inf")}))[0].severity
+        == "warning"
+    )
 
 
 def test_reward_agreement_fires_after_patience_names_the_worst_pair_and_can_roll_back():
     def agree(a: float) -> dict:
-        return healthy(0, **{"reward/agreement/mean": a, "reward/agreement/correct_vs_judge": a,
-                             "reward/agreement/correct_vs_format": 0.9})
+        return healthy(
+            0,
+            **{
+                "reward/agreement/mean": a,
+                "reward/agreement/correct_vs_judge": a,
+                "reward/agreement/correct_vs_format": 0.9,
+            },
+        )
 
     stream = [agree(0.8)] * 5 + [agree(-0.1)] * 4 + [agree(0.7)] * 2 + [agree(0.0)] * 3
     rules = AlertRules(AlertsConfig(patience=3, reward_agreement_min=0.2), ROLLBACK | {"reward_agreement"})
     alerts = [a for i, m in enumerate(stream, 1) for a in rules.check(i, m)]
-    assert [(a.step, a.rule, a.severity) for a in alerts] == [(8, "reward_agreement", "critical"),
-                                                              (14, "reward_agreement", "critical")]
+    assert [(a.step, a.rule, a.severity) for a in alerts] == [
+        (8, "reward_agreement", "critical"),
+        (14, "reward_agreement", "critical"),
+    ]
     assert "correct vs judge -0.10" in alerts[0].message and "alerts.reward_agreement_min=+0.20" in alerts[0].message
     assert feed(AlertRules(AlertsConfig(), ROLLBACK), stream) == []  # off unless a floor is set
     with pytest.raises(Exception, match="reward_agreement_min"):
@@ -65,9 +91,17 @@ def test_reward_collapse_needs_patience_and_a_real_average():
     stream = [healthy(i) for i in range(1, 11)] + [healthy(i, **{"reward/mean": 0.1}) for i in range(11, 15)]
     assert feed(AlertRules(AlertsConfig(patience=3), ROLLBACK), stream) == [(13, "reward_collapse")]
     # one bad step is noise
-    assert feed(AlertRules(AlertsConfig(), ROLLBACK), [healthy(i) for i in range(1, 11)] + [healthy(11, **{"reward/mean": 0.05})]) == []
+    assert (
+        feed(
+            AlertRules(AlertsConfig(), ROLLBACK),
+            [healthy(i) for i in range(1, 11)] + [healthy(11, **{"reward/mean": 0.05})],
+        )
+        == []
+    )
     # no collapse from nothing: the average was never above the floor
-    low = [healthy(i, **{"reward/mean": 0.05}) for i in range(1, 11)] + [healthy(i, **{"reward/mean": 0.0}) for i in range(11, 16)]
+    low = [healthy(i, **{"reward/mean": 0.05}) for i in range(1, 11)] + [
+        healthy(i, **{"reward/mean": 0.0}) for i in range(11, 16)
+    ]
     assert feed(AlertRules(AlertsConfig(), ROLLBACK), low) == []
 
 
@@ -99,7 +133,9 @@ def test_eval_decline_only_after_a_rise():
     got = [(s, a.rule) for s, acc in enumerate(evals, 1) for a in rules.check(s, {"eval/accuracy": acc})]
     assert got == [(5, "eval_decline")]  # the third fall in a row after the rise to 0.30
     falling = AlertRules(AlertsConfig(eval_drops=3), ROLLBACK)
-    assert [a for s, acc in enumerate([0.5, 0.4, 0.3, 0.2, 0.1], 1) for a in falling.check(s, {"eval/accuracy": acc})] == []
+    assert [
+        a for s, acc in enumerate([0.5, 0.4, 0.3, 0.2, 0.1], 1) for a in falling.check(s, {"eval/accuracy": acc})
+    ] == []
 
 
 def test_alert_state_resumes_exactly():
@@ -143,6 +179,7 @@ def test_alerts_reach_console_events_and_webhook(hook_server, tmp_path, capsys):
     cfg = load_config(None, [f"run.dir={tmp_path}", f"alerts.webhook_url={url}", "run.name=nightly"])
     log = RunLog(tmp_path, cfg.to_dict())
     from rlvr.console import RunConsole
+
     guard = run_guard(cfg, log, RunConsole(enabled=False))
     trigger = guard.check(7, healthy(7, **{"actor/loss": float("nan")}), ["step 7: source 'x' has outcome reward 0"])
     guard.close()
@@ -152,7 +189,9 @@ def test_alerts_reach_console_events_and_webhook(hook_server, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "[nonfinite] step 7: non-finite loss" in out and "[stuck_source]" in out
     assert [(ctype, body["rule"], body["run"]) for ctype, body in handler.received] == [
-        ("application/json", "nonfinite", "nightly"), ("application/json", "stuck_source", "nightly")]
+        ("application/json", "nonfinite", "nightly"),
+        ("application/json", "stuck_source", "nightly"),
+    ]
 
 
 def test_webhook_failure_is_not_retried_and_backs_off(hook_server):
@@ -177,6 +216,7 @@ def test_webhook_timeout_is_bounded(hook_server):
 def test_rollback_budget_is_bounded(tmp_path):
     cfg = load_config(None, [f"run.dir={tmp_path}", "rollback.max_retries=1"])
     from rlvr.console import RunConsole
+
     guard = run_guard(cfg, RunLog(tmp_path, {}), RunConsole(enabled=False))
     trigger = guard.check(3, healthy(3, **{"actor/loss": float("nan")}))
     with pytest.raises(RunDiverged, match="no checkpoint to roll back to"):

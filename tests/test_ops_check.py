@@ -40,8 +40,9 @@ def test_go_live_check_passes_on_a_working_setup_and_reaches_the_webhook(tmp_pat
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/hook"
     try:
-        code, lines = _check([*OPS_TINY, f"sft.cache_dir={sft_cache(tmp_path_factory)}", f"alerts.webhook_url={url}"],
-                             tmp_path)
+        code, lines = _check(
+            [*OPS_TINY, f"sft.cache_dir={sft_cache(tmp_path_factory)}", f"alerts.webhook_url={url}"], tmp_path
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -60,8 +61,15 @@ def test_go_live_check_exits_nonzero_when_a_line_fails(tmp_path, tmp_path_factor
     closed = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
     port = closed.server_address[1]
     closed.server_close()
-    code, lines = _check([*OPS_TINY, f"sft.cache_dir={sft_cache(tmp_path_factory)}",
-                          f"alerts.webhook_url=http://127.0.0.1:{port}/hook", "alerts.webhook_timeout_s=1"], tmp_path)
+    code, lines = _check(
+        [
+            *OPS_TINY,
+            f"sft.cache_dir={sft_cache(tmp_path_factory)}",
+            f"alerts.webhook_url=http://127.0.0.1:{port}/hook",
+            "alerts.webhook_timeout_s=1",
+        ],
+        tmp_path,
+    )
     assert code == 1
     assert not lines["alerts"]["ok"] and "webhook" in lines["alerts"]["detail"]
     assert all(lines[name]["ok"] for name in LINES if name != "alerts")

@@ -31,8 +31,10 @@ def overrides(tmp_path, tmp_path_factory):
 
 def test_injected_nan_rolls_back_to_the_last_good_checkpoint_and_finishes(overrides, tmp_path):
     run = tmp_path / "run"
-    summary = _train_here(overrides + ["train.steps=6", "ckpt.every=2", "ckpt.keep=0", "debug.inject_nan_at_step=5",
-                                       "ckpt.async_write=true"])
+    summary = _train_here(
+        overrides
+        + ["train.steps=6", "ckpt.every=2", "ckpt.keep=0", "debug.inject_nan_at_step=5", "ckpt.async_write=true"]
+    )
     assert summary["status"] == "completed" and summary["steps"] == 6 and summary["rollbacks"] == 1
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     (alert,) = [e for e in events(run, "alert") if e["rule"] == "nonfinite"]
@@ -56,8 +58,10 @@ def test_injected_nan_rolls_back_to_the_last_good_checkpoint_and_finishes(overri
 
 def test_divergence_without_retries_left_fails_the_run_cleanly(overrides, tmp_path):
     run = tmp_path / "run"
-    summary = _train_here(overrides + ["train.steps=3", "ckpt.every=0", "rollback.max_retries=0",
-                                       "debug.inject_nan_at_step=2", "log.report=false"])
+    summary = _train_here(
+        overrides
+        + ["train.steps=3", "ckpt.every=0", "rollback.max_retries=0", "debug.inject_nan_at_step=2", "log.report=false"]
+    )
     assert summary["status"] == "failed" and summary["steps"] == 2
     assert json.loads((run / "summary.json").read_text())["status"] == "failed"
     (failed,) = events(run, "failed")
@@ -103,8 +107,11 @@ def test_a_corrupted_weight_sync_alerts_and_rolls_back(overrides, tmp_path, monk
     from test_weight_sync import corrupting
 
     build = assembly.build_engine
-    monkeypatch.setattr(assembly, "build_engine", lambda rollout, model, *a, **k: corrupting(
-        build(rollout, copy.deepcopy(model), *a, **k), at_version=3))
+    monkeypatch.setattr(
+        assembly,
+        "build_engine",
+        lambda rollout, model, *a, **k: corrupting(build(rollout, copy.deepcopy(model), *a, **k), at_version=3),
+    )
     run = tmp_path / "run"
     summary = _train_here(overrides + ["train.steps=5", "ckpt.every=2", "ckpt.keep=0", "log.report=false"])
     assert summary["status"] == "completed" and summary["rollbacks"] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.checkpoint import (Checkpointer, latest_valid, list_checkpoints, load_weights, state_digest, verify)
+from rlvr.checkpoint import Checkpointer, latest_valid, list_checkpoints, load_weights, state_digest, verify
 from rlvr.config import ConfigError, load_config
 from rlvr.console import RunConsole
 from rlvr.models import load_model
@@ -70,17 +70,32 @@ def pool_health(events: list[dict]) -> tuple[int, dict]:
 
 
 def test_healthz_lists_every_ray_pool_and_a_dead_worker_fails_it():
-    placed = [{"kind": "placement", "module": m, "replica": j, "pid": 100 + j, "device": "cpu"}
-              for m, n in (("rollout", 2), ("reward", 1), ("trainer", 1)) for j in range(n)]
-    status, body = pool_health(placed + [
-        {"kind": "worker_failed", "module": "rollout", "replica": 1, "reissued": True},
-        {"kind": "worker_restarted", "module": "rollout", "replica": 1, "old_pid": 101, "new_pid": 201},
-        {"kind": "worker_timeout", "module": "reward", "replica": 0}])
+    placed = [
+        {"kind": "placement", "module": m, "replica": j, "pid": 100 + j, "device": "cpu"}
+        for m, n in (("rollout", 2), ("reward", 1), ("trainer", 1))
+        for j in range(n)
+    ]
+    status, body = pool_health(
+        placed
+        + [
+            {"kind": "worker_failed", "module": "rollout", "replica": 1, "reissued": True},
+            {"kind": "worker_restarted", "module": "rollout", "replica": 1, "old_pid": 101, "new_pid": 201},
+            {"kind": "worker_timeout", "module": "reward", "replica": 0},
+        ]
+    )
     assert status == 200 and body["status"] == "ok"
-    assert body["pools"]["rollout"]["1"] == {"state": "up", "restarts": 1, "failures": 1, "timeouts": 0, "pid": 201,
-                                             "device": "cpu"}
+    assert body["pools"]["rollout"]["1"] == {
+        "state": "up",
+        "restarts": 1,
+        "failures": 1,
+        "timeouts": 0,
+        "pid": 201,
+        "device": "cpu",
+    }
     assert body["pools"]["rollout"]["0"]["restarts"] == 0 and body["pools"]["reward"]["0"]["state"] == "restarting"
-    status, body = pool_health(placed + [{"kind": "worker_failed", "module": "reward", "replica": 0, "reissued": False}])
+    status, body = pool_health(
+        placed + [{"kind": "worker_failed", "module": "reward", "replica": 0, "reissued": False}]
+    )
     assert status == 503 and body["status"] == "degraded" and body["pools"]["reward"]["0"]["state"] == "dead"
 
 
@@ -92,9 +107,21 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
 
     offline_tracking(monkeypatch)
     uri = f"file:{tmp_path / 'mlruns'}"
-    cfg = load_config(None, [f"run.dir={tmp_path}", "log.tensorboard=false", "log.wandb_project=rl",
-                             f"log.mlflow_tracking_uri={uri}", "run.name=r1"])
-    log = RunLog(tmp_path, cfg.to_dict(), sinks=build_sinks(cfg.log, tmp_path, cfg.to_dict(), resume_step=None, ui=RunConsole(False)))
+    cfg = load_config(
+        None,
+        [
+            f"run.dir={tmp_path}",
+            "log.tensorboard=false",
+            "log.wandb_project=rl",
+            f"log.mlflow_tracking_uri={uri}",
+            "run.name=r1",
+        ],
+    )
+    log = RunLog(
+        tmp_path,
+        cfg.to_dict(),
+        sinks=build_sinks(cfg.log, tmp_path, cfg.to_dict(), resume_step=None, ui=RunConsole(False)),
+    )
     log.metrics(1, {"reward/mean": 0.5, "actor/kl": float("inf")})
     log.metrics(2, {"reward/mean": 0.6})
     log.event("rollback", step=2, reason="test")
@@ -102,18 +129,29 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
     log.metrics(2, {"reward/mean": 0.7})  # after the rollback: step 2 again
     # keys as the trainer writes them, per source and per pair: none may be both a metric and a folder
     # of metrics, which MLflow's file store cannot hold (a file and a directory of one name)
-    log.metrics(3, {**eval_metrics({"accuracy": 0.5, "format": 1.0, "by_source": {"a": 0.4, "b": 0.6}}),
-                    **agreement([RewardResult(0.0, {"correct": c, "format": f}) for c, f in ((0, 1), (1, 1), (1, 0))])})
+    log.metrics(
+        3,
+        {
+            **eval_metrics({"accuracy": 0.5, "format": 1.0, "by_source": {"a": 0.4, "b": 0.6}}),
+            **agreement([RewardResult(0.0, {"correct": c, "format": f}) for c, f in ((0, 1), (1, 1), (1, 0))]),
+        },
+    )
     log.close()
-    assert wandb_history(tmp_path)[:3] == [{"train/step": 1, "reward/mean": 0.5}, {"train/step": 2, "reward/mean": 0.6},
-                                       {"train/step": 2, "reward/mean": 0.7}]
+    assert wandb_history(tmp_path)[:3] == [
+        {"train/step": 1, "reward/mean": 0.5},
+        {"train/step": 2, "reward/mean": 0.6},
+        {"train/step": 2, "reward/mean": 0.7},
+    ]
     client = mlflow.tracking.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name(cfg.log.mlflow_experiment).experiment_id])
     assert run.info.run_name == tmp_path.name and run.data.tags["last_rollback"] == "test"
     params = run.data.params
     assert len(params) == len(_leaves(cfg.to_dict())) > 100 and params["train.lr"] == str(cfg.train.lr)
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "reward/mean")] == [
-        (1, 0.5), (2, 0.6), (2, 0.7)]
+        (1, 0.5),
+        (2, 0.6),
+        (2, 0.7),
+    ]
     assert {"eval/accuracy", "eval/source/a/accuracy", "reward/agreement/mean"} <= set(run.data.metrics)
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
     with pytest.raises(ConfigError, match=r"log.wandb_project: wandb is not installed: pip install 'rlvr\[tracking\]'"):
@@ -121,8 +159,11 @@ def test_wandb_and_mlflow_sinks_write_every_row_and_key_with_the_real_libraries(
 
 
 def _leaves(d: dict, prefix: str = "") -> list[str]:
-    return [k for key, v in d.items() for k in (_leaves(v, f"{prefix}{key}.") if isinstance(v, dict) and v
-                                                else [prefix + key])]
+    return [
+        k
+        for key, v in d.items()
+        for k in (_leaves(v, f"{prefix}{key}.") if isinstance(v, dict) and v else [prefix + key])
+    ]
 
 
 def test_runlog_rewind_drops_later_rows_and_a_half_written_line(tmp_path):
@@ -137,7 +178,11 @@ def test_runlog_rewind_drops_later_rows_and_a_half_written_line(tmp_path):
     resumed.metrics(3, {"reward/mean": 0.9})
     resumed.close()
     assert [(r["step"], r["reward/mean"]) for r in read_jsonl(tmp_path / "metrics.jsonl")] == [
-        (0, 0.0), (1, 0.1), (2, 0.2), (3, 0.9)]
+        (0, 0.0),
+        (1, 0.1),
+        (2, 0.2),
+        (3, 0.9),
+    ]
     assert [r["step"] for r in read_jsonl(tmp_path / "samples.jsonl")] == [0, 1, 2]
 
 
@@ -173,7 +218,9 @@ def test_checkpoint_round_trip_async_equals_sync_and_restores_in_place(tiny, tmp
         assert ckpt is not None and verify(ckpt.path) is None
         load_weights(model, ckpt.model_dir)  # in place: the optimizer keeps its parameter references
         assert state_digest(model.state_dict()) == digest
-        assert torch.equal(ckpt.trainer_state()["optimizer"]["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+        assert torch.equal(
+            ckpt.trainer_state()["optimizer"]["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"]
+        )
         assert ckpt.manifest()["config_hash"] == "h"
 
 

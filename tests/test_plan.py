@@ -24,8 +24,9 @@ def test_published_figures_of_a_7b_model():
     assert shape is PUBLISHED["qwen2.5-7b"]
     assert shape.params == pytest.approx(7.62e9, rel=0.01)  # Qwen2.5-7B's model card: 7.61B (biases aside)
     # KV cache per token in bf16: 28 layers x 4 KV heads x 128 dims x (K, V) x 2 bytes = 57,344 bytes
-    cfg = load_config(None, ["model.dtype=bfloat16", "rollout.batch_size=1", "rollout.group_size=2",
-                             "rollout.max_new_tokens=1000"])
+    cfg = load_config(
+        None, ["model.dtype=bfloat16", "rollout.batch_size=1", "rollout.group_size=2", "rollout.max_new_tokens=1000"]
+    )
     p = run_plan(cfg, shape, Cluster(), prompt_len=24)
     assert p["pools"]["rollout"]["terms_gb"]["kv_cache"] * GB == pytest.approx(57_344 * 2 * 1024)
     # fp32 weights + gradients + AdamW's two moments: 16 bytes per parameter (ZeRO, Rajbhandari et al. 2020, 3.1)
@@ -34,8 +35,20 @@ def test_published_figures_of_a_7b_model():
 
 
 def test_the_gpu_split_and_what_does_not_fit(tmp_path, capsys):
-    base = ["--params", "7e9", "model.dtype=bfloat16", "train.strategy=fsdp", "model.gradient_checkpointing=true",
-            "train.micro_batch_size=1", "--prompt-len", "512", "--decode-tps", "2000", "--train-tflops", "300"]
+    base = [
+        "--params",
+        "7e9",
+        "model.dtype=bfloat16",
+        "train.strategy=fsdp",
+        "model.gradient_checkpointing=true",
+        "train.micro_batch_size=1",
+        "--prompt-len",
+        "512",
+        "--decode-tps",
+        "2000",
+        "--train-tflops",
+        "300",
+    ]
     out = tmp_path / "plan.json"
     assert main(["plan", *base, "--cluster", "nodes=2,gpus=8,gpu_gb=80", "--json", str(out)]) == 0
     written = json.loads(out.read_text())
@@ -44,7 +57,9 @@ def test_the_gpu_split_and_what_does_not_fit(tmp_path, capsys):
     assert split["trainer_rank_gb"] <= 80 and split["rollout_gpu_gb"] <= 80
     assert "split of 16 GPUs" in capsys.readouterr().out
     # dynamic sampling (the default): up to 1 + algo.max_extra_rounds rounds of sampling a step
-    assert written["settings"]["sampling_rounds_max"] == 4 and times["rollout_worst_s"] == pytest.approx(4 * times["rollout_s"])
+    assert written["settings"]["sampling_rounds_max"] == 4 and times["rollout_worst_s"] == pytest.approx(
+        4 * times["rollout_s"]
+    )
     assert main(["plan", *base, "--cluster", "nodes=1,gpus=2,gpu_gb=24", "--json", str(out)]) == 0
     split = json.loads(out.read_text())["split"]
     assert not split["fits"] and "GiB" in split["why"]

@@ -24,13 +24,33 @@ def _updates(model, tok, completions, kind: str):
     if kind == "pure_bf16":
         model = model.to(torch.bfloat16)  # what model.dtype=bfloat16 used to do: weights and AdamW in bf16
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.99))
-    settings = split_settings(dict(ppo_epochs=1, mini_batches=1, micro_batch_size=0, max_grad_norm=1.0,
-                                   temperature=1.0, loss_type="token_mean",
-                                   dtype="bfloat16" if kind == "mixed" else "float32"))
+    settings = split_settings(
+        dict(
+            ppo_epochs=1,
+            mini_batches=1,
+            micro_batch_size=0,
+            max_grad_norm=1.0,
+            temperature=1.0,
+            loss_type="token_mean",
+            dtype="bfloat16" if kind == "mixed" else "float32",
+        )
+    )
     start = torch.cat([p.detach().float().flatten() for p in model.parameters()])
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5] * (len(completions) // 4))
-    losses = [policy_update(model, opt, completions, adv, torch.ones(len(completions)), None, tok.pad_token_id, settings,
-                            generator=torch.Generator().manual_seed(i))["actor/loss"] for i in range(STEPS)]
+    losses = [
+        policy_update(
+            model,
+            opt,
+            completions,
+            adv,
+            torch.ones(len(completions)),
+            None,
+            tok.pad_token_id,
+            settings,
+            generator=torch.Generator().manual_seed(i),
+        )["actor/loss"]
+        for i in range(STEPS)
+    ]
     assert all(p.dtype == (torch.bfloat16 if kind == "pure_bf16" else torch.float32) for p in model.parameters())
     return losses, torch.cat([p.detach().float().flatten() for p in model.parameters()]) - start
 
@@ -43,16 +63,22 @@ def test_bf16_mixed_precision_tracks_fp32_where_a_pure_bf16_update_does_not(tmp_
     with torch.no_grad(), compute(base, "bfloat16"):
         assert base(torch.tensor([[3, 4, 5]])).logits.dtype == torch.bfloat16  # and the compute is bf16
     torch.manual_seed(0)
-    completions = sample(base, tok, [Problem(id=str(i), prompt=f"{i}+{i + 3}=") for i in range(4)],
-                         SamplingParams(group_size=4, max_new_tokens=12))
+    completions = sample(
+        base,
+        tok,
+        [Problem(id=str(i), prompt=f"{i}+{i + 3}=") for i in range(4)],
+        SamplingParams(group_size=4, max_new_tokens=12),
+    )
     runs = {kind: _updates(copy.deepcopy(base), tok, completions, kind) for kind in ("fp32", "mixed", "pure_bf16")}
     ref_losses, ref_delta = runs["fp32"]
 
     def gap(kind):  # largest loss difference to fp32 over the curve, and the update's direction
         losses, delta = runs[kind]
-        return (max(abs(a - b) for a, b in zip(losses, ref_losses)),
-                float(torch.nn.functional.cosine_similarity(delta, ref_delta, dim=0)),
-                float(delta.norm() / ref_delta.norm()))
+        return (
+            max(abs(a - b) for a, b in zip(losses, ref_losses)),
+            float(torch.nn.functional.cosine_similarity(delta, ref_delta, dim=0)),
+            float(delta.norm() / ref_delta.norm()),
+        )
 
     loss_gap, cos, ratio = gap("mixed")
     assert 0 < loss_gap < 2e-3 and cos > 0.99 and 0.95 < ratio < 1.05, (loss_gap, cos, ratio)

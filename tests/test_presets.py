@@ -20,19 +20,49 @@ Reference = assembly.ReferenceModel
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["grpo", "dapo", "dr_grpo", "gspo", "rloo"]
 TINY = [
-    "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "task.min_digits=1", "task.max_digits=1",
-    "sft.steps=150", "sft.batch_size=32", "sft.examples=2000",
-    "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24",
-    "train.steps=2", "eval.n=8", "eval.every=0", "ckpt.every=0", "run.progress=false",
-    "log.tensorboard=false", "train.threads=1",
+    "model.tiny_hidden=32",
+    "model.tiny_layers=2",
+    "model.tiny_heads=2",
+    "task.min_digits=1",
+    "task.max_digits=1",
+    "sft.steps=150",
+    "sft.batch_size=32",
+    "sft.examples=2000",
+    "rollout.batch_size=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=24",
+    "train.steps=2",
+    "eval.n=8",
+    "eval.every=0",
+    "ckpt.every=0",
+    "run.progress=false",
+    "log.tensorboard=false",
+    "train.threads=1",
 ]
 FINITE_EVERY_STEP = [
-    "reward/mean", "rollout/zero_std_frac", "rollout/extra_rounds", "rollout/shortfall_groups",
-    "rollout/len_p90", "rollout/recommended_max_tokens", "rollout/truncated_frac", "rollout/masked_truncated_frac",
-    "reward/overlong_penalty_mean", "reward/kl_penalty_mean", "actor/zero_std_groups_in_update",
+    "reward/mean",
+    "rollout/zero_std_frac",
+    "rollout/extra_rounds",
+    "rollout/shortfall_groups",
+    "rollout/len_p90",
+    "rollout/recommended_max_tokens",
+    "rollout/truncated_frac",
+    "rollout/masked_truncated_frac",
+    "reward/overlong_penalty_mean",
+    "reward/kl_penalty_mean",
+    "actor/zero_std_groups_in_update",
 ]
-FINITE_WHEN_UPDATED = ["actor/loss", "actor/kl", "actor/entropy", "actor/clip_frac", "actor/grad_norm",
-                       "actor/ratio_min", "actor/ratio_mean", "actor/ratio_max", "actor/skipped_updates"]
+FINITE_WHEN_UPDATED = [
+    "actor/loss",
+    "actor/kl",
+    "actor/entropy",
+    "actor/clip_frac",
+    "actor/grad_norm",
+    "actor/ratio_min",
+    "actor/ratio_mean",
+    "actor/ratio_max",
+    "actor/skipped_updates",
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +89,9 @@ def test_readme_documents_every_preset():
 def test_preset_runs_on_a_tiny_model(name, tmp_path, sft_cache, monkeypatch):
     references = []
     monkeypatch.setattr(assembly, "ReferenceModel", lambda *a, **k: references.append(1) or Reference(*a, **k))
-    cfg = load_config(ROOT / "configs" / f"{name}.yaml",
-                      TINY + [f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"])
+    cfg = load_config(
+        ROOT / "configs" / f"{name}.yaml", TINY + [f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"]
+    )
     summary = train(cfg)
     assert summary["status"] == "completed" and summary["steps"] == 2
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

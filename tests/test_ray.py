@@ -24,11 +24,26 @@ from rlvr.train.step import StepBatch  # noqa: E402
 
 # 1-digit sums after a short cold start: varied rewards, so updates really move the weights
 TINY = [
-    "task.min_digits=1", "task.max_digits=1", "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2",
-    "sft.steps=80", "sft.batch_size=16", "sft.examples=1000", "sft.lr=1e-2",
-    "rollout.batch_size=4", "rollout.group_size=4", "rollout.max_new_tokens=24", "train.steps=3",
-    "eval.n=8", "eval.every=0", "ckpt.every=1", "train.threads=1", "run.progress=false",
-    "log.tensorboard=false", "log.report=false",
+    "task.min_digits=1",
+    "task.max_digits=1",
+    "model.tiny_hidden=32",
+    "model.tiny_layers=2",
+    "model.tiny_heads=2",
+    "sft.steps=80",
+    "sft.batch_size=16",
+    "sft.examples=1000",
+    "sft.lr=1e-2",
+    "rollout.batch_size=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=24",
+    "train.steps=3",
+    "eval.n=8",
+    "eval.every=0",
+    "ckpt.every=1",
+    "train.threads=1",
+    "run.progress=false",
+    "log.tensorboard=false",
+    "log.report=false",
     "algo.filter_zero_std=false",  # every group sampled trains: the tests count a step's groups as sampled
 ]
 
@@ -37,8 +52,14 @@ TINY = [
 def cluster():
     # logical GPUs on this CPU node: actors given some resolve their device as on a GPU node and
     # place their weights on the CPU (rlvr.deploy.ray.devices.pool_device)
-    ray.init(num_cpus=6, num_gpus=4, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
-             runtime_env={"env_vars": {LOGICAL_GPUS: "1", "PYTHONPATH": str(Path(__file__).parent)}})  # tests' envs
+    ray.init(
+        num_cpus=6,
+        num_gpus=4,
+        include_dashboard=False,
+        logging_level="WARNING",
+        log_to_driver=False,
+        runtime_env={"env_vars": {LOGICAL_GPUS: "1", "PYTHONPATH": str(Path(__file__).parent)}},
+    )  # tests' envs
     yield
     ray.shutdown()
 
@@ -64,9 +85,18 @@ def tiny_reward_model(path: Path) -> None:
 
     tok = build_tokenizer()
     torch.manual_seed(0)
-    LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, num_labels=1, pad_token_id=tok.pad_token_id)).save_pretrained(path)
+    LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            num_labels=1,
+            pad_token_id=tok.pad_token_id,
+        )
+    ).save_pretrained(path)
     tok.save_pretrained(path)
 
 
@@ -85,8 +115,16 @@ def test_shards_cover_everything_in_order():
 
 def test_colocated_pool_shares_its_hosts_bundles():
     from rlvr.deploy.ray.pools import pool_bundles, required
-    deploy = load_config(None, ["deploy.pools.inference.colocate_with=trainer", "deploy.pools.trainer.gpus=1",
-                                "deploy.pools.inference.gpus=0.5", "deploy.pools.rollout.replicas=2"]).deploy
+
+    deploy = load_config(
+        None,
+        [
+            "deploy.pools.inference.colocate_with=trainer",
+            "deploy.pools.trainer.gpus=1",
+            "deploy.pools.inference.gpus=0.5",
+            "deploy.pools.rollout.replicas=2",
+        ],
+    ).deploy
     bundles = pool_bundles(deploy.pools)
     assert "inference" not in bundles and bundles["trainer"] == [{"CPU": 2.0, "GPU": 1.5}]
     assert bundles["rollout"] == [{"CPU": 1.0}, {"CPU": 1.0}]
@@ -96,9 +134,17 @@ def test_colocated_pool_shares_its_hosts_bundles():
 def test_staleness_bound_drops_whole_groups_older_than_k():
     versions = [5, 5, 4, 5, 3, 5]  # three groups of 2; current policy version 5
     n = len(versions)
-    batch = StepBatch([Problem("p", "q")] * n, [completion(v) for v in versions], [RewardResult(1.0)] * n,
-                      torch.arange(n).float(), torch.ones(n, dtype=torch.bool), torch.arange(n).float(),
-                      torch.ones(n), torch.arange(n).float() * 10, torch.zeros(n, 3))
+    batch = StepBatch(
+        [Problem("p", "q")] * n,
+        [completion(v) for v in versions],
+        [RewardResult(1.0)] * n,
+        torch.arange(n).float(),
+        torch.ones(n, dtype=torch.bool),
+        torch.arange(n).float(),
+        torch.ones(n),
+        torch.arange(n).float() * 10,
+        torch.zeros(n, 3),
+    )
     kept, dropped = within_staleness(batch, version=5, max_staleness=1, group_size=2)
     assert dropped == 1  # the group with version 3 is 2 versions old
     assert [c.policy_version for c in kept.completions] == [5, 5, 4, 5]
@@ -142,8 +188,17 @@ def test_sync_ray_reproduces_embedded_metrics(ray_sync, sft_dir, tmp_path):
 @pytest.mark.slow
 def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
     # two rollout and two reward replicas: every batch is cut into shards, one per replica
-    cfg = config(tmp_path, sft_dir, "async", "deploy.backend=ray", "deploy.async=true", "deploy.max_staleness=1",
-                 "train.steps=4", "deploy.pools.rollout.replicas=2", "deploy.pools.reward.replicas=2")
+    cfg = config(
+        tmp_path,
+        sft_dir,
+        "async",
+        "deploy.backend=ray",
+        "deploy.async=true",
+        "deploy.max_staleness=1",
+        "train.steps=4",
+        "deploy.pools.rollout.replicas=2",
+        "deploy.pools.reward.replicas=2",
+    )
     assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "async", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
@@ -163,8 +218,15 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
 
 @pytest.mark.slow
 def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir, tmp_path):
-    cfg = config(tmp_path, sft_dir, "rollback", "deploy.backend=ray", "deploy.async=true", "train.steps=4",
-                 "debug.inject_nan_at_step=3")
+    cfg = config(
+        tmp_path,
+        sft_dir,
+        "rollback",
+        "deploy.backend=ray",
+        "deploy.async=true",
+        "train.steps=4",
+        "debug.inject_nan_at_step=3",
+    )
     summary = train_on_ray(cfg)
     assert summary["status"] == "completed" and summary["rollbacks"] == 1
     (rollback,) = [e for e in rows(tmp_path / "rollback", "events") if e["kind"] == "rollback"]
@@ -182,8 +244,18 @@ def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir
 def test_partial_rollouts_take_new_weights_between_the_turns_of_slow_episodes(cluster, sft_dir, tmp_path):
     # episodes of three turns whose environment takes 0.5 s a step: the weights the trainer publishes
     # while a batch is sampled ahead reach its unfinished trajectories
-    cfg = config(tmp_path, sft_dir, "partial", "deploy.backend=ray", "deploy.async=true", "deploy.partial_rollouts=true",
-                 "env.name=hostile:Slow", "rollout.max_new_tokens=8", "train.steps=4", "ckpt.every=0")
+    cfg = config(
+        tmp_path,
+        sft_dir,
+        "partial",
+        "deploy.backend=ray",
+        "deploy.async=true",
+        "deploy.partial_rollouts=true",
+        "env.name=hostile:Slow",
+        "rollout.max_new_tokens=8",
+        "train.steps=4",
+        "ckpt.every=0",
+    )
     assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "partial", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
@@ -199,10 +271,20 @@ def test_partial_rollouts_take_new_weights_between_the_turns_of_slow_episodes(cl
 
 @pytest.mark.slow
 def test_speculative_decoding_is_checked_and_falls_back_in_the_rollout_workers(cluster, sft_dir, tmp_path):
-    cfg = config(tmp_path, sft_dir, "spec", "deploy.backend=ray", "deploy.pools.rollout.replicas=2",
-                 "rollout.engine=loop", "rollout.speculative.method=ngram", "rollout.speculative.check_prompts=16",
-                 "rollout.speculative.check_tolerance=0.5",
-                 "rollout.speculative.min_accept=0.99", "rollout.speculative.patience=2", "ckpt.every=0")
+    cfg = config(
+        tmp_path,
+        sft_dir,
+        "spec",
+        "deploy.backend=ray",
+        "deploy.pools.rollout.replicas=2",
+        "rollout.engine=loop",
+        "rollout.speculative.method=ngram",
+        "rollout.speculative.check_prompts=16",
+        "rollout.speculative.check_tolerance=0.5",
+        "rollout.speculative.min_accept=0.99",
+        "rollout.speculative.patience=2",
+        "ckpt.every=0",
+    )
     assert train_on_ray(cfg)["status"] == "completed"
     events = rows(tmp_path / "spec", "events")
     checked = [e for e in events if e["kind"] == "speculative_checked"]
@@ -217,8 +299,15 @@ def test_speculative_decoding_is_checked_and_falls_back_in_the_rollout_workers(c
 
 @pytest.mark.slow
 def test_sync_every_holds_the_published_weights_and_a_rollback_republishes(cluster, sft_dir, tmp_path):
-    cfg = config(tmp_path, sft_dir, "sync2", "deploy.backend=ray", "rollout.sync_every=2", "train.steps=5",
-                 "debug.inject_nan_at_step=4")
+    cfg = config(
+        tmp_path,
+        sft_dir,
+        "sync2",
+        "deploy.backend=ray",
+        "rollout.sync_every=2",
+        "train.steps=5",
+        "debug.inject_nan_at_step=4",
+    )
     summary = train_on_ray(cfg)
     assert summary["status"] == "completed" and summary["rollbacks"] == 1
     (rollback,) = [e for e in rows(tmp_path / "sync2", "events") if e["kind"] == "rollback"]
@@ -234,8 +323,17 @@ def test_killed_workers_of_every_kind_do_not_stop_the_run_and_healthz_says_so(cl
     # worker mid-step 2, the trainer at the start of step 3
     from test_ops_sinks import pool_health
 
-    cfg = config(tmp_path, sft_dir, "faults", "deploy.backend=ray", "algo.beta=0.04", "deploy.kill_reward_at_step=1",
-                 "deploy.kill_rollout_at_step=2", "deploy.kill_inference_at_step=2", "deploy.kill_trainer_at_step=3")
+    cfg = config(
+        tmp_path,
+        sft_dir,
+        "faults",
+        "deploy.backend=ray",
+        "algo.beta=0.04",
+        "deploy.kill_reward_at_step=1",
+        "deploy.kill_rollout_at_step=2",
+        "deploy.kill_inference_at_step=2",
+        "deploy.kill_trainer_at_step=3",
+    )
     summary = train_on_ray(cfg)
     assert summary["status"] == "completed" and summary["steps"] == 3
     events = rows(tmp_path / "faults", "events")
@@ -262,8 +360,18 @@ def test_ray_rollout_workers_sample_on_vllm(cluster, tmp_path_factory, tmp_path)
     d = tmp_path_factory.mktemp("ray-vllm-sft")
     vllm_tiny = TINY + ["model.tiny_hidden=64", f"sft.cache_dir={d}"]  # vLLM's CPU attention: head size >= 32
     run_sft(load_config(None, vllm_tiny))
-    cfg = load_config(None, vllm_tiny + [f"run.dir={tmp_path / 'vllm'}", "deploy.backend=ray", "rollout.engine=vllm",
-                                         "eval.engine=hf", "train.steps=2", "ckpt.every=0"])
+    cfg = load_config(
+        None,
+        vllm_tiny
+        + [
+            f"run.dir={tmp_path / 'vllm'}",
+            "deploy.backend=ray",
+            "rollout.engine=vllm",
+            "eval.engine=hf",
+            "train.steps=2",
+            "ckpt.every=0",
+        ],
+    )
     assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(tmp_path / "vllm", "metrics") if "reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
@@ -275,8 +383,17 @@ def test_ray_rollout_workers_sample_on_vllm(cluster, tmp_path_factory, tmp_path)
 def test_a_2_actor_fsdp_trainer_pool_trains_as_one_trainer(ray_sync, sft_dir, tmp_path):
     # one trainer vs a pool of two forming one FSDP group: rank 0 collects the batch from the pools,
     # both ranks update on their halves of it, so step 1 (same weights, same batch) is the same step
-    pool = train_on_ray(config(tmp_path, sft_dir, "pool", *SYNC, "train.strategy=fsdp", "deploy.pools.trainer.replicas=2",
-                      "deploy.pools.trainer.cpus=1"))
+    pool = train_on_ray(
+        config(
+            tmp_path,
+            sft_dir,
+            "pool",
+            *SYNC,
+            "train.strategy=fsdp",
+            "deploy.pools.trainer.replicas=2",
+            "deploy.pools.trainer.cpus=1",
+        )
+    )
     assert pool["status"] == "completed" and pool["steps"] == 3
     a = [r for r in rows(ray_sync, "metrics") if "reward/mean" in r]
     b = [r for r in rows(tmp_path / "pool", "metrics") if "reward/mean" in r]
@@ -290,19 +407,31 @@ def test_a_2_actor_fsdp_trainer_pool_trains_as_one_trainer(ray_sync, sft_dir, tm
     assert (tmp_path / "pool" / "model" / "model.safetensors").exists()
 
 
-GPU_LAYOUT = ["deploy.address=null", "deploy.pools.rollout.replicas=2", "deploy.pools.reward.replicas=2",
-              *(f"deploy.pools.{m}.cpus=1" for m in ("rollout", "reward", "inference", "trainer"))]
+GPU_LAYOUT = [
+    "deploy.address=null",
+    "deploy.pools.rollout.replicas=2",
+    "deploy.pools.reward.replicas=2",
+    *(f"deploy.pools.{m}.cpus=1" for m in ("rollout", "reward", "inference", "trainer")),
+]
 """configs/ray_multinode_gpu.yaml on this cluster: its pools and GPUs, fewer replicas and CPUs."""
 
 
 @pytest.mark.slow
 def test_every_actor_runs_on_its_pools_devices(cluster, sft_dir, tmp_path):
-    cfg = load_config("configs/ray_multinode_gpu.yaml", TINY + GPU_LAYOUT + [
-        f"run.dir={tmp_path / 'gpu'}", f"sft.cache_dir={sft_dir}"])
+    cfg = load_config(
+        "configs/ray_multinode_gpu.yaml",
+        TINY + GPU_LAYOUT + [f"run.dir={tmp_path / 'gpu'}", f"sft.cache_dir={sft_dir}"],
+    )
     assert train_on_ray(cfg)["status"] == "completed"
     placed = {(e["module"], e["replica"]): e for e in rows(tmp_path / "gpu", "events") if e["kind"] == "placement"}
-    assert set(placed) == {("rollout", 0), ("rollout", 1), ("reward", 0), ("reward", 1), ("inference", 0),
-                           ("trainer", 0)}
+    assert set(placed) == {
+        ("rollout", 0),
+        ("rollout", 1),
+        ("reward", 0),
+        ("reward", 1),
+        ("inference", 0),
+        ("trainer", 0),
+    }
     for (module, _), e in placed.items():
         if module == "reward":  # CPU work only: no GPU reserved, none assigned
             assert e["gpu_ids"] == [] and e["device"] == "cpu" and e["weights"] is None
@@ -328,20 +457,29 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     save_tiny(driver / "teacher", hidden=32, layers=2, heads=2, seed=7)
     hidden = f"{driver}:{sft_dir}"
     hide = Path(__file__).with_name("hide_paths.sh")
-    env = {"py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
-           "env_vars": {"RLVR_HIDDEN": hidden}}
+    env = {
+        "py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
+        "env_vars": {"RLVR_HIDDEN": hidden},
+    }
 
     @ray.remote
     class Look:
         def look(self):
             return [sorted(p.name for p in Path(d).iterdir()) for d in hidden.split(":")]
+
     probe = Look.options(runtime_env=env).remote()
     assert ray.get(probe.look.remote()) == [[], []]  # the pools' view: nothing of the driver's
     ray.kill(probe)
     envs = [f"deploy.pools.{m}.runtime_env={json.dumps(env)}" for m in ("rollout", "reward", "inference")]
-    common = [f"sft.cache_dir={sft_dir}", "train.steps=2", "ckpt.every=0", "algo.beta=0.04",
-              f"reward.models.rm.path={driver / 'rm'}", "reward.models.rm.weight=0.1",
-              f"algo.distill.teacher={driver / 'teacher'}"]
+    common = [
+        f"sft.cache_dir={sft_dir}",
+        "train.steps=2",
+        "ckpt.every=0",
+        "algo.beta=0.04",
+        f"reward.models.rm.path={driver / 'rm'}",
+        "reward.models.rm.weight=0.1",
+        f"algo.distill.teacher={driver / 'teacher'}",
+    ]
     cfg = load_config(None, TINY + [f"run.dir={driver / 'run'}", "deploy.backend=ray", *envs, *common])
     assert train_on_ray(cfg)["status"] == "completed"
     steps = [r for r in rows(driver / "run", "metrics") if "reward/mean" in r]
@@ -350,8 +488,10 @@ def test_the_worker_pools_need_no_shared_filesystem(cluster, sft_dir, tmp_path):
     embedded = [r["distill/reverse_kl"] for r in rows(tmp_path / "embedded", "metrics") if "reward/mean" in r]
     assert [r["distill/reverse_kl"] for r in steps] == pytest.approx(embedded, rel=1e-5) and embedded[0] != 0
     # the temperature measured from the cold start: by the driver before the pools, as the embedded run does
-    picked = [[e["temperature"] for e in rows(d, "events") if e["kind"] == "temperature_picked"]
-              for d in (driver / "run", tmp_path / "embedded")]
+    picked = [
+        [e["temperature"] for e in rows(d, "events") if e["kind"] == "temperature_picked"]
+        for d in (driver / "run", tmp_path / "embedded")
+    ]
     assert picked[0] == picked[1] and len(picked[0]) == 1, picked
     assert all(r["actor/kl"] >= 0 and r["reward/invalid_frac"] == 0 for r in steps)
     # the learned reward, scored on the inference pool beside the reference, and compared with the verifier
@@ -390,22 +530,32 @@ def test_a_gpu_that_torch_cannot_see_is_an_error_not_an_idle_gpu(cluster):
     ray.kill(real)
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["deploy.pools.reward.gpus=1"], "deploy.pools.reward.gpus"),
-    (["deploy.pools.trainer.gpus=1", "train.device=cpu"], "deploy.pools.trainer.gpus"),
-    (["train.device=cuda"], "train.device"),
-    (["deploy.pools.rollout.gpus=1", "rollout.engine=loop", "rollout.speculative.method=ngram"],
-     "rollout.speculative.method"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["deploy.pools.reward.gpus=1"], "deploy.pools.reward.gpus"),
+        (["deploy.pools.trainer.gpus=1", "train.device=cpu"], "deploy.pools.trainer.gpus"),
+        (["train.device=cuda"], "train.device"),
+        (
+            ["deploy.pools.rollout.gpus=1", "rollout.engine=loop", "rollout.speculative.method=ngram"],
+            "rollout.speculative.method",
+        ),
+    ],
+)
 def test_a_pool_that_would_leave_its_gpus_idle_is_a_config_error(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, ["deploy.backend=ray", *overrides])
 
 
-@pytest.mark.parametrize("overrides", [["deploy.backend=ray"], ["deploy.async=true"],
-                                       ["deploy.backend=ray", "deploy.async=true", "rollout.engine=vllm"],
-                                       ["deploy.backend=ray", "deploy.async=true", "rollout.engine=loop",
-                                        "rollout.speculative.method=ngram"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["deploy.backend=ray"],
+        ["deploy.async=true"],
+        ["deploy.backend=ray", "deploy.async=true", "rollout.engine=vllm"],
+        ["deploy.backend=ray", "deploy.async=true", "rollout.engine=loop", "rollout.speculative.method=ngram"],
+    ],
+)
 def test_partial_rollouts_where_no_weights_can_reach_a_rollout_are_a_config_error(overrides):
     with pytest.raises(ConfigError, match="deploy.partial_rollouts"):
         load_config(None, ["deploy.partial_rollouts=true", *overrides])
@@ -415,8 +565,9 @@ def test_trainer_replicas_need_fsdp():
     with pytest.raises(ConfigError, match="deploy.pools.trainer.replicas"):
         load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2"])
     with pytest.raises(ConfigError, match="train.world_size"):
-        load_config(None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2", "train.strategy=fsdp",
-                           "train.world_size=3"])
+        load_config(
+            None, ["deploy.backend=ray", "deploy.pools.trainer.replicas=2", "train.strategy=fsdp", "train.world_size=3"]
+        )
 
 
 def test_published_weights_are_streamed_one_tensor_at_a_time(cluster, monkeypatch):
@@ -458,11 +609,30 @@ def test_a_worker_takes_only_a_later_publication_of_the_trainer_it_serves():
 def test_the_tool_task_runs_on_ray(cluster, tmp_path):
     """Environments live in the rollout workers, their reward components reach the reward pool: three
     steps of the tool task, every trajectory with its turns, on Ray."""
-    cfg = load_config("configs/tool_arithmetic.yaml", [
-        "model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "sft.steps=10", "sft.batch_size=8",
-        "sft.examples=40", "rollout.batch_size=2", "rollout.group_size=2", "train.steps=3", "eval.n=2",
-        "eval.every=0", "ckpt.every=0", "train.threads=1", "run.progress=false", "log.tensorboard=false",
-        "log.report=false", "deploy.backend=ray", f"run.dir={tmp_path / 'tools'}", f"sft.cache_dir={tmp_path / 'sft'}"])
+    cfg = load_config(
+        "configs/tool_arithmetic.yaml",
+        [
+            "model.tiny_hidden=32",
+            "model.tiny_layers=2",
+            "model.tiny_heads=2",
+            "sft.steps=10",
+            "sft.batch_size=8",
+            "sft.examples=40",
+            "rollout.batch_size=2",
+            "rollout.group_size=2",
+            "train.steps=3",
+            "eval.n=2",
+            "eval.every=0",
+            "ckpt.every=0",
+            "train.threads=1",
+            "run.progress=false",
+            "log.tensorboard=false",
+            "log.report=false",
+            "deploy.backend=ray",
+            f"run.dir={tmp_path / 'tools'}",
+            f"sft.cache_dir={tmp_path / 'sft'}",
+        ],
+    )
     assert train_on_ray(cfg)["status"] == "completed"
     metrics = rows(cfg.run_dir, "metrics")
     steps = [m for m in metrics if "rollout/turns_mean" in m]

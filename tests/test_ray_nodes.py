@@ -40,11 +40,20 @@ def two_nodes(tmp_path_factory):
     with s3_server() as s3:
         cluster = Cluster()
         cluster.add_node(num_cpus=4, env_vars={"RLVR_SHIP_CACHE": str(own["a"])})
-        cluster.add_node(num_cpus=4, env_vars={"RLVR_SHIP_CACHE": str(own["b"]),
-                                               "RLVR_HIDDEN": ":".join(map(str, (driver, runs, own["a"])))})
-        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
-                 runtime_env={"py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
-                              "env_vars": s3})
+        cluster.add_node(
+            num_cpus=4,
+            env_vars={"RLVR_SHIP_CACHE": str(own["b"]), "RLVR_HIDDEN": ":".join(map(str, (driver, runs, own["a"])))},
+        )
+        ray.init(
+            address=cluster.address,
+            include_dashboard=False,
+            logging_level="WARNING",
+            log_to_driver=False,
+            runtime_env={
+                "py_executable": f"unshare --mount --propagation private sh {hide} {sys.executable}",
+                "env_vars": s3,
+            },
+        )
         try:
             yield driver
         finally:
@@ -65,20 +74,48 @@ def test_fsdp_ranks_on_two_nodes_killed_and_resumed_from_the_url_match_one_node(
     def look(paths: list[str]) -> tuple[str, list[list[str]]]:
         return ray.get_runtime_context().get_node_id(), [sorted(p.name for p in Path(d).iterdir()) for d in paths]
 
-    views = dict(ray.get([look.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote([str(two_nodes)]) for n in ray.nodes()]))
+    views = dict(
+        ray.get(
+            [
+                look.options(
+                    scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                        n["NodeID"], soft=False
+                    )
+                ).remote([str(two_nodes)])
+                for n in ray.nodes()
+            ]
+        )
+    )
     assert sorted(len(v[0]) == 0 for v in views.values()) == [False, True]  # node b sees nothing of the driver's
 
     sft_dir = tmp_path / "sft"
-    common = [*TINY, f"sft.cache_dir={sft_dir}", "deploy.backend=ray", "algo.beta=0.04", "train.strategy=fsdp",
-              "deploy.pools.trainer.replicas=2", "deploy.pools.rollout.replicas=2",
-              "deploy.pools.rollout.strategy=STRICT_SPREAD",
-              *(f"deploy.pools.{m}.cpus=1" for m in ("rollout", "reward", "inference", "trainer"))]
+    common = [
+        *TINY,
+        f"sft.cache_dir={sft_dir}",
+        "deploy.backend=ray",
+        "algo.beta=0.04",
+        "train.strategy=fsdp",
+        "deploy.pools.trainer.replicas=2",
+        "deploy.pools.rollout.replicas=2",
+        "deploy.pools.rollout.strategy=STRICT_SPREAD",
+        *(f"deploy.pools.{m}.cpus=1" for m in ("rollout", "reward", "inference", "trainer")),
+    ]
     run_sft(load_config(None, common))
     # the trainer's ranks on one node, never interrupted; then on two nodes, rank 0 killed (SIGKILL) at step 2
-    one = train_on_ray(load_config(None, [*common, "run.dir=s3://runs/one-node", "deploy.pools.trainer.strategy=STRICT_PACK"]))
-    two = train_on_ray(load_config(None, [*common, "run.dir=s3://runs/two-nodes", "deploy.pools.trainer.strategy=STRICT_SPREAD",
-                                 "deploy.kill_trainer_at_step=2"]))
+    one = train_on_ray(
+        load_config(None, [*common, "run.dir=s3://runs/one-node", "deploy.pools.trainer.strategy=STRICT_PACK"])
+    )
+    two = train_on_ray(
+        load_config(
+            None,
+            [
+                *common,
+                "run.dir=s3://runs/two-nodes",
+                "deploy.pools.trainer.strategy=STRICT_SPREAD",
+                "deploy.kill_trainer_at_step=2",
+            ],
+        )
+    )
     assert one["status"] == two["status"] == "completed" and one["steps"] == two["steps"] == 3
 
     events = url_rows("s3://runs/two-nodes", "events.jsonl")
@@ -94,8 +131,10 @@ def test_fsdp_ranks_on_two_nodes_killed_and_resumed_from_the_url_match_one_node(
     def strip(r):
         return {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "sync/seconds"))}
 
-    steps = {u: [strip(r) for r in url_rows(f"s3://runs/{u}", "metrics.jsonl") if "reward/mean" in r]
-             for u in ("one-node", "two-nodes")}
+    steps = {
+        u: [strip(r) for r in url_rows(f"s3://runs/{u}", "metrics.jsonl") if "reward/mean" in r]
+        for u in ("one-node", "two-nodes")
+    }
     assert [r["step"] for r in steps["two-nodes"]] == [1, 2, 3]
     assert steps["two-nodes"] == steps["one-node"]  # the same figures, bit for bit
     for u in ("one-node", "two-nodes"):

@@ -21,26 +21,78 @@ PLOTS = ["reward", "accuracy", "kl", "entropy", "length", "zero_std", "agreement
 def run_dir(tmp_path):
     """A run's files as the trainer writes them: 40 steps, evals, an alert, a rollback, samples."""
     run = tmp_path / "run"
-    log = RunLog(run, {"seed": 3, "model": {"name": "tiny"}, "task": {"name": "arithmetic"},
-                       "rollout": {"max_new_tokens": 48}, "run": {"name": "demo"}})
+    log = RunLog(
+        run,
+        {
+            "seed": 3,
+            "model": {"name": "tiny"},
+            "task": {"name": "arithmetic"},
+            "rollout": {"max_new_tokens": 48},
+            "run": {"name": "demo"},
+        },
+    )
     log.metrics(0, {"eval/accuracy": 0.2})
     for s in range(1, 41):
-        log.metrics(s, {
-            "reward/mean": 0.3 + 0.01 * s, "reward/correct/mean": 0.25 + 0.01 * s, "reward/format/mean": 0.9,
-            "actor/kl": 0.001 * s, "actor/entropy": 1.5 - 0.02 * s, "actor/loss": 0.01 * math.sin(s),
-            "actor/grad_norm": 0.5, "rollout/len_mean": 20 + 0.2 * s, "rollout/len_p90": 30 + 0.1 * s,
-            "rollout/truncated_frac": 0.0, "rollout/zero_std_frac": 0.4 - 0.005 * s,
-            "perf/rollout_tok_s": 900.0 + 5 * s, "reward/agreement/mean": 0.6 - 0.01 * s,
-            "reward/agreement/correct_vs_format": 0.6 - 0.01 * s, **({"eval/accuracy": 0.2 + 0.01 * s} if s % 10 == 0 else {})})
-        log.samples(s, [{"source": "arithmetic", "prompt": f"{s}+1=", "completion": "<think>x</think><answer>1</answer>",
-                         "answer": str(s + 1), "reward": 0.1, "components": {"correct": 0.0, "format": 1.0},
-                         "valid": True, "advantage": -0.5, "finish_reason": "stop"}])
-    log.samples(40, [{"prompt": "<script>alert(1)</script>", "completion": "</td></tr><b>bold", "reward": 0.0,
-                      "components": {"correct": 0.0, "format": 0.0}, "valid": False, "error": "timeout"}])
+        log.metrics(
+            s,
+            {
+                "reward/mean": 0.3 + 0.01 * s,
+                "reward/correct/mean": 0.25 + 0.01 * s,
+                "reward/format/mean": 0.9,
+                "actor/kl": 0.001 * s,
+                "actor/entropy": 1.5 - 0.02 * s,
+                "actor/loss": 0.01 * math.sin(s),
+                "actor/grad_norm": 0.5,
+                "rollout/len_mean": 20 + 0.2 * s,
+                "rollout/len_p90": 30 + 0.1 * s,
+                "rollout/truncated_frac": 0.0,
+                "rollout/zero_std_frac": 0.4 - 0.005 * s,
+                "perf/rollout_tok_s": 900.0 + 5 * s,
+                "reward/agreement/mean": 0.6 - 0.01 * s,
+                "reward/agreement/correct_vs_format": 0.6 - 0.01 * s,
+                **({"eval/accuracy": 0.2 + 0.01 * s} if s % 10 == 0 else {}),
+            },
+        )
+        log.samples(
+            s,
+            [
+                {
+                    "source": "arithmetic",
+                    "prompt": f"{s}+1=",
+                    "completion": "<think>x</think><answer>1</answer>",
+                    "answer": str(s + 1),
+                    "reward": 0.1,
+                    "components": {"correct": 0.0, "format": 1.0},
+                    "valid": True,
+                    "advantage": -0.5,
+                    "finish_reason": "stop",
+                }
+            ],
+        )
+    log.samples(
+        40,
+        [
+            {
+                "prompt": "<script>alert(1)</script>",
+                "completion": "</td></tr><b>bold",
+                "reward": 0.0,
+                "components": {"correct": 0.0, "format": 0.0},
+                "valid": False,
+                "error": "timeout",
+            }
+        ],
+    )
     log.event("alert", step=12, rule="throughput", message="step 12: throughput dropped", severity="warning")
     log.event("rollback", step=20, to_step=18, rule="nonfinite", reason="step 20: non-finite loss", lr_scale=0.5)
-    log.summary({"status": "completed", "steps": 40, "wall_time_s": 61.0, "eval_before": {"accuracy": 0.2, "n": 50},
-                 "eval_after": {"accuracy": 0.6, "n": 50}})
+    log.summary(
+        {
+            "status": "completed",
+            "steps": 40,
+            "wall_time_s": 61.0,
+            "eval_before": {"accuracy": 0.2, "n": 50},
+            "eval_after": {"accuracy": 0.6, "n": 50},
+        }
+    )
     log.close()
     return run
 
@@ -66,11 +118,24 @@ def _chromium() -> str | None:
 @pytest.mark.skipif(_chromium() is None, reason="chromium not installed (make test installs it with apt when it can)")
 def test_report_renders_in_headless_chromium_with_every_plot_and_no_console_errors(run_dir, tmp_path):
     page = write_report(run_dir)
-    flags = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
-    dom = subprocess.run([*flags, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    flags = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
+    dom = subprocess.run(
+        [*flags, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     body = re.search(r"<body[^>]*>", dom.stdout).group(0)
     assert 'data-ready="1"' in body  # the page's own check ran after load
@@ -79,9 +144,14 @@ def test_report_renders_in_headless_chromium_with_every_plot_and_no_console_erro
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
     assert "41 of 41 samples" in dom.stdout  # the sample filter script ran
     shot = tmp_path / "report.png"
-    subprocess.run([*flags, "--hide-scrollbars", "--window-size=1400,2400", f"--screenshot={shot}", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [*flags, "--hide-scrollbars", "--window-size=1400,2400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     from PIL import Image
+
     with Image.open(shot) as img:
         assert img.size == (1400, 2400)
         assert len(img.convert("RGB").getcolors(maxcolors=1 << 20)) > 50  # drawn content, not a blank page

@@ -47,10 +47,16 @@ def killed_and_resumed(tmp_path_factory):
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    at_kill = {"returncode": victim.returncode, "summary": (run_dir / "summary.json").exists(),
-               "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
-               "last_step": max(json.loads(x).get("step", 0) for x in (run_dir / "metrics.jsonl").read_text().splitlines()
-                                if x.strip().endswith("}"))}
+    at_kill = {
+        "returncode": victim.returncode,
+        "summary": (run_dir / "summary.json").exists(),
+        "checkpoints": sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
+        "last_step": max(
+            json.loads(x).get("step", 0)
+            for x in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if x.strip().endswith("}")
+        ),
+    }
     summary = _train_here(RUN + [f"run.dir={run_dir}", f"sft.cache_dir={cache}", "ckpt.resume=auto"])
     assert ref.wait(timeout=300) == 0, (base / "ref.log").read_text()[-2000:]
     assert summary["status"] == "completed"
@@ -99,8 +105,9 @@ def test_corrupt_and_half_written_checkpoints_are_skipped(killed_and_resumed, tm
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
     shutil.copytree(ckpts / "step_000006", ckpts / "step_000009")
     (ckpts / "step_000009" / "manifest.json").unlink()  # a write that died before its manifest
-    summary = _train_here(RUN + [f"run.dir={run}", f"sft.cache_dir={killed_and_resumed['cache']}",
-                                 "ckpt.resume=auto", "train.steps=10"])
+    summary = _train_here(
+        RUN + [f"run.dir={run}", f"sft.cache_dir={killed_and_resumed['cache']}", "ckpt.resume=auto", "train.steps=10"]
+    )
     assert summary["status"] == "completed" and summary["steps"] == 10
     skipped = [e["problem"] for e in events(run, "checkpoint_skipped")]
     assert len(skipped) == 2 and "step_000009" in skipped[0] and "no manifest" in skipped[0]

@@ -30,6 +30,7 @@ ARITH = Problem(id="p", prompt="12+345=", answer="357", source="arithmetic")
 
 # --- extraction ------------------------------------------------------------------------
 
+
 def test_boxed_is_brace_matched_and_escaped_braces_are_literal():
     assert find_boxed(r"x \boxed{\frac{1}{2}} y \boxed{\{1,2\}}") == ([r"\frac{1}{2}", r"\{1,2\}"], False)
     assert find_boxed(r"\boxed{\frac{1}{2}") == ([], True)
@@ -54,6 +55,7 @@ def test_last_number_is_opt_in():
 def test_gold_markers_and_candidates():
     def gold(a):
         return analyse(gold_text(a), Context(), trusted=True)
+
     assert gold("约为3.14") == gold(r"\approx 3.14") == gold("approximately 3.14")
     assert gold("约为3.14").cands[0].decimals == 2 and gold("3.14").cands[0].decimals is None
     assert gold(r"\boxed{12}").cands[0].text == "12" and gold("#### 1,000").cands[0].text == "1000"
@@ -62,30 +64,37 @@ def test_gold_markers_and_candidates():
 
 # --- format ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,score", [
-    (BUILTIN, 1.0),
-    ("  <think>a</think>\n<answer>357</answer>\n", 1.0),
-    ("<think>a</think><answer>357</answer> trailing", 0.0),
-    ("<answer>357</answer>", 0.0),
-    ("<think>a</think><answer>1</answer><answer>2</answer>", 0.0),
-    ("<think>a<think>b</think></think><answer>1</answer>", 0.0),
-    ("<think>a</think>text<answer>1</answer>", 0.0),
-    ("<answer>1</answer><think>a</think>", 0.0),
-    ("<think>a</think><answer> </answer>", 0.0),
-    ("<think>a <answer>1</answer></think><answer>1</answer>", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "text,score",
+    [
+        (BUILTIN, 1.0),
+        ("  <think>a</think>\n<answer>357</answer>\n", 1.0),
+        ("<think>a</think><answer>357</answer> trailing", 0.0),
+        ("<answer>357</answer>", 0.0),
+        ("<think>a</think><answer>1</answer><answer>2</answer>", 0.0),
+        ("<think>a<think>b</think></think><answer>1</answer>", 0.0),
+        ("<think>a</think>text<answer>1</answer>", 0.0),
+        ("<answer>1</answer><think>a</think>", 0.0),
+        ("<think>a</think><answer> </answer>", 0.0),
+        ("<think>a <answer>1</answer></think><answer>1</answer>", 0.0),
+    ],
+)
 def test_think_answer_format_is_strict(text, score):
     assert FormatCheck(FormatConfig())(text) == score
 
 
-@pytest.mark.parametrize("text,score", [
-    ("Here it is:\n```python\ndef f(x):\n    return x\n```\n", 1.0),
-    ("```py\ndef f(x):\n    return x\n```", 1.0),
-    ("```python\ndef f(x): ...\n```\nand also\n```python\nf(1)\n```", 0.0),  # two blocks
-    ("```python\ndef f(x): ...\n``` trailing words", 0.0),
-    ("```python\n  \n```", 0.0),  # empty
-    ("```\ndef f(x): ...\n```", 0.0),  # no language
-])
+@pytest.mark.parametrize(
+    "text,score",
+    [
+        ("Here it is:\n```python\ndef f(x):\n    return x\n```\n", 1.0),
+        ("```py\ndef f(x):\n    return x\n```", 1.0),
+        ("```python\ndef f(x): ...\n```\nand also\n```python\nf(1)\n```", 0.0),  # two blocks
+        ("```python\ndef f(x): ...\n``` trailing words", 0.0),
+        ("```python\n  \n```", 0.0),  # empty
+        ("```\ndef f(x): ...\n```", 0.0),  # no language
+    ],
+)
 def test_code_answers_get_a_format_of_their_own(text, score):
     check = FormatCheck(FormatConfig())
     assert check(text, "code") == score
@@ -98,11 +107,17 @@ def test_code_answers_get_a_format_of_their_own(text, score):
 
 def test_a_mixed_batch_scores_each_answer_by_its_verifiers_format():
     math_problem = Problem(id="m", prompt="1+1=", answer="2")
-    code_problem = Problem(id="c", prompt="", verifier="code", tests={
-        "type": "function", "entry_point": "f", "cases": [{"args": [1], "expected": 2}]})
+    code_problem = Problem(
+        id="c",
+        prompt="",
+        verifier="code",
+        tests={"type": "function", "entry_point": "f", "cases": [{"args": [1], "expected": 2}]},
+    )
     with build_reward(RewardConfig()) as reward:
-        m, c = reward.score([math_problem, code_problem],
-                            ["<think>1+1=2</think><answer>2</answer>", "```python\ndef f(x):\n    return x + 1\n```"])
+        m, c = reward.score(
+            [math_problem, code_problem],
+            ["<think>1+1=2</think><answer>2</answer>", "```python\ndef f(x):\n    return x + 1\n```"],
+        )
     assert m.components == {"correct": 1.0, "format": 1.0} and c.components == {"correct": 1.0, "format": 1.0}
     assert m.total == c.total == pytest.approx(1.1)
 
@@ -114,12 +129,13 @@ def test_regex_and_json_formats():
     check = FormatCheck(FormatConfig(kind="json", json_schema=schema))
     assert check('<answer>{"name": "a", "age": 3}</answer>') == 1.0
     assert check('```json\n{"name": "a", "age": 3}\n```') == 1.0
-    assert check('{"name": "a"}') == 0.0            # required field missing
+    assert check('{"name": "a"}') == 0.0  # required field missing
     assert check('{"name": "a", "age": "3"}') == 0.0  # wrong type
-    assert check('{"name": "a", "age": 3') == 0.0    # not JSON
+    assert check('{"name": "a", "age": 3') == 0.0  # not JSON
 
 
 # --- process ----------------------------------------------------------------------------
+
 
 def test_process_scores_grounded_steps_and_takes_the_weakest():
     p = Problem(id="p", prompt="12+345=", answer="357")
@@ -162,8 +178,10 @@ def shouting(steps, problem):
 
 
 def test_process_scorer_of_ones_own_by_import_path():
-    cfg = RewardConfig(weights={"process": 1.0, "format": 0.0, "correct": 0.0},
-                       process=ProcessConfig(scorer="test_rewards:shouting", aggregate="mean"))
+    cfg = RewardConfig(
+        weights={"process": 1.0, "format": 0.0, "correct": 0.0},
+        process=ProcessConfig(scorer="test_rewards:shouting", aggregate="mean"),
+    )
     text = "<think>first we add\nTHEN WE GUESS\n= 42\nand check</think><answer>42</answer>"
     (r,) = build_reward(cfg).score([Problem(id="p", prompt="q", answer="42")], [text])
     assert r.components["process"] == pytest.approx(2 / 3) and r.info["process_checked"] == 3
@@ -173,12 +191,17 @@ def test_process_scorer_of_ones_own_by_import_path():
 
 # --- composition ------------------------------------------------------------------------
 
+
 def test_builtin_task_shape_scores_full_marks_without_workers():
     reward = build_reward(RewardConfig())
     texts = [BUILTIN, "<think>t</think><answer>358</answer>", "357", "<think>t</think><answer>357</answer>!"]
     res = reward.score([ARITH] * 4, texts)
-    assert [r.components for r in res] == [{"correct": 1.0, "format": 1.0}, {"correct": 0.0, "format": 1.0},
-                                           {"correct": 0.0, "format": 0.0}, {"correct": 1.0, "format": 0.0}]
+    assert [r.components for r in res] == [
+        {"correct": 1.0, "format": 1.0},
+        {"correct": 0.0, "format": 1.0},
+        {"correct": 0.0, "format": 0.0},
+        {"correct": 1.0, "format": 0.0},
+    ]
     assert [r.total for r in res] == pytest.approx([1.1, 0.1, 0.0, 1.0])
     assert not reward.verifier("math").pool_started  # plain integers never start a worker
     reward.close()
@@ -206,8 +229,14 @@ def test_exceptions_mark_the_sample_invalid_and_never_raise(monkeypatch):
     monkeypatch.setitem(compose.VERIFIERS, "code", missing)
     reward = build_reward(RewardConfig())
     reward._verifiers["math"] = Broken()
-    res = reward.score([ARITH, Problem(id="c", prompt="", tests={"x": 1}, verifier="code"),
-                        Problem(id="u", prompt="", answer="1", verifier="nope")], [BUILTIN] * 3)
+    res = reward.score(
+        [
+            ARITH,
+            Problem(id="c", prompt="", tests={"x": 1}, verifier="code"),
+            Problem(id="u", prompt="", answer="1", verifier="nope"),
+        ],
+        [BUILTIN] * 3,
+    )
     assert [r.valid for r in res] == [False, False, False] and all(r.total == 0.0 for r in res)
     assert "boom" in res[0].error and "not available" in res[1].error and "unknown verifier" in res[2].error
     assert res[0].components["format"] == 1.0  # the other components are still reported
@@ -216,7 +245,8 @@ def test_exceptions_mark_the_sample_invalid_and_never_raise(monkeypatch):
 
 def test_group_normalisation():
     assert standardize([1, 0, 1, 0, 5, 5], [0, 0, 0, 0, 1, 1], [True] * 6) == pytest.approx(
-        [1, -1, 1, -1, 0, 0], abs=1e-5)
+        [1, -1, 1, -1, 0, 0], abs=1e-5
+    )
     cfg = RewardConfig(normalize="group")
     texts = [BUILTIN, "<think>t</think><answer>358</answer>", "357", "nothing"]
     res = build_reward(cfg).score([ARITH] * 4, texts, group_ids=[0, 0, 1, 1])
@@ -227,10 +257,15 @@ def test_group_normalisation():
 
 # --- metrics and monitor ---------------------------------------------------------------------
 
+
 def _results(values, flags=None):
     flags = flags or [None] * len(values)
-    return [RewardResult(total=v, components={"correct": v}, info={"parse_failed": f == "pf"})
-            if f != "bad" else RewardResult.invalid("x", {"correct": 0.0}) for v, f in zip(values, flags)]
+    return [
+        RewardResult(total=v, components={"correct": v}, info={"parse_failed": f == "pf"})
+        if f != "bad"
+        else RewardResult.invalid("x", {"correct": 0.0})
+        for v, f in zip(values, flags)
+    ]
 
 
 def test_reward_metrics_per_source():
@@ -301,8 +336,24 @@ def test_tolerance_is_explicit_and_configurable_but_integers_stay_exact():
     assert correct(loose, "100", "101") == 0.0 and correct(loose, "100", "100.5") == 0.0  # integers exact
 
 
-@pytest.mark.parametrize("answer", ["12", "-3.5", r"\frac{3}{4}", "3/4", r"2\sqrt{3}", r"\sqrt{5}", "x = 5", "x=-2",
-                                    r"50\%", r"-2.5\%", "(1, 2]", "[3,-4)", "(1, 2)"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "12",
+        "-3.5",
+        r"\frac{3}{4}",
+        "3/4",
+        r"2\sqrt{3}",
+        r"\sqrt{5}",
+        "x = 5",
+        "x=-2",
+        r"50\%",
+        r"-2.5\%",
+        "(1, 2]",
+        "[3,-4)",
+        "(1, 2)",
+    ],
+)
 @pytest.mark.parametrize("trusted", [False, True])
 def test_plain_forms_read_at_once_as_the_full_reading_would(monkeypatch, answer, trusted):
     from rlvr.rewards import answers

@@ -78,8 +78,8 @@ TABLE = [
     ("x = 3", B("x = 4"), False),
     ("5", B("x = 2 + 3 = 5"), True),
     # known math-verify false positives
-    ("5", B("x=1=2=3=5"), False),          # equation chain truncated to x=5
-    ("1+1=2", B("2+2=4"), False),          # bare equations that both reduce to 0
+    ("5", B("x=1=2=3=5"), False),  # equation chain truncated to x=5
+    ("1+1=2", B("2+2=4"), False),  # bare equations that both reduce to 0
     ("\\frac{1}{2^{99}}", B("\\frac{1}{2^{98}}"), False),  # tiny numbers chopped to 0
     ("\\{\\frac{1}{2^{99}}\\}", B("\\{\\frac{1}{2^{98}}\\}"), False),
     ("10^{-30}", B("2 \\times 10^{-30}"), False),
@@ -91,7 +91,7 @@ TABLE = [
     ("x^2 - 1", B("(x-1)(x+1)"), True),
     ("x^2 + 1", B("x^2 - 1"), False),
     ("\\sin(2x)", B("2\\sin x\\cos x"), True),
-    ("x", B("\\frac{2x}{2}"), True),              # math-verify compares a bare symbol by name only
+    ("x", B("\\frac{2x}{2}"), True),  # math-verify compares a bare symbol by name only
     ("x", B("y"), False),
     # matrices
     ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", B("\\begin{pmatrix}1\\\\2\\end{pmatrix}"), True),
@@ -107,8 +107,8 @@ TABLE = [
     ("≈ 300", B("300.4"), True),
     ("≈ 300", B("301"), False),
     ("x \\approx 1.73", B("\\sqrt{3}"), True),
-    ("3.14", B("\\pi"), False),            # no marker: no rounding allowance
-    ("约为1.2 \\times 10^{3}", B("1234"), True),   # the marker's precision is the mantissa's
+    ("3.14", B("\\pi"), False),  # no marker: no rounding allowance
+    ("约为1.2 \\times 10^{3}", B("1234"), True),  # the marker's precision is the mantissa's
     ("约为1.2 \\times 10^{3}", B("1300"), False),
     # anti-hacking: several different final answers score 0; identical repeats are fine
     ("2", "\\boxed{1} or rather \\boxed{2}", False),
@@ -124,33 +124,33 @@ TABLE = [
     ("72", "48/2 = 24 and 48+24 = 72.\n#### 72", True),
     ("18", "So she makes 18 dollars.\nAnswer: 18", True),
     ("5", B("\\frac{10}{2}"), True),
-    ("\\frac{1}{2}", "\\boxed{\\frac{1}{2}", False),   # unbalanced box: parse failure
-    ("5", "I think it is 5", False),                  # no final answer: last_number is opt-in
+    ("\\frac{1}{2}", "\\boxed{\\frac{1}{2}", False),  # unbalanced box: parse failure
+    ("5", "I think it is 5", False),  # no final answer: last_number is opt-in
     # multiple choice
     ("\\text{(B)}", B("B"), True),
     ("B", B("C"), False),
     # the recall classes of docs/guides/rewards.md, one row each
-    ("12", B("12、15"), False),                    # hedges with CJK and fullwidth separators, ranges
+    ("12", B("12、15"), False),  # hedges with CJK and fullwidth separators, ranges
     ("8", B("8，9"), False),
     ("2", B("2 \\sim 3"), False),
-    ("12", B("\\ne 12"), False),                   # a relation that is not equality
+    ("12", B("\\ne 12"), False),  # a relation that is not equality
     ("12", B("> 12"), False),
     ("12", B("13 (not 12)"), False),
-    ("3 \\text{ g}", B("3 \\text{ kg}"), False),    # units compared, not dropped
+    ("3 \\text{ g}", B("3 \\text{ kg}"), False),  # units compared, not dropped
     ("2 \\text{ cm}^2", B("2 \\text{ cm}"), False),
     ("6", B("6 thousand"), False),
     ("6", B("6 is wrong"), False),
     ("2000 \\text{ m}", B("2 \\text{ km}"), True),
-    ("20\\%", B("0.2\\%"), False),                 # percent: 20% = 0.2, never 0.2% or 2000%
+    ("20\\%", B("0.2\\%"), False),  # percent: 20% = 0.2, never 0.2% or 2000%
     ("20\\%", B("2000\\%"), False),
     ("0.2", B("0.2\\%"), False),
     ("20\\%", B("\\frac{1}{5}"), True),
     ("x = 2, x = 3", B("x = 2 \\text{ or } x = 3"), True),  # both roots against a gold listing both
-    ("12345600", B("12,\\!345,\\!600"), True),      # thousands with a negative thin space
+    ("12345600", B("12,\\!345,\\!600"), True),  # thousands with a negative thin space
     ("\\frac{\\sqrt{2}}{2}", B("\\frac{\\sqrt{2}}{2} \\approx 0.707"), True),  # an approximation after the exact value
-    ("3**(1/3)", B("\\sqrt[3]{3}"), True),          # programming syntax
+    ("3**(1/3)", B("\\sqrt[3]{3}"), True),  # programming syntax
     ("sqrt(5) - 2", B("\\sqrt{5}-2"), True),
-    ("10_{7}", B("10_7"), True),                    # a numeral in a base is that numeral, not 10
+    ("10_{7}", B("10_7"), True),  # a numeral in a base is that numeral, not 10
     ("10", B("10_{7}"), False),
 ]
 
@@ -181,6 +181,7 @@ def test_equivalence(verdicts, i):
 def test_flags(verdicts):
     def row(gold, completion):
         return verdicts[TABLE.index(next(t for t in TABLE if t[0] == gold and t[1] == completion))]
+
     assert row("2", "\\boxed{1} or rather \\boxed{2}").info["flag"] == "multiple_answers"
     assert row("2", "The answer is one of 1, 2, 3").info["flag"] == "multiple_answers"
     assert row("\\frac{1}{2}", "\\boxed{\\frac{1}{2}").info["parse_failed"]
@@ -196,16 +197,33 @@ def test_the_false_positives_we_fix_are_real_in_plain_math_verify():
     script = (
         "from math_verify import parse, verify\n"
         "for g, p in [(r'\\frac{1}{2^{99}}', r'\\frac{1}{2^{98}}'), ('5', 'x=1=2=3=5'), ('1+1=2', '2+2=4')]:\n"
-        "    print(verify(parse('$' + g + '$'), parse('$' + p + '$')))\n")
+        "    print(verify(parse('$' + g + '$'), parse('$' + p + '$')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "True", "True"], out.stderr
 
 
-FAST_EXTRA = [("357", "358"), ("-4", "-4.0"), ("0.5", ".5"), ("12\\%", "0.12"), ("12\\%", "0.13"),
-              ("\\frac{7}{8}", "0.875"), ("\\frac{7}{8}", "0.8749"), ("3\\sqrt{2}", "\\sqrt{18}"),
-              ("3\\sqrt{2}", "4.242640687"), ("3\\sqrt{2}", "4.24"), ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
-              ("\\sqrt{9}", "3"), ("x = 4", "x = 4.0"), ("x = -2", "-2"), ("\\{1, 2\\}", "\\{2, 1, 1\\}"),
-              ("\\{1, 2\\}", "\\{1, 2, 3\\}"), ("(1, 5)", "(1, 5)"), ("[2, 3]", "[2, 3.5]"), ("(1, 2, 3)", "(1, 2, 3)")]
+FAST_EXTRA = [
+    ("357", "358"),
+    ("-4", "-4.0"),
+    ("0.5", ".5"),
+    ("12\\%", "0.12"),
+    ("12\\%", "0.13"),
+    ("\\frac{7}{8}", "0.875"),
+    ("\\frac{7}{8}", "0.8749"),
+    ("3\\sqrt{2}", "\\sqrt{18}"),
+    ("3\\sqrt{2}", "4.242640687"),
+    ("3\\sqrt{2}", "4.24"),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
+    ("\\sqrt{9}", "3"),
+    ("x = 4", "x = 4.0"),
+    ("x = -2", "-2"),
+    ("\\{1, 2\\}", "\\{2, 1, 1\\}"),
+    ("\\{1, 2\\}", "\\{1, 2, 3\\}"),
+    ("(1, 5)", "(1, 5)"),
+    ("[2, 3]", "[2, 3.5]"),
+    ("(1, 2, 3)", "(1, 2, 3)"),
+]
 
 
 def test_fast_path_agrees_with_math_verify():
@@ -216,8 +234,9 @@ def test_fast_path_agrees_with_math_verify():
     from rlvr.rewards.fastpath import cand_equal
     from rlvr.rewards.pool import VerifyPool
 
-    pairs = FAST_EXTRA + [(g, a) for g, c, _ in TABLE
-                          for a in extract(c, ["answer_tag", "boxed", "answer_line", "gsm8k"]).answers]
+    pairs = FAST_EXTRA + [
+        (g, a) for g, c, _ in TABLE for a in extract(c, ["answer_tag", "boxed", "answer_line", "gsm8k"]).answers
+    ]
     decided = []
     for g, a in pairs:
         if "_" in g + a:
@@ -234,10 +253,21 @@ def test_fast_path_agrees_with_math_verify():
     assert not disagree
 
 
-POLYNOMIALS = [("x^2 + 918x + 210681", "(x+459)^2"), ("x^2 + 918x + 210681", "(x+458)^2"), ("x^2 - 1", "(x-1)(x+1)"),
-               ("2x + 2y", "2(x+y)"), ("\\frac{x}{2} + 1", "\\frac{x+2}{2}"), ("x^3", "x \\cdot x^2"), ("x^3", "x^2"),
-               ("(a+b)^2", "a^2 + 2ab + b^2"), ("(a+b)^2", "a^2 + b^2"), ("x^{70}", "x^{70}"), ("\\sqrt{2}x", "x\\sqrt{2}"),
-               ("0.5x", "\\frac{x}{2}"), ("x + \\pi", "\\pi + x")]
+POLYNOMIALS = [
+    ("x^2 + 918x + 210681", "(x+459)^2"),
+    ("x^2 + 918x + 210681", "(x+458)^2"),
+    ("x^2 - 1", "(x-1)(x+1)"),
+    ("2x + 2y", "2(x+y)"),
+    ("\\frac{x}{2} + 1", "\\frac{x+2}{2}"),
+    ("x^3", "x \\cdot x^2"),
+    ("x^3", "x^2"),
+    ("(a+b)^2", "a^2 + 2ab + b^2"),
+    ("(a+b)^2", "a^2 + b^2"),
+    ("x^{70}", "x^{70}"),
+    ("\\sqrt{2}x", "x\\sqrt{2}"),
+    ("0.5x", "\\frac{x}{2}"),
+    ("x + \\pi", "\\pi + x"),
+]
 
 
 def test_the_polynomial_shortcut_agrees_with_math_verify():
@@ -255,10 +285,13 @@ def test_the_polynomial_shortcut_agrees_with_math_verify():
         "for g, p in json.loads(sys.argv[1]):\n"
         "    a, b = parse('$' + g + '$')[0], parse('$' + p + '$')[0]\n"
         "    out.append([polynomial_verdict(a, b), bool(verify([a], [b]))])\n"
-        "print(json.dumps(out))\n")
+        "print(json.dumps(out))\n"
+    )
     import json
-    out = subprocess.run([sys.executable, "-c", script, json.dumps(POLYNOMIALS)], capture_output=True, text=True,
-                         timeout=300)
+
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(POLYNOMIALS)], capture_output=True, text=True, timeout=300
+    )
     verdicts = json.loads(out.stdout.strip().splitlines()[-1])
     decided = [(pair, mine, theirs) for pair, (mine, theirs) in zip(POLYNOMIALS, verdicts) if mine is not None]
     assert len(decided) >= 8, verdicts

@@ -24,8 +24,13 @@ def verifier():
 def test_property(verifier, name):
     check, strategy = PROPERTIES[name]
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(strategy)
     def holds(case):
         message = check(verifier, case)

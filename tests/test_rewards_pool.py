@@ -70,8 +70,11 @@ def test_a_worker_that_dies_mid_task_gives_an_invalid_sample_not_a_crash(verifie
 def test_scoring_works_off_the_main_thread(verifier):
     # math-verify's own timeout uses SIGALRM and fails outside the main thread
     out = {}
-    t = threading.Thread(target=lambda: out.update(r=verifier.verify(
-        [Problem(id="t", prompt="", answer=r"\{1,2\}")], [r"\boxed{\{2,1\}}"])))
+    t = threading.Thread(
+        target=lambda: out.update(
+            r=verifier.verify([Problem(id="t", prompt="", answer=r"\{1,2\}")], [r"\boxed{\{2,1\}}"])
+        )
+    )
     t.start()
     t.join(60)
     assert out["r"][0].valid and out["r"][0].components["correct"] == 1.0
@@ -95,7 +98,8 @@ def test_no_worker_outlives_an_interpreter_that_never_closed_its_pool(tmp_path):
         "r = build_reward()\n"  # no main guard and no close(): both must be fine
         "res = r.score([Problem(id='a', prompt='', answer='x')], ['\\\\boxed{x}'])\n"
         "assert res[0].components['correct'] == 1.0, res\n"
-        "print(*r.verifier('math').pool.pids)\n")
+        "print(*r.verifier('math').pool.pids)\n"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     pids = [int(p) for p in out.stdout.split()]
@@ -109,8 +113,10 @@ def test_no_worker_outlives_an_interpreter_that_never_closed_its_pool(tmp_path):
 def test_configured_tolerance_reaches_the_math_verify_path():
     v = MathVerifier(MathConfig(workers=1, rel_tol=0.001))
     try:
-        res = v.verify([Problem(id=str(i), prompt="", answer=r"\{\pi, 1\}") for i in range(2)],
-                       [r"\boxed{\{3.1416, 1\}}", r"\boxed{\{3.15, 1\}}"])
+        res = v.verify(
+            [Problem(id=str(i), prompt="", answer=r"\{\pi, 1\}") for i in range(2)],
+            [r"\boxed{\{3.1416, 1\}}", r"\boxed{\{3.15, 1\}}"],
+        )
     finally:
         v.close()
     assert [r.components["correct"] for r in res] == [1.0, 0.0]

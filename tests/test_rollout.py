@@ -28,7 +28,13 @@ def test_groups_token_ids_and_behaviour_logprobs():
     torch.manual_seed(0)
     out = sample(model, tok, problems, SamplingParams(group_size=3, max_new_tokens=10), group_offset=10)
     assert [(c.problem_id, c.group_id, c.index) for c in out] == [
-        ("a", 10, 0), ("a", 10, 1), ("a", 10, 2), ("b", 11, 0), ("b", 11, 1), ("b", 11, 2)]
+        ("a", 10, 0),
+        ("a", 10, 1),
+        ("a", 10, 2),
+        ("b", 11, 0),
+        ("b", 11, 1),
+        ("b", 11, 2),
+    ]
     for c in out:
         assert len(c.logprobs) == len(c.token_ids) >= 1
         assert c.finish_reason == ("stop" if c.token_ids[-1] == tok.eos_token_id else "length")
@@ -90,15 +96,19 @@ def test_rows_stopped_for_new_weights_go_on_with_them_each_token_with_its_versio
     spec = dataclasses.replace(SINGLE_TURN, new_weights=NewWeights(arrived, take))
     engine = engine_cls(model, tok, episodes=spec)
     torch.manual_seed(0)
-    out = engine.generate([Problem(id="a", prompt="12+3="), Problem(id="b", prompt="45+6=")],
-                          SamplingParams(group_size=4, max_new_tokens=8))
+    out = engine.generate(
+        [Problem(id="a", prompt="12+3="), Problem(id="b", prompt="45+6=")],
+        SamplingParams(group_size=4, max_new_tokens=8),
+    )
     assert taken == [1]
     partial = [c for c in out if c.token_versions is not None]
     assert len(partial) >= 6  # rows that did not end on their first token
     for c in out:
         versions = c.token_versions or [c.policy_version] * len(c.token_ids)
         assert c.policy_version == 0 and versions[0] == 0 and set(versions[1:]) <= {1}
-        assert len(c.token_ids) <= 8 and c.finish_reason == ("stop" if c.token_ids[-1] == tok.eos_token_id else "length")
+        assert len(c.token_ids) <= 8 and c.finish_reason == (
+            "stop" if c.token_ids[-1] == tok.eos_token_id else "length"
+        )
     by_old = completion_logprobs(old, out, tok.pad_token_id, temperature=1.0)
     by_new = completion_logprobs(new, out, tok.pad_token_id, temperature=1.0)
     for i, c in enumerate(out):

@@ -92,7 +92,7 @@ def test_decode_attention_equals_softmax_attention(builds, d, hq, hkv):
     mask[0, ..., :3] = mask[2, ..., :1] = float("-inf")  # left padding
     cache_of, prompt_of = torch.tensor([4, 0, 2, 3]), torch.tensor([2, 0, 1, 1])  # rows 1 and 5 of the cache finished
     qkv = torch.randn(4, hq + 2 * hkv, d, generator=gen)  # each row's queries, new keys and values
-    q, k_new, v_new = qkv[:, :hq], qkv[:, hq:hq + hkv], qkv[:, hq + hkv:]
+    q, k_new, v_new = qkv[:, :hq], qkv[:, hq : hq + hkv], qkv[:, hq + hkv :]
     angles = torch.rand(4, d // 2, generator=gen).repeat(1, 2) * 6  # (R, D): the rotary embedding's cos and sin
     cos, sin = angles.cos(), angles.sin()
     half = d // 2
@@ -108,15 +108,30 @@ def test_decode_attention_equals_softmax_attention(builds, d, hq, hkv):
             own_k = torch.cat([caches[0, c, h, :slot].double(), rotated(k_new[r, h, None], r)])
             own_v = torch.cat([caches[1, c, h, :slot], v_new[r, h, None]])
             keys, values = torch.cat([prompt_k[p, h].double(), own_k]), torch.cat([prompt_v[p, h], own_v]).double()
-            scores = rotated(q[r, h * g:(h + 1) * g], r) @ keys.T / d ** 0.5
+            scores = rotated(q[r, h * g : (h + 1) * g], r) @ keys.T / d**0.5
             scores[:, :plen] += mask[p, 0, 0].double()
-            expect[r, h * g:(h + 1) * g] = scores.softmax(-1) @ values
+            expect[r, h * g : (h + 1) * g] = scores.softmax(-1) @ values
     outputs = []
     for lib in builds.values():
         k_cache, v_cache = caches[0].clone(), caches[1].clone()
         scratch = torch.empty(2, native.scratch_size(g, plen, max_new))
-        out = native.decode_attention(lib, qkv, hq, cos, sin, k_cache, v_cache, slot, cache_of, prompt_k, prompt_v,
-                                      mask, prompt_of, d ** -0.5, scratch)
+        out = native.decode_attention(
+            lib,
+            qkv,
+            hq,
+            cos,
+            sin,
+            k_cache,
+            v_cache,
+            slot,
+            cache_of,
+            prompt_k,
+            prompt_v,
+            mask,
+            prompt_of,
+            d**-0.5,
+            scratch,
+        )
         torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=1e-5)
         rotated_k = torch.stack([rotated(k_new[r], r) for r in range(4)])  # the cache keeps keys rotated
         torch.testing.assert_close(k_cache[cache_of, :, slot].double(), rotated_k)

@@ -12,8 +12,15 @@ def _model(kind: str):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    shape = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=64)
+    shape = dict(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     if kind == "qwen2":  # q, k, v carry biases (initialised to zero: made nonzero here so they count)
         model = Qwen2ForCausalLM(Qwen2Config(**shape, tie_word_embeddings=True)).eval()
         with torch.no_grad():
@@ -24,9 +31,11 @@ def _model(kind: str):
     return LlamaForCausalLM(LlamaConfig(**shape, rope_theta=500.0)).eval()
 
 
-PROMPTS = {"distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
-           "shared prefix": [[5, 9, 13, 20, 7], [5, 9, 13, 2], [5, 9, 13, 4, 5, 6, 7, 8, 9, 10]],
-           "one a prefix of another": [[5, 9, 13], [5, 9, 13, 20, 7, 8], [5, 9, 13, 20]]}
+PROMPTS = {
+    "distinct": [[5, 9, 13, 20, 7], [11, 12], [3, 4, 5, 6, 7, 8, 9, 10]],
+    "shared prefix": [[5, 9, 13, 20, 7], [5, 9, 13, 2], [5, 9, 13, 4, 5, 6, 7, 8, 9, 10]],
+    "one a prefix of another": [[5, 9, 13], [5, 9, 13, 20, 7, 8], [5, 9, 13, 20]],
+}
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])

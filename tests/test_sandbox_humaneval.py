@@ -33,6 +33,7 @@ def humaneval() -> list[dict]:
 @pytest.fixture(scope="module")
 def verifier():
     from rlvr.sandbox.verifier import CodeVerifier
+
     v = CodeVerifier(CodeConfig(case_timeout_s=5.0, timeout_s=10.0, max_parallel=2, extract="whole_text"))
     yield v
     v.close()
@@ -40,17 +41,30 @@ def verifier():
 
 def problems(rows: list[dict], prefix: bool = True) -> list[Problem]:
     """The prompt is the tests' prefix, as rlvr's loader has it: some checks call its helpers."""
-    return [Problem(id=r["task_id"], prompt=r["prompt"], verifier="code", source="humaneval",
-                    tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"],
-                           **({"prefix": r["prompt"]} if prefix else {})}) for r in rows]
+    return [
+        Problem(
+            id=r["task_id"],
+            prompt=r["prompt"],
+            verifier="code",
+            source="humaneval",
+            tests={
+                "type": "assert",
+                "entry_point": r["entry_point"],
+                "test": r["test"],
+                **({"prefix": r["prompt"]} if prefix else {}),
+            },
+        )
+        for r in rows
+    ]
 
 
 def test_canonical_solutions_pass_and_empty_bodies_fail(humaneval, verifier):
     probs = problems(humaneval)
     # the completion an instruct model writes: the whole function (prompt and body)
     canonical = verifier.verify(probs, [r["prompt"] + r["canonical_solution"] for r in humaneval])
-    failed = {p.id: (r.error or r.info) for p, r in zip(probs, canonical)
-              if not (r.valid and r.components["correct"] == 1.0)}
+    failed = {
+        p.id: (r.error or r.info) for p, r in zip(probs, canonical) if not (r.valid and r.components["correct"] == 1.0)
+    }
     assert failed == {}
     empty = verifier.verify(probs, [r["prompt"] + "    pass\n" for r in humaneval])
     passed = [p.id for p, r in zip(probs, empty) if not r.valid or r.components["correct"] != 0.0]

@@ -34,6 +34,7 @@ UIDS = {"uid_base": 3_100_000_000 + (os.getpid() % 10_000) * 100_000, "uid_count
 @pytest.fixture(scope="module")
 def verifier():
     from rlvr.sandbox.verifier import CodeVerifier
+
     v = CodeVerifier(CodeConfig(case_timeout_s=1.0, timeout_s=2.0, grace_s=0.5, max_parallel=2, **UIDS))
     yield v
     v.close()
@@ -61,8 +62,10 @@ def test_hung_or_crashed_sandbox_marks_the_sample_invalid_and_the_batch_goes_on(
     real = verifier.sandbox
     roots = real.interpreter.roots + [str(tmp_path)]
     launcher = next(p for p in plans_to_try(real.cfg) if p.isolate and not p.server)  # runs the fake directly
-    broken = {name: Sandbox(real.cfg, launcher, Interpreter(str(path), [], roots))
-              for name, path in (("HANG", hang), ("CRASH", crash))}
+    broken = {
+        name: Sandbox(real.cfg, launcher, Interpreter(str(path), [], roots))
+        for name, path in (("HANG", hang), ("CRASH", crash))
+    }
     real_execute = real.execute
 
     def execute(mode, source, cases, **kw):
@@ -159,6 +162,7 @@ def test_identical_completions_run_once(verifier):
 
 def test_expected_values_never_reach_the_sandbox(verifier, monkeypatch):
     import rlvr.sandbox.executor as executor
+
     sent = []
     real_encode = executor.encode_request
     monkeypatch.setattr(executor, "encode_request", lambda req: sent.append(req) or real_encode(req))
@@ -170,6 +174,7 @@ def test_expected_values_never_reach_the_sandbox(verifier, monkeypatch):
 
 def test_all_or_nothing_stops_at_the_first_failure():
     from rlvr.sandbox.verifier import CodeVerifier
+
     v = CodeVerifier(CodeConfig(case_timeout_s=1.0, scoring="all_or_nothing"))
     try:
         tests = {"type": "stdio", "cases": [{"input": str(i), "output": str(i)} for i in range(4)]}
@@ -184,18 +189,22 @@ def test_all_or_nothing_stops_at_the_first_failure():
 
 def test_refuses_without_required_isolation():
     from rlvr.sandbox.verifier import CodeVerifier, SandboxUnavailable
+
     with pytest.raises(SandboxUnavailable) as err:
         CodeVerifier(CodeConfig(isolation="none"))
     assert "network isolation is not active" in str(err.value) and "to fix" in str(err.value)
 
 
-@pytest.mark.parametrize("code, status", [
-    ("import sys\nprint(sys.stdin.read().upper())\n", "ok"),
-    ("while True:\n    pass\n", "timeout"),
-    ("x = bytearray(1 << 30)\n", "memory"),
-    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "killed"),
-    ("raise ValueError('bad')\n", "error"),
-])
+@pytest.mark.parametrize(
+    "code, status",
+    [
+        ("import sys\nprint(sys.stdin.read().upper())\n", "ok"),
+        ("while True:\n    pass\n", "timeout"),
+        ("x = bytearray(1 << 30)\n", "memory"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "killed"),
+        ("raise ValueError('bad')\n", "error"),
+    ],
+)
 def test_cli_sandbox_run_prints_a_verdict(tmp_path, capsys, code, status):
     prog = tmp_path / "prog.py"
     prog.write_text(code)
@@ -219,9 +228,12 @@ def test_cli_sandbox_check(capsys):
 
 def test_program_sees_site_packages_but_not_the_repository(verifier, tmp_path):
     import rlvr
+
     repo_file = os.path.abspath(rlvr.__file__)
-    code = ("```python\nimport os, yaml\n"
-            f"print(yaml.safe_load('a: 1')['a'], os.path.exists({repo_file!r}), os.getcwd())\n```")
+    code = (
+        "```python\nimport os, yaml\n"
+        f"print(yaml.safe_load('a: 1')['a'], os.path.exists({repo_file!r}), os.getcwd())\n```"
+    )
     tests = {"type": "stdio", "cases": [{"input": "", "output": "1 False /sandbox"}]}
     (r,) = verifier.verify([problem(tests)], [code])
     assert r.components["correct"] == 1.0, r.info
@@ -233,8 +245,10 @@ def test_unshare_launcher_gives_the_same_isolation(verifier):
     plan = next(p for p in plans_to_try(cfg) if p.isolate and not p.server)
     sandbox = Sandbox(cfg, plan, verifier.sandbox.interpreter)
     try:
-        daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                  "        time.sleep(100)\n    os._exit(0)\nprint(open('/proc/net/dev').read().count(':'), os.getuid() != 0)\n")
+        daemon = (
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            "        time.sleep(100)\n    os._exit(0)\nprint(open('/proc/net/dev').read().count(':'), os.getuid() != 0)\n"
+        )
         run = sandbox.execute("program", daemon, [{"stdin": ""}])
         assert run.ok and run.cases[0]["stdout"] == "1 True\n"  # only lo; not root
         run = sandbox.execute("program", "while True:\n    pass\n", [{"stdin": ""}])

@@ -8,8 +8,7 @@ import pytest
 
 from rlvr.config import load_config
 from rlvr.configlib import ConfigError
-from rlvr.sandbox.cases import (TestFormatError, judge, normalize_output, parse_tests, same_value,
-                                sandbox_cases)
+from rlvr.sandbox.cases import TestFormatError, judge, normalize_output, parse_tests, same_value, sandbox_cases
 from rlvr.config.code import CodeConfig
 from rlvr.sandbox.executor import Execution
 from rlvr.sandbox.extract import extract_code
@@ -29,25 +28,29 @@ def test_extract_last_python_block_by_default():
         extract_code("x", "first")
 
 
-@pytest.mark.parametrize("tests, message", [
-    (None, "expected a mapping"),
-    ({"type": "shell"}, "tests.type"),
-    ({"type": "stdio"}, "tests.cases"),
-    ({"type": "stdio", "cases": [{"input": "1"}]}, "tests.cases[0]"),
-    ({"type": "stdio", "cases": [{"input": 1, "output": "1"}]}, "must be strings"),
-    ({"type": "function", "cases": [{"expected": 1}]}, "tests.entry_point"),
-    ({"type": "function", "entry_point": "f", "cases": [{"args": 1, "expected": 1}]}, "args"),
-    ({"type": "assert", "entry_point": "f", "test": "assert True"}, "check(candidate)"),
-    ({"type": "function", "entry_point": "f", "cases": [{"expected": 1}], "rel_tol": -1}, "rel_tol"),
-])
+@pytest.mark.parametrize(
+    "tests, message",
+    [
+        (None, "expected a mapping"),
+        ({"type": "shell"}, "tests.type"),
+        ({"type": "stdio"}, "tests.cases"),
+        ({"type": "stdio", "cases": [{"input": "1"}]}, "tests.cases[0]"),
+        ({"type": "stdio", "cases": [{"input": 1, "output": "1"}]}, "must be strings"),
+        ({"type": "function", "cases": [{"expected": 1}]}, "tests.entry_point"),
+        ({"type": "function", "entry_point": "f", "cases": [{"args": 1, "expected": 1}]}, "args"),
+        ({"type": "assert", "entry_point": "f", "test": "assert True"}, "check(candidate)"),
+        ({"type": "function", "entry_point": "f", "cases": [{"expected": 1}], "rel_tol": -1}, "rel_tol"),
+    ],
+)
 def test_malformed_tests_name_the_key(tests, message):
     with pytest.raises(TestFormatError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         parse_tests(tests)
 
 
 def test_only_inputs_go_to_the_sandbox():
-    spec = parse_tests({"type": "function", "entry_point": "f",
-                        "cases": [{"args": [1], "kwargs": {"k": 2}, "expected": "SECRET"}]})
+    spec = parse_tests(
+        {"type": "function", "entry_point": "f", "cases": [{"args": [1], "kwargs": {"k": 2}, "expected": "SECRET"}]}
+    )
     assert sandbox_cases(spec) == [{"args": [1], "kwargs": {"k": 2}}]
     spec = parse_tests({"type": "stdio", "cases": [{"input": "x", "output": "SECRET"}]})
     assert sandbox_cases(spec) == [{"stdin": "x"}]
@@ -68,13 +71,23 @@ def _run(nonce: str, cases: list[dict]) -> Execution:
 
 
 def test_judge_believes_only_lines_with_the_nonce():
-    spec = parse_tests({"type": "function", "entry_point": "f",
-                        "cases": [{"args": [], "expected": 3}] * 4})
+    spec = parse_tests({"type": "function", "entry_point": "f", "cases": [{"args": [], "expected": 3}] * 4})
     ok = {"status": "ok", "reason": ""}
-    run = _run("n0nce", [dict(ok, result='n0nce 0 {"value": 3}'), dict(ok, result='other 1 {"value": 3}'),
-                         dict(ok, result='n0nce 0 {"value": 3}'), dict(ok, result='n0nce 3 {"error": "E"}')])
+    run = _run(
+        "n0nce",
+        [
+            dict(ok, result='n0nce 0 {"value": 3}'),
+            dict(ok, result='other 1 {"value": 3}'),
+            dict(ok, result='n0nce 0 {"value": 3}'),
+            dict(ok, result='n0nce 3 {"error": "E"}'),
+        ],
+    )
     assert [(v.passed, v.reason) for v in judge(spec, run)] == [
-        (True, ""), (False, "no_result"), (False, "no_result"), (False, "exception")]
+        (True, ""),
+        (False, "no_result"),
+        (False, "no_result"),
+        (False, "exception"),
+    ]
     spec = parse_tests({"type": "assert", "entry_point": "f", "test": "def check(candidate): pass"})
     assert judge(spec, _run("k", [dict(ok, result='k 0 {"passed": true}')]))[0].passed
     assert not judge(spec, _run("k", [dict(ok, result='k 0 {"passed": 1}')]))[0].passed
@@ -83,11 +96,19 @@ def test_judge_believes_only_lines_with_the_nonce():
 
 def test_judge_stdio_needs_clean_exit_and_full_output():
     spec = parse_tests({"type": "stdio", "cases": [{"input": "", "output": "3"}] * 3})
-    run = _run("n", [{"status": "ok", "reason": "", "stdout": "3\n", "truncated": False},
-                     {"status": "error", "reason": "exit_code", "stdout": "3\n", "truncated": False},
-                     {"status": "ok", "reason": "", "stdout": "3", "truncated": True}])
+    run = _run(
+        "n",
+        [
+            {"status": "ok", "reason": "", "stdout": "3\n", "truncated": False},
+            {"status": "error", "reason": "exit_code", "stdout": "3\n", "truncated": False},
+            {"status": "ok", "reason": "", "stdout": "3", "truncated": True},
+        ],
+    )
     assert [(v.passed, v.reason) for v in judge(spec, run)] == [
-        (True, ""), (False, "exit_code"), (False, "output_limit")]
+        (True, ""),
+        (False, "exit_code"),
+        (False, "output_limit"),
+    ]
 
 
 def test_config_is_validated_with_the_key():
@@ -103,12 +124,22 @@ def test_config_is_validated_with_the_key():
 def _facts(**over) -> dict:
     ns = {name: os.readlink(f"/proc/self/ns/{name}") for name in ("net", "mnt", "pid", "ipc", "uts")}
     facts = {f"ns_{k}": v + "-other" for k, v in ns.items()}
-    facts.update(uid=2_000_000_001, gid=2_000_000_001, env=["HOME", "LANG", "PATH"], cap_eff="0000000000000000",
-                 interfaces=["lo"], loopback="Network is unreachable", processes=2, host_marker_visible=False,
-                 seccomp="2",
-                 writes={"/probe": "Read-only file system", "/sandbox/probe": "ok"},
-                 limits={k: [1, 1] for k in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
-                                             "RLIMIT_NPROC", "RLIMIT_CORE")})
+    facts.update(
+        uid=2_000_000_001,
+        gid=2_000_000_001,
+        env=["HOME", "LANG", "PATH"],
+        cap_eff="0000000000000000",
+        interfaces=["lo"],
+        loopback="Network is unreachable",
+        processes=2,
+        host_marker_visible=False,
+        seccomp="2",
+        writes={"/probe": "Read-only file system", "/sandbox/probe": "ok"},
+        limits={
+            k: [1, 1]
+            for k in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE")
+        },
+    )
     facts.update(over)
     return facts
 

@@ -13,8 +13,17 @@ def test_head_stand_in_equals_autograd_through_the_full_logits(bias):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=97,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+        )
+    )
     if bias:  # a head with a bias (some architectures): its gradient too
         head = model.lm_head
         model.lm_head = torch.nn.Linear(head.in_features, head.out_features, bias=True)

@@ -54,8 +54,11 @@ class Running:
 
     def metrics(self) -> dict[tuple, float]:
         text = httpx.get(f"{self.url}/metrics").text
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for fam in text_string_to_metric_families(text) for s in fam.samples}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        }
 
     def stop(self) -> None:
         self.uv.should_exit = True
@@ -107,9 +110,15 @@ def greedy(model_dir: str, text: str, max_new_tokens: int) -> tuple[str, int]:
     model, tok = load_model(model_dir)
     ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    new = out[0, ids.shape[1]:].tolist()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    new = out[0, ids.shape[1] :].tolist()
     return tok.decode(new, skip_special_tokens=True), len(new)
 
 
@@ -120,8 +129,9 @@ def test_openai_chat_and_completions_answer_what_the_model_says(live, models):
     sft = models[1]
     want, n = greedy(sft, "u:3+4=\na:", 40)
     client = live.openai()
-    r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=40,
-                                       temperature=0)
+    r = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=40, temperature=0
+    )
     assert r.object == "chat.completion" and r.model == "tiny"
     assert r.choices[0].message.content == want and r.choices[0].message.role == "assistant"
     assert r.choices[0].finish_reason == ("length" if n == 40 and "<|eos|>" not in want else "stop")
@@ -136,35 +146,58 @@ def test_openai_chat_and_completions_answer_what_the_model_says(live, models):
 
 def test_openai_stream_ends_with_usage_and_done(live, models):
     want, n = greedy(models[1], "u:3+4=\na:", 40)
-    chunks = list(live.openai().chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=40, temperature=0, stream=True,
-        stream_options={"include_usage": True}))
+    chunks = list(
+        live.openai().chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "3+4="}],
+            max_tokens=40,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1  # deltas, not one block
     assert chunks[-2].choices[0].finish_reason in ("stop", "length")
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == n
-    raw = httpx.post(f"{live.url}/v1/completions", headers={"authorization": f"Bearer {KEY}"}, json={
-        "model": "tiny", "prompt": "1+1=", "max_tokens": 8, "stream": True}).text
+    raw = httpx.post(
+        f"{live.url}/v1/completions",
+        headers={"authorization": f"Bearer {KEY}"},
+        json={"model": "tiny", "prompt": "1+1=", "max_tokens": 8, "stream": True},
+    ).text
     assert raw.rstrip().endswith("data: [DONE]") and all(e.startswith("data: ") for e in raw.strip().split("\n\n"))
 
 
 def test_anthropic_messages_plain_and_streaming(live, models):
     want, n = greedy(models[1], "s:be brief\nu:3+4=\na:", 40)
     client = live.anthropic()
-    m = client.messages.create(model="tiny", max_tokens=40, system="be brief",
-                               messages=[{"role": "user", "content": "3+4="}], extra_body={"temperature": 0})
+    m = client.messages.create(
+        model="tiny",
+        max_tokens=40,
+        system="be brief",
+        messages=[{"role": "user", "content": "3+4="}],
+        extra_body={"temperature": 0},
+    )
     assert m.type == "message" and m.role == "assistant" and m.content[0].text == want
     assert m.stop_reason in ("end_turn", "max_tokens") and m.usage.output_tokens == n
     assert m.usage.input_tokens == len("s:be brief\nu:3+4=\na:")
-    with client.messages.stream(model="tiny", max_tokens=40, system="be brief", extra_body={"temperature": 0},
-                                messages=[{"role": "user", "content": "3+4="}]) as stream:
+    with client.messages.stream(
+        model="tiny",
+        max_tokens=40,
+        system="be brief",
+        extra_body={"temperature": 0},
+        messages=[{"role": "user", "content": "3+4="}],
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == want and final.stop_reason == m.stop_reason and final.usage.output_tokens == n
-    raw = httpx.post(f"{live.url}/v1/messages", headers={"x-api-key": KEY}, json={
-        "model": "tiny", "max_tokens": 4, "stream": True, "messages": [{"role": "user", "content": "1+1="}]}).text
+    raw = httpx.post(
+        f"{live.url}/v1/messages",
+        headers={"x-api-key": KEY},
+        json={"model": "tiny", "max_tokens": 4, "stream": True, "messages": [{"role": "user", "content": "1+1="}]},
+    ).text
     names = re.findall(r"^event: (\w+)$", raw, re.M)
     assert names[:2] == ["message_start", "content_block_start"] and set(names[2:-3]) == {"content_block_delta"}
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
@@ -174,17 +207,32 @@ def test_stop_sequences_cut_the_text_in_both_apis_and_never_leak_into_a_stream(l
     want, _ = greedy(models[1], "u:3+4=\na:", 40)
     assert "</think>" in want, want  # the cold start writes the format
     stop = "</think>"
-    cut = want[:want.index(stop)]
+    cut = want[: want.index(stop)]
     oa = live.openai()
-    r = oa.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=40,
-                                   temperature=0, stop=[stop, "zzz"])
+    r = oa.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=40, temperature=0, stop=[stop, "zzz"]
+    )
     assert r.choices[0].message.content == cut and r.choices[0].finish_reason == "stop"
-    deltas = [c.choices[0].delta.content or "" for c in oa.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=40, temperature=0, stop=stop,
-        stream=True) if c.choices]
+    deltas = [
+        c.choices[0].delta.content or ""
+        for c in oa.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "3+4="}],
+            max_tokens=40,
+            temperature=0,
+            stop=stop,
+            stream=True,
+        )
+        if c.choices
+    ]
     assert "".join(deltas) == cut and not any("<" in d and "/" in d for d in deltas)
-    m = live.anthropic().messages.create(model="tiny", max_tokens=40, messages=[{"role": "user", "content": "3+4="}],
-                                         stop_sequences=[stop], extra_body={"temperature": 0})
+    m = live.anthropic().messages.create(
+        model="tiny",
+        max_tokens=40,
+        messages=[{"role": "user", "content": "3+4="}],
+        stop_sequences=[stop],
+        extra_body={"temperature": 0},
+    )
     assert m.content[0].text == cut and m.stop_reason == "stop_sequence" and m.stop_sequence == stop
 
 
@@ -200,8 +248,16 @@ def test_a_judge_component_against_rlvr_serve_times_out_and_parse_failures_are_i
     from rlvr.rewards import build_reward
 
     def judge(*extra):
-        cfg = load_config(None, [f"reward.judges.j.base_url={live.url}/v1", "reward.judges.j.model=tiny",
-                                 f"reward.judges.j.api_key={KEY}", "reward.judges.j.max_tokens=16", *extra])
+        cfg = load_config(
+            None,
+            [
+                f"reward.judges.j.base_url={live.url}/v1",
+                "reward.judges.j.model=tiny",
+                f"reward.judges.j.api_key={KEY}",
+                "reward.judges.j.max_tokens=16",
+                *extra,
+            ],
+        )
         return Judge("j", cfg.reward.judges["j"])
 
     probs = [Problem(id=str(i), prompt=f"{i}+{i}=", answer=str(2 * i)) for i in range(4)]
@@ -212,7 +268,9 @@ def test_a_judge_component_against_rlvr_serve_times_out_and_parse_failures_are_i
         metrics = reward.metrics()
     assert all(not r.valid and "no score in the judge's answer" in r.error for r in results)
     assert all(isinstance(r.info["j_reply"], str) for r in results)  # what the served model said
-    assert (metrics["judge/j/calls"], metrics["judge/j/parse_failures"], metrics["reward/j/failed"]) == (4, 4, 4), metrics
+    assert (metrics["judge/j/calls"], metrics["judge/j/parse_failures"], metrics["reward/j/failed"]) == (4, 4, 4), (
+        metrics
+    )
     # any number it writes as the score: each answer parsed exactly as the pattern reads it
     numbers = judge(r"reward.judges.j.score_pattern=(\d+)", "reward.judges.j.max_score=1e12")
     out = numbers.score(probs, texts)
@@ -267,8 +325,14 @@ def test_a_judge_parses_its_score_caches_and_bounds_concurrency(tmp_path):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        cfg = load_config(None, [f"reward.judges.j.base_url=http://127.0.0.1:{srv.server_address[1]}/v1",
-                                 "reward.judges.j.model=m", "reward.judges.j.concurrency=2"]).reward.judges["j"]
+        cfg = load_config(
+            None,
+            [
+                f"reward.judges.j.base_url=http://127.0.0.1:{srv.server_address[1]}/v1",
+                "reward.judges.j.model=m",
+                "reward.judges.j.concurrency=2",
+            ],
+        ).reward.judges["j"]
         judge = Judge("j", cfg)
         probs = [Problem(id=str(i), prompt="Say it", answer="x") for i in range(7)]
         texts = ["!" * i for i in range(6)] + ["???"]
@@ -298,23 +362,48 @@ def test_a_missing_or_wrong_key_is_401_in_each_apis_shape(live):
 BAD = [  # (path, body, status, a word the message must hold)
     ("/v1/chat/completions", {"model": "tiny"}, 400, "messages"),
     ("/v1/chat/completions", {"model": "tiny", "messages": "hi"}, 400, "messages"),
-    ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "1"}], "temperature": "hot"},
-     400, "temperature"),
+    (
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": [{"role": "user", "content": "1"}], "temperature": "hot"},
+        400,
+        "temperature",
+    ),
     ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "tool", "content": "1"}]}, 400, "tool_call_id"),
     ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "robot", "content": "1"}]}, 400, "role"),
-    ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "1"}],
-                              "tools": [{"type": "retrieval"}]}, 400, "tools"),
+    (
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": [{"role": "user", "content": "1"}], "tools": [{"type": "retrieval"}]},
+        400,
+        "tools",
+    ),
     ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "1"}], "n": 3}, 400, "n"),
     ("/v1/chat/completions", {"model": "gpt-9", "messages": [{"role": "user", "content": "1"}]}, 404, "gpt-9"),
-    ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "1"}], "max_tokens": 10**6},
-     400, "context"),
+    (
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": [{"role": "user", "content": "1"}], "max_tokens": 10**6},
+        400,
+        "context",
+    ),
     ("/v1/completions", {"model": "tiny", "prompt": ["a", "b"]}, 400, "prompt"),
     ("/v1/completions", b"{not json", 400, "JSON"),
     ("/v1/messages", {"model": "tiny", "max_tokens": 4}, 400, "messages"),
-    ("/v1/messages", {"model": "tiny", "max_tokens": 0, "messages": [{"role": "user", "content": "1"}]}, 400,
-     "max_tokens"),
-    ("/v1/messages", {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "1"}],
-                      "thinking": {"type": "enabled"}}, 400, "thinking"),
+    (
+        "/v1/messages",
+        {"model": "tiny", "max_tokens": 0, "messages": [{"role": "user", "content": "1"}]},
+        400,
+        "max_tokens",
+    ),
+    (
+        "/v1/messages",
+        {
+            "model": "tiny",
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "1"}],
+            "thinking": {"type": "enabled"},
+        },
+        400,
+        "thinking",
+    ),
     ("/v1/messages", {"model": "nope", "max_tokens": 4, "messages": [{"role": "user", "content": "1"}]}, 404, "nope"),
     ("/v1/nothing-here", {}, 404, "no route"),
 ]
@@ -323,8 +412,9 @@ BAD = [  # (path, body, status, a word the message must hold)
 @pytest.mark.parametrize("path, body, status, word", BAD, ids=[f"{p}-{i}" for i, (p, *_) in enumerate(BAD)])
 def test_bad_requests_get_the_right_4xx_in_the_apis_shape(live, path, body, status, word):
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
-    r = httpx.post(f"{live.url}{path}", headers=headers,
-                   content=body if isinstance(body, bytes) else json.dumps(body).encode())
+    r = httpx.post(
+        f"{live.url}{path}", headers=headers, content=body if isinstance(body, bytes) else json.dumps(body).encode()
+    )
     assert r.status_code == status, r.text
     assert "Traceback" not in r.text
     if path.startswith("/v1/messages"):
@@ -339,7 +429,9 @@ def test_sdk_exception_classes_for_bad_requests(live):
     with pytest.raises(openai.NotFoundError):
         live.openai().chat.completions.create(model="nope", messages=[{"role": "user", "content": "1"}])
     with pytest.raises(openai.BadRequestError):
-        live.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "1"}], max_tokens=10**6)
+        live.openai().chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "1"}], max_tokens=10**6
+        )
     with pytest.raises(anthropic.BadRequestError):
         live.anthropic().messages.create(model="tiny", max_tokens=4, messages=[])
 
@@ -373,8 +465,9 @@ class Gated:
 
 def test_a_burst_beyond_the_queue_gets_429_and_metrics_count_it(models):
     _, sft, overrides = models
-    server = open_server(serve_cfg(overrides, "serve.max_concurrency=1", "serve.max_queue=1",
-                                   "serve.chat_template=plain"), sft)
+    server = open_server(
+        serve_cfg(overrides, "serve.max_concurrency=1", "serve.max_queue=1", "serve.chat_template=plain"), sft
+    )
     server.arms[0].backend = gated = Gated(server.arms[0].backend)
     live = Running(server)
     try:
@@ -382,8 +475,9 @@ def test_a_burst_beyond_the_queue_gets_429_and_metrics_count_it(models):
 
         def ask(i):
             try:
-                return client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": f"{i}+1="}],
-                                                      max_tokens=6)
+                return client.chat.completions.create(
+                    model="tiny", messages=[{"role": "user", "content": f"{i}+1="}], max_tokens=6
+                )
             except openai.RateLimitError as exc:
                 return exc
 
@@ -404,8 +498,9 @@ def test_a_burst_beyond_the_queue_gets_429_and_metrics_count_it(models):
         route = ("route", "/v1/chat/completions")
         assert m[("rlvr_serve_errors_total", (("model", "tiny"), route, ("status", "429")))] == 4
         assert m[("rlvr_serve_requests_total", (("model", "tiny"), route, ("status", "200")))] == 2
-        assert m[("rlvr_serve_completion_tokens_total", (("model", "tiny"),))] == sum(r.usage.completion_tokens
-                                                                                       for r in done)
+        assert m[("rlvr_serve_completion_tokens_total", (("model", "tiny"),))] == sum(
+            r.usage.completion_tokens for r in done
+        )
         assert m[("rlvr_serve_prompt_tokens_total", (("model", "tiny"),))] == sum(r.usage.prompt_tokens for r in done)
         assert m[("rlvr_serve_request_seconds_count", (("model", "tiny"), route))] == 6
         assert m[("rlvr_serve_in_flight", ())] == 0 and m[("rlvr_serve_queued", ())] == 0
@@ -429,8 +524,13 @@ def test_ab_arms_are_sticky_and_the_report_matches_the_verified_responses(models
 
         def ask(user, prompt, answer=None):
             raw = client.chat.completions.with_raw_response.create(
-                model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=24, temperature=0, user=user,
-                metadata={"answer": answer} if answer is not None else None)
+                model="tiny",
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=24,
+                temperature=0,
+                user=user,
+                metadata={"answer": answer} if answer is not None else None,
+            )
             return raw.headers["x-rlvr-arm"], raw.parse().choices[0].message.content
 
         arms = {u: ask(u, "1+1=")[0] for u in (f"user{i}" for i in range(12))}
@@ -446,8 +546,13 @@ def test_ab_arms_are_sticky_and_the_report_matches_the_verified_responses(models
         texts = {(arm, p): ask(user, p, golds[p])[1] for arm, user in (("a", ua), ("b", ub)) for p in prompts}
         with build_reward(load_config(None, overrides).reward) as reward:
             problems = [Problem(id=p, prompt=p, answer=golds[p]) for p in prompts]
-            mine = {arm: [float(r.components["correct"] >= 1)
-                          for r in reward.score(problems, [texts[arm, p] for p in prompts])] for arm in ("a", "b")}
+            mine = {
+                arm: [
+                    float(r.components["correct"] >= 1)
+                    for r in reward.score(problems, [texts[arm, p] for p in prompts])
+                ]
+                for arm in ("a", "b")
+            }
         deadline = time.time() + 30
         while (rep := httpx.get(f"{live.url}/ab", headers={"x-api-key": KEY}).json())["arms"]["b"]["verified"] < 16:
             assert time.time() < deadline
@@ -478,9 +583,23 @@ def test_rlvr_serve_command_answers_like_transformers(models, engine):
         import psutil  # a vLLM dependency
     _, sft, overrides = models
     want, _ = greedy(sft, "3+4=", 24)
-    proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "serve", sft, "--port", "0", *overrides,
-                             f"serve.engine={engine}", "serve.chat_template=plain", "serve.model_name=tiny"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "serve",
+            sft,
+            "--port",
+            "0",
+            *overrides,
+            f"serve.engine={engine}",
+            "serve.chat_template=plain",
+            "serve.model_name=tiny",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url, lines = None, []
         deadline = time.time() + 240
@@ -493,11 +612,16 @@ def test_rlvr_serve_command_answers_like_transformers(models, engine):
         assert url, "".join(lines)
         threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-        r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "3+4="}],
-                                           max_tokens=24, temperature=0)
+        r = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=24, temperature=0
+        )
         assert r.choices[0].message.content == want
-        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=24, temperature=0, stream=True))
+        streamed = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "3+4="}], max_tokens=24, temperature=0, stream=True
+            )
+        )
         assert streamed == want
         children = psutil.Process(proc.pid).children(recursive=True) if psutil else []  # vLLM's engine core
     finally:

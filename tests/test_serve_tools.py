@@ -19,12 +19,25 @@ from rlvr.config import load_config  # noqa: E402
 from rlvr.rewards import build_reward  # noqa: E402
 from rlvr.serve.app import Arm, Server  # noqa: E402
 
-TEMPLATE = ("{% if tools %}tools:{{ tools | map(attribute='function') | map(attribute='name') | join(',') }}\n{% endif %}"
-            "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}\n{% endfor %}assistant:")
+TEMPLATE = (
+    "{% if tools %}tools:{{ tools | map(attribute='function') | map(attribute='name') | join(',') }}\n{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }}\n{% endfor %}assistant:"
+)
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "482193*39"}}</tool_call>'
-WEATHER = [{"type": "function", "function": {"name": "calculator", "description": "Exact arithmetic.",
-                                              "parameters": {"type": "object", "properties": {
-                                                  "expression": {"type": "string"}}, "required": ["expression"]}}}]
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Exact arithmetic.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
 
 
 def byte_tokenizer():
@@ -53,7 +66,7 @@ class Scripted:
         self.prompts.append(self.tok.decode(prompt_ids))
         ids = self.tok(self.say, add_special_tokens=False).input_ids + [self.tok.eos_token_id]
         for i in range(0, len(ids), 4):
-            yield ids[i:i + 4]
+            yield ids[i : i + 4]
 
     def close(self) -> None:
         pass
@@ -64,7 +77,9 @@ def served():
     tok = byte_tokenizer()
     backend = Scripted(tok)
     cfg = load_config(None, [f"serve.api_keys=[{KEY}]", "serve.model_name=tiny"])
-    running = Running(Server([Arm("a", "tiny", tok, backend, TEMPLATE, 256)], cfg.serve, reward=build_reward(cfg.reward)))
+    running = Running(
+        Server([Arm("a", "tiny", tok, backend, TEMPLATE, 256)], cfg.serve, reward=build_reward(cfg.reward))
+    )
     yield running, backend
     running.stop()
 
@@ -85,15 +100,28 @@ def test_openai_tools_in_tool_calls_out(served, stream):
         out = client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER)
         msg = out.choices[0].message
         assert out.choices[0].finish_reason == "tool_calls" and msg.content == "Let me compute."
-        name, args, call_id = msg.tool_calls[0].function.name, msg.tool_calls[0].function.arguments, msg.tool_calls[0].id
+        name, args, call_id = (
+            msg.tool_calls[0].function.name,
+            msg.tool_calls[0].function.arguments,
+            msg.tool_calls[0].id,
+        )
     assert name == "calculator" and json.loads(args) == {"expression": "482193*39"}
     assert backend.prompts[-1].startswith("tools:calculator\nuser:482193*39?")
     # the call and its result go back in: rendered as the model wrote and read them
     backend.say = "It is 18805527."
-    out = client.chat.completions.create(model="tiny", tools=WEATHER, messages=messages + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]},
-        {"role": "tool", "tool_call_id": call_id, "content": "18805527"}])
+    out = client.chat.completions.create(
+        model="tiny",
+        tools=WEATHER,
+        messages=messages
+        + [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": "18805527"},
+        ],
+    )
     assert out.choices[0].message.content == "It is 18805527." and out.choices[0].finish_reason == "stop"
     assert not out.choices[0].message.tool_calls
     assert backend.prompts[-1].endswith(f"assistant:{CALL}\ntool:18805527\nassistant:")
@@ -104,8 +132,9 @@ def test_anthropic_tools_in_tool_use_out(served, stream):
     running, backend = served
     backend.say = CALL
     client = running.anthropic()
-    tools = [{"name": "calculator", "description": "Exact arithmetic.",
-              "input_schema": WEATHER[0]["function"]["parameters"]}]
+    tools = [
+        {"name": "calculator", "description": "Exact arithmetic.", "input_schema": WEATHER[0]["function"]["parameters"]}
+    ]
     messages = [{"role": "user", "content": "482193*39?"}]
     if stream:
         with client.messages.stream(model="tiny", max_tokens=200, messages=messages, tools=tools) as s:
@@ -116,9 +145,19 @@ def test_anthropic_tools_in_tool_use_out(served, stream):
     (use,) = [b for b in msg.content if b.type == "tool_use"]
     assert use.name == "calculator" and use.input == {"expression": "482193*39"}
     backend.say = "It is 18805527."
-    out = client.messages.create(model="tiny", max_tokens=200, tools=tools, messages=messages + [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18805527"}]}])
+    out = client.messages.create(
+        model="tiny",
+        max_tokens=200,
+        tools=tools,
+        messages=messages
+        + [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18805527"}]},
+        ],
+    )
     assert out.stop_reason == "end_turn" and out.content[0].text == "It is 18805527."
     assert backend.prompts[-1].endswith(f"assistant:{CALL}\ntool:18805527\nassistant:")
 
@@ -126,13 +165,15 @@ def test_anthropic_tools_in_tool_use_out(served, stream):
 def test_tool_choice_none_offers_no_tools_and_reads_no_calls(served):
     running, backend = served
     backend.say = CALL
-    out = running.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                                   tools=WEATHER, tool_choice="none")
+    out = running.openai().chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], tools=WEATHER, tool_choice="none"
+    )
     assert out.choices[0].message.content == CALL and not out.choices[0].message.tool_calls
     assert not backend.prompts[-1].startswith("tools:")
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
-        running.openai().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                                 tools=WEATHER, tool_choice="required")
+        running.openai().chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], tools=WEATHER, tool_choice="required"
+        )
 
 
 def test_malformed_tool_traffic_is_a_4xx_and_the_server_keeps_serving(served):
@@ -147,25 +188,36 @@ def test_malformed_tool_traffic_is_a_4xx_and_the_server_keeps_serving(served):
     assert out.choices[0].message.content == backend.say and not out.choices[0].message.tool_calls
 
     def call(args: str) -> dict:
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": args}}]}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": args}}],
+        }
 
-    bad = {"deep arguments": [*user, call('{"a": ' + "[" * 5000 + "]" * 5000 + "}")],
-           "huge integer": [*user, call('{"a": ' + "9" * 10_000 + "}")],
-           "not an object": [*user, call("[1, 2]")],
-           "unknown call id": [*user, call("{}"), {"role": "tool", "tool_call_id": "call_nope", "content": "1"}],
-           "lone surrogate": [{"role": "user", "content": "bad \udc80"}]}
+    bad = {
+        "deep arguments": [*user, call('{"a": ' + "[" * 5000 + "]" * 5000 + "}")],
+        "huge integer": [*user, call('{"a": ' + "9" * 10_000 + "}")],
+        "not an object": [*user, call("[1, 2]")],
+        "unknown call id": [*user, call("{}"), {"role": "tool", "tool_call_id": "call_nope", "content": "1"}],
+        "lone surrogate": [{"role": "user", "content": "bad \udc80"}],
+    }
     headers = {"authorization": f"Bearer {KEY}"}
     for what, messages in bad.items():
         body = json.dumps({"model": "tiny", "messages": messages, "tools": WEATHER})  # \udc80 escaped, as JSON allows
         r = httpx.post(f"{running.url}/v1/chat/completions", content=body, headers=headers, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (what, r.text[:300])
     anthropic_bad = {
-        "unknown tool_use_id": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x",
-                                                              "content": "1"}]}],
-        "huge integer input": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "calculator",
-                                                                  "input": {"a": "HUGE"}}]}],
-        "deep input": [{"role": "user", "content": "x"}]}
+        "unknown tool_use_id": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "1"}]}
+        ],
+        "huge integer input": [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t", "name": "calculator", "input": {"a": "HUGE"}}],
+            }
+        ],
+        "deep input": [{"role": "user", "content": "x"}],
+    }
     for what, messages in anthropic_bad.items():
         body = json.dumps({"model": "tiny", "max_tokens": 10, "messages": messages})
         body = body.replace('"HUGE"', "9" * 10_000)
@@ -190,8 +242,12 @@ def test_a_recorded_session_with_feedback_becomes_sft_data_and_preference_pairs(
     tok = byte_tokenizer()
     backend = Scripted(tok)
     cfg = load_config(None, [f"serve.api_keys=[{KEY}]", "serve.model_name=tiny"])
-    server = Server([Arm("a", "tiny", tok, backend, TEMPLATE, 256)], cfg.serve, reward=build_reward(cfg.reward),
-                    recorder=Recorder(tmp_path / "rec"))
+    server = Server(
+        [Arm("a", "tiny", tok, backend, TEMPLATE, 256)],
+        cfg.serve,
+        reward=build_reward(cfg.reward),
+        recorder=Recorder(tmp_path / "rec"),
+    )
     running = Running(server)
     try:
         ask = [{"role": "user", "content": "482193*39?"}]
@@ -201,12 +257,16 @@ def test_a_recorded_session_with_feedback_becomes_sft_data_and_preference_pairs(
         bad = running.openai().chat.completions.create(model="tiny", messages=ask, stream=True)
         bad_id = [c.id for c in bad][0]
         backend.say = "Paris, I think."
-        claude = running.anthropic().messages.create(model="tiny", max_tokens=50, messages=[
-            {"role": "user", "content": "Capital of France?"}])
+        claude = running.anthropic().messages.create(
+            model="tiny", max_tokens=50, messages=[{"role": "user", "content": "Capital of France?"}]
+        )
 
         def feedback(body: dict) -> httpx.Response:
-            return httpx.post(f"{running.url}/v1/feedback", content=json.dumps(body),  # NaN as JSON allows it
-                              headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
+            return httpx.post(
+                f"{running.url}/v1/feedback",
+                content=json.dumps(body),  # NaN as JSON allows it
+                headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"},
+            )
 
         assert feedback({"response_id": good.id, "score": 1.0}).status_code == 200
         assert feedback({"response_id": bad_id, "score": 0.0}).status_code == 200
@@ -225,5 +285,7 @@ def test_a_recorded_session_with_feedback_becomes_sft_data_and_preference_pairs(
     records = [p for _, p, err in read_records([sft]) if p is not None]
     assert sorted(r.solution for r in records) == ["It is 18805527.", "Paris."]
     loaded = load_pairs(pairs)
-    assert sorted((p.chosen, p.rejected) for p in loaded) == [("It is 18805527.", "It is 5."),
-                                                                ("Paris.", "Paris, I think.")]
+    assert sorted((p.chosen, p.rejected) for p in loaded) == [
+        ("It is 18805527.", "It is 5."),
+        ("Paris.", "Paris, I think."),
+    ]

@@ -28,8 +28,10 @@ class Sampler:
         self.position = 0
 
     def take(self, n):
-        out = [Problem(id=f"p{i}", prompt=f"{i % 90 + 10}+{i % 7}=", answer="0")
-               for i in range(self.position, self.position + n)]
+        out = [
+            Problem(id=f"p{i}", prompt=f"{i % 90 + 10}+{i % 7}=", answer="0")
+            for i in range(self.position, self.position + n)
+        ]
         self.position += n
         return out
 
@@ -63,8 +65,9 @@ def collect(tiny, algo, reward=None, batch_size=4, max_new_tokens=8, ref=None):
     model, tok = tiny
     torch.manual_seed(0)
     params = SamplingParams(group_size=G, max_new_tokens=max_new_tokens)
-    return collect_batch(HFEngine(model, tok), Sampler(), reward or ScriptedReward(), params, algo,
-                         batch_size=batch_size, ref=ref)
+    return collect_batch(
+        HFEngine(model, tok), Sampler(), reward or ScriptedReward(), params, algo, batch_size=batch_size, ref=ref
+    )
 
 
 def problem_numbers(batch):
@@ -103,8 +106,17 @@ def test_shortfall_is_bounded_reported_and_an_empty_batch_changes_nothing(tiny):
     model, tok = tiny
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    out = policy_update(model, opt, batch.completions, batch.advantages, batch.loss_mask, None, tok.pad_token_id,
-                        _settings(), generator=torch.Generator().manual_seed(0))
+    out = policy_update(
+        model,
+        opt,
+        batch.completions,
+        batch.advantages,
+        batch.loss_mask,
+        None,
+        tok.pad_token_id,
+        _settings(),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert out == {"actor/skipped_updates": 0.0}
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
@@ -122,9 +134,9 @@ def test_invalid_samples_are_masked_and_a_group_left_flat_by_them_is_dropped(tin
     batch = collect(tiny, AlgoConfig(filter_zero_std=True, max_extra_rounds=10), reward)
     assert problem_numbers(batch) == [3, 6, 9, 12]
     row = 0  # p3 is the first group
-    assert batch.valid[row:row + G].tolist() == [True, False, True]
-    assert batch.loss_mask[row:row + G].tolist() == [1.0, 0.0, 1.0]
-    assert batch.shaped_rewards[row:row + G].tolist() == [1.0, 0.5, 0.0]
+    assert batch.valid[row : row + G].tolist() == [True, False, True]
+    assert batch.loss_mask[row : row + G].tolist() == [1.0, 0.0, 1.0]
+    assert batch.shaped_rewards[row : row + G].tolist() == [1.0, 0.5, 0.0]
     assert batch.metrics["reward/invalid_frac"] > 0
 
 
@@ -137,7 +149,7 @@ def test_overlong_penalty_by_hand_and_it_counts_as_signal(tiny):
     assert batch.shaped_rewards.tolist() == pytest.approx(expected)
     # every verifier reward is flat (0.5): only groups whose lengths differ inside the buffer are kept
     for grp in range(len(batch.completions) // G):
-        assert len(set(expected[grp * G:(grp + 1) * G])) > 1
+        assert len(set(expected[grp * G : (grp + 1) * G])) > 1
     assert batch.metrics["actor/zero_std_groups_in_update"] == 0
     assert batch.metrics["reward/overlong_penalty_mean"] == pytest.approx(sum(expected) / len(expected) - 0.5)
 
@@ -232,9 +244,22 @@ def test_next_round_size():
 
 
 def _settings(**kw):
-    base = dict(ppo_epochs=1, mini_batches=1, micro_batch_size=0, max_grad_norm=1.0, temperature=1.0,
-                loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
-                kl_kind="k3", max_len=8, entropy_coef=0.0)
+    base = dict(
+        ppo_epochs=1,
+        mini_batches=1,
+        micro_batch_size=0,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        loss_type="grpo",
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        ratio_level="token",
+        beta=0.0,
+        kl_kind="k3",
+        max_len=8,
+        entropy_coef=0.0,
+    )
     return split_settings({**base, **kw})
 
 
@@ -276,5 +301,6 @@ def test_speculation_falls_back_after_patience_steps_of_low_acceptance():
         seen.append(batch.metrics.get("rollout/spec_accept_rate"))
     assert seen == [0.1, 0.5, 0.1, 0.2, 0.1, None]  # steps 3-5 under 0.3: plain decoding from step 6 on
     assert engine.fallbacks == 1 and source.speculative is None  # 0.5 at step 2 reset the count
-    assert log.events == [{"kind": "speculative_fallback", "step": 5, "accept_rate": 0.1, "min_accept": 0.3,
-                           "steps": 3}]
+    assert log.events == [
+        {"kind": "speculative_fallback", "step": 5, "accept_rate": 0.1, "min_accept": 0.3, "steps": 3}
+    ]

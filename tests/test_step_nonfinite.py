@@ -20,9 +20,22 @@ G = 4
 
 
 def settings(**kw):
-    base = dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2, max_grad_norm=1.0, temperature=1.0,
-                loss_type="grpo", clip_low=0.2, clip_high=0.2, dual_clip=None, ratio_level="token", beta=0.0,
-                kl_kind="k3", max_len=8, entropy_coef=0.0)
+    base = dict(
+        ppo_epochs=2,
+        mini_batches=2,
+        micro_batch_size=2,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        loss_type="grpo",
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        ratio_level="token",
+        beta=0.0,
+        kl_kind="k3",
+        max_len=8,
+        entropy_coef=0.0,
+    )
     return split_settings({**base, **kw})
 
 
@@ -38,8 +51,18 @@ def setup():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
     def update(fault=None, **kw):
-        return policy_update(model, opt, completions, advantages, mask, None, tok.pad_token_id, settings(**kw),
-                             generator=torch.Generator().manual_seed(0), fault=fault)
+        return policy_update(
+            model,
+            opt,
+            completions,
+            advantages,
+            mask,
+            None,
+            tok.pad_token_id,
+            settings(**kw),
+            generator=torch.Generator().manual_seed(0),
+            fault=fault,
+        )
 
     update()  # one clean update first, so the optimizer has state to protect
     return model, opt, update
@@ -112,8 +135,17 @@ def test_bf16_model_update_is_finite_with_fp32_stats():
     ref_logp = torch.zeros(len(completions), max(len(c.token_ids) for c in completions)) - 3.0
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = copy.deepcopy(model.state_dict())
-    out = policy_update(model, opt, completions, torch.tensor([1.0, -1.0, 0.5, -0.5] * 2), torch.ones(8), ref_logp,
-                        tok.pad_token_id, settings(beta=0.1), generator=torch.Generator().manual_seed(0))
+    out = policy_update(
+        model,
+        opt,
+        completions,
+        torch.tensor([1.0, -1.0, 0.5, -0.5] * 2),
+        torch.ones(8),
+        ref_logp,
+        tok.pad_token_id,
+        settings(beta=0.1),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert out["actor/skipped_updates"] == 0
     assert all(math.isfinite(v) for v in out.values())
     assert out["actor/kl"] > 0

@@ -48,7 +48,9 @@ def test_a_checkpoint_counts_at_the_url_only_once_its_manifest_is_there(s3, tmp_
     for step in (1, 2):
         store.push_checkpoint(fake_checkpoint(tmp_path / "a" / "checkpoints", step))
     partial = fake_checkpoint(tmp_path / "a" / "checkpoints", 3)  # cut short: its files, no manifest
-    store.fs.put_file(str(partial / "trainer_state.pt"), store._remote("checkpoints", "step_000003", "trainer_state.pt"))
+    store.fs.put_file(
+        str(partial / "trainer_state.pt"), store._remote("checkpoints", "step_000003", "trainer_state.pt")
+    )
     assert store.committed() == (["step_000001", "step_000002"], ["step_000003"])
     assert store.pull()[-1].endswith("step_000003: not committed at s3://runs/unit")  # the URL is the run
     assert [p.name for p in list_checkpoints(tmp_path / "a" / "checkpoints")] == ["step_000001", "step_000002"]
@@ -82,13 +84,27 @@ def test_a_cold_start_cache_at_a_url_is_trained_once_and_downloaded_elsewhere(s3
 
 
 def _train(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", "train", *args], cwd=cwd, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-def test_a_run_at_an_s3_url_resumes_after_kill_9_mid_upload_bit_identically(s3, tmp_path, tmp_path_factory, monkeypatch):
-    common = [*OPS_TINY, "train.steps=4", "ckpt.every=1", "ckpt.keep=2", "log.report=false",
-              f"sft.cache_dir={sft_cache(tmp_path_factory)}"]
+def test_a_run_at_an_s3_url_resumes_after_kill_9_mid_upload_bit_identically(
+    s3, tmp_path, tmp_path_factory, monkeypatch
+):
+    common = [
+        *OPS_TINY,
+        "train.steps=4",
+        "ckpt.every=1",
+        "ckpt.keep=2",
+        "log.report=false",
+        f"sft.cache_dir={sft_cache(tmp_path_factory)}",
+    ]
     url = "s3://runs/killed"
     machine = tmp_path / "machine"  # the working directory: the run's local cache is under its .cache/
     machine.mkdir()
@@ -118,6 +134,7 @@ def test_a_run_at_an_s3_url_resumes_after_kill_9_mid_upload_bit_identically(s3, 
         resume_point(f"{url}/checkpoints/step_000002", machine / "unused")  # removed by ckpt.keep=2
     exported = load_model(f"{url}/model")[0].state_dict()  # the export, loaded from the URL
     assert all(torch.equal(ref[k], exported[k]) for k in ref)
+
     def rows(d):
         return [r for r in map(json.loads, (Path(d) / "metrics.jsonl").read_text().splitlines()) if "reward/mean" in r]
 
@@ -149,7 +166,9 @@ def test_a_recording_at_a_url_is_uploaded_as_it_is_written_and_continued_elsewhe
     first.served("r1", "tiny", "a", [{"role": "user", "content": "2+2?"}], [1, 2], [3], "4", "stop")
     fs = first.mirror.fs
     deadline = time.time() + 30
-    while b"r1" not in (fs.cat_file("runs/recording/served.jsonl") if fs.exists("runs/recording/served.jsonl") else b""):
+    while b"r1" not in (
+        fs.cat_file("runs/recording/served.jsonl") if fs.exists("runs/recording/served.jsonl") else b""
+    ):
         assert time.time() < deadline, "the response never reached the URL"
         time.sleep(0.1)
         fs.invalidate_cache()

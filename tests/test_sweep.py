@@ -15,8 +15,9 @@ from rlvr.sweep import axes, split_values, trials  # noqa: E402
 
 def test_the_grid_from_the_arguments():
     assert split_values("1,[a,b],{x: 1, y: 2}") == ["1", "[a,b]", "{x: 1, y: 2}"]
-    swept, fixed = axes(["algo.beta=0.001,0.003,0.01,0.03", "train.lr=1e-5,3e-5", "train.steps=100",
-                         "data.files=[a.jsonl,b.jsonl]"])
+    swept, fixed = axes(
+        ["algo.beta=0.001,0.003,0.01,0.03", "train.lr=1e-5,3e-5", "train.steps=100", "data.files=[a.jsonl,b.jsonl]"]
+    )
     assert swept == {"algo.beta": ["0.001", "0.003", "0.01", "0.03"], "train.lr": ["1e-5", "3e-5"]}
     assert fixed == ["train.steps=100", "data.files=[a.jsonl,b.jsonl]"]
     grid = trials(swept)
@@ -26,8 +27,9 @@ def test_the_grid_from_the_arguments():
         axes(["train.steps=3"])
 
 
-def test_a_sweep_at_a_url_runs_every_trial_there_and_reports_the_one_that_diverged(tmp_path, sft_cache, capsys,
-                                                                                    monkeypatch):
+def test_a_sweep_at_a_url_runs_every_trial_there_and_reports_the_one_that_diverged(
+    tmp_path, sft_cache, capsys, monkeypatch
+):
     """--out at an s3:// URL (moto's server): every trial a run directory there, the reports beside them."""
     import fsspec
     from conftest import TINY
@@ -37,8 +39,17 @@ def test_a_sweep_at_a_url_runs_every_trial_there_and_reports_the_one_that_diverg
     monkeypatch.chdir(tmp_path)  # the local caches (.cache/runs, .cache/sweeps) start empty
     with s3_server():
         out = "s3://runs/sweep"
-        args = ["sweep", "debug.inject_nan_at_step=0,2", "rollback.max_retries=0", *TINY, "ckpt.every=0",
-                f"sft.cache_dir={sft_cache}", "log.tensorboard=false", "--out", out]
+        args = [
+            "sweep",
+            "debug.inject_nan_at_step=0,2",
+            "rollback.max_retries=0",
+            *TINY,
+            "ckpt.every=0",
+            f"sft.cache_dir={sft_cache}",
+            "log.tensorboard=false",
+            "--out",
+            out,
+        ]
         assert main(args) == 0
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
         report = json.loads(fs.cat_file("runs/sweep/sweep.json"))

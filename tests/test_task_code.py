@@ -31,8 +31,13 @@ def test_held_out_pairs_never_train_and_every_family_has_unusual_inputs():
     assert {pair(p) for p in CodeTask(eval_size=500, seed=1).held_out()} != {pair(p) for p in held}
     for f in FAMILIES:
         inputs = f.inputs(5)
-        unusual = [x for x in inputs if x in (0, -7, 10**6, "", "a", [], [0]) or (isinstance(x, str) and " " in x)
-                   or (isinstance(x, list) and any(v < 0 for v in x))]
+        unusual = [
+            x
+            for x in inputs
+            if x in (0, -7, 10**6, "", "a", [], [0])
+            or (isinstance(x, str) and " " in x)
+            or (isinstance(x, list) and any(v < 0 for v in x))
+        ]
         assert len(unusual) >= 3, f.name
 
 
@@ -56,7 +61,11 @@ def test_the_teacher_errs_more_often_on_harder_families():
 
 
 def test_the_tiny_tokenizer_spells_code_only_for_the_code_task():
-    assert needs_code_chars("code") and needs_code_chars("arithmetic+code") and not needs_code_chars(load_config().task.name)
+    assert (
+        needs_code_chars("code")
+        and needs_code_chars("arithmetic+code")
+        and not needs_code_chars(load_config().task.name)
+    )
     code, plain = build_tokenizer(code_chars=True), build_tokenizer()
     task = CodeTask()
     for p in task.held_out():

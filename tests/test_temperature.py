@@ -37,9 +37,25 @@ def test_a_sharp_cold_start_samples_hotter_and_a_run_whose_temperature_stays_is_
     configured temperature reaches the target at once, the measurement leaves the run's random streams
     alone: its metrics equal those of a run that never measured."""
     run = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("run.dir="))
-    base = [*tiny_overrides, "train.steps=2", "ckpt.every=0", "log.report=false", "rollout.auto_temperature.when=cold_start"]
-    assert main(["train", *base, "rollout.temperature=0.05", "rollout.auto_temperature.target=0.5",
-                 "rollout.auto_temperature.step=0.5"]) == 0
+    base = [
+        *tiny_overrides,
+        "train.steps=2",
+        "ckpt.every=0",
+        "log.report=false",
+        "rollout.auto_temperature.when=cold_start",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                *base,
+                "rollout.temperature=0.05",
+                "rollout.auto_temperature.target=0.5",
+                "rollout.auto_temperature.step=0.5",
+            ]
+        )
+        == 0
+    )
     (picked,) = events(run, "temperature_picked")
     probes = picked["probes"]
     assert probes[0]["temperature"] == 0.05 and probes[0]["signal"] < 0.5, probes

@@ -11,10 +11,26 @@ from rlvr.stats import mcnemar_exact
 from rlvr.assembly import run_sft, train
 
 REQUIRED_METRICS = [
-    "reward/mean", "reward/std", "reward/correct/mean", "reward/format/mean", "reward/invalid_frac",
-    "rollout/len_mean", "rollout/len_p90", "rollout/truncated_frac", "rollout/zero_std_frac",
-    "actor/loss", "actor/kl", "actor/entropy", "actor/clip_frac", "actor/grad_norm", "actor/lr",
-    "perf/step_s", "perf/rollout_tok_s", "time/rollout_s", "time/reward_s", "time/update_s",
+    "reward/mean",
+    "reward/std",
+    "reward/correct/mean",
+    "reward/format/mean",
+    "reward/invalid_frac",
+    "rollout/len_mean",
+    "rollout/len_p90",
+    "rollout/truncated_frac",
+    "rollout/zero_std_frac",
+    "actor/loss",
+    "actor/kl",
+    "actor/entropy",
+    "actor/clip_frac",
+    "actor/grad_norm",
+    "actor/lr",
+    "perf/step_s",
+    "perf/rollout_tok_s",
+    "time/rollout_s",
+    "time/reward_s",
+    "time/update_s",
 ]
 
 
@@ -74,8 +90,14 @@ def test_cli_smoke_and_sft_cache_reuse(tiny_overrides, capsys):
 def test_first_run_and_a_run_on_the_cached_cold_start_sample_the_same(tiny_overrides, tmp_path):
     # the first run does cold-start SFT in its own process (drawing from the global generators);
     # the second finds it cached: both must train on the same samples
-    cache = [f"sft.cache_dir={tmp_path / 'own-cache'}", "train.steps=2", "ckpt.every=0", "log.report=false",
-             "log.tensorboard=false", "eval.n=8"]
+    cache = [
+        f"sft.cache_dir={tmp_path / 'own-cache'}",
+        "train.steps=2",
+        "ckpt.every=0",
+        "log.report=false",
+        "log.tensorboard=false",
+        "eval.n=8",
+    ]
     threads = torch.get_num_threads()
     try:
         train(load_config(None, tiny_overrides + cache + [f"run.dir={tmp_path / 'first'}"]))
@@ -90,8 +112,10 @@ def test_first_run_and_a_run_on_the_cached_cold_start_sample_the_same(tiny_overr
     assert steps("first") == steps("second")
 
 
-@pytest.mark.parametrize("argv", [["train", "model.name=/nonexistent/model"], ["eval", "/nonexistent/model"],
-                                  ["train", "model.name=./no-such-dir"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["train", "model.name=/nonexistent/model"], ["eval", "/nonexistent/model"], ["train", "model.name=./no-such-dir"]],
+)
 def test_a_missing_model_directory_is_a_one_line_config_error(argv, tmp_path, capsys):
     assert main([*argv, f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={tmp_path / 'sft'}"]) == 2
     err = capsys.readouterr().err.strip()

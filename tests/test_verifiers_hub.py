@@ -19,9 +19,20 @@ from rlvr.rollout import SamplingParams
 from rlvr.rollout.episodes import run_episodes
 
 pytest.importorskip("verifiers")
-TINY = ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "rollout.batch_size=2",
-        "rollout.group_size=4", "rollout.max_new_tokens=8", "eval.n=4", "eval.every=0", "ckpt.every=0",
-        "run.progress=false", "log.tensorboard=false", "log.report=false"]
+TINY = [
+    "model.tiny_hidden=32",
+    "model.tiny_layers=2",
+    "model.tiny_heads=2",
+    "rollout.batch_size=2",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=8",
+    "eval.n=4",
+    "eval.every=0",
+    "ckpt.every=0",
+    "run.progress=false",
+    "log.tensorboard=false",
+    "log.report=false",
+]
 HUB = ["env.name=verifiers:vf_arith", "task.name=verifiers"]
 
 

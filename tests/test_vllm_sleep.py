@@ -47,8 +47,9 @@ class RecordingLLM:
 
     def generate(self, prompts, sampling, use_tqdm: bool):
         self.calls.append(("generate", len(prompts)))
-        sample = SimpleNamespace(token_ids=[5, 2], logprobs=[{5: SimpleNamespace(logprob=-0.5)},
-                                                             {2: SimpleNamespace(logprob=-0.1)}])
+        sample = SimpleNamespace(
+            token_ids=[5, 2], logprobs=[{5: SimpleNamespace(logprob=-0.5)}, {2: SimpleNamespace(logprob=-0.1)}]
+        )
         return [SimpleNamespace(outputs=[sample] * sampling.n) for _ in prompts]
 
 
@@ -84,8 +85,15 @@ def test_the_engine_sleeps_then_wakes_its_weights_before_loading_and_its_kv_cach
     e.load_weights(WEIGHTS, version=1)
     e.generate(PROBLEMS, SamplingParams(group_size=2, max_new_tokens=4))
     e.generate(PROBLEMS, SamplingParams(group_size=2, max_new_tokens=4))  # awake: no second wake
-    assert llm.calls == [("sleep", level), ("wake_up", ("weights",)), ("reload_weights", ("w",)),
-                         ("reset_prefix_cache",), ("wake_up", ("kv_cache",)), ("generate", 1), ("generate", 1)]
+    assert llm.calls == [
+        ("sleep", level),
+        ("wake_up", ("weights",)),
+        ("reload_weights", ("w",)),
+        ("reset_prefix_cache",),
+        ("wake_up", ("kv_cache",)),
+        ("generate", 1),
+        ("generate", 1),
+    ]
     assert e.version == 1
 
 
@@ -119,6 +127,7 @@ def test_the_trainer_puts_the_engine_to_sleep_after_each_rollout(monkeypatch):
 
     e, llm = engine(1)
     e.version = -1
+
     def collect_batch(engine, *args, **kwargs):
         llm.calls.append(("collect",))
         return SimpleNamespace(metrics={})

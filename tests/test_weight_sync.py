@@ -24,8 +24,15 @@ from rlvr.train.sync import sync_weights
 @pytest.fixture(scope="module")
 def policy():
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=2, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -70,8 +77,9 @@ def test_a_sync_into_an_engine_copy_reports_bytes_method_and_a_corrupted_tensor(
 def test_a_ray_worker_checks_what_arrived_and_what_it_holds(policy, monkeypatch):
     weights = {name: t.detach().clone() for name, t in policy.state_dict().items()}
     tied = tied_names(policy)
-    handle = ray_sync.WeightHandle(1, names=tuple(weights), checksum=checksum(
-        t for n, t in weights.items() if n not in tied), tied=tied)
+    handle = ray_sync.WeightHandle(
+        1, names=tuple(weights), checksum=checksum(t for n, t in weights.items() if n not in tied), tied=tied
+    )
     monkeypatch.setattr(ray_sync, "fetch_weights", lambda h: weights)
     assert ray_sync.load_published(HFEngine(copy.deepcopy(policy), None), handle).checksum_ok
     bad = corrupting(HFEngine(copy.deepcopy(policy), None), at_version=1)

@@ -26,8 +26,8 @@ def wandb_records(path: Path):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header is padding
             pos += 32768 - pos % 32768
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0:
             continue
         buf = chunk if kind in (1, 2) else buf + chunk
@@ -40,6 +40,12 @@ def wandb_records(path: Path):
 def wandb_history(run_dir: Path) -> list[dict]:
     """Every history row W&B recorded for the run under run_dir (its own `_` keys left out)."""
     (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
-    return [{(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item
-             if not (i.key or "/".join(i.nested_key)).startswith("_")}
-            for r in wandb_records(path) if r.WhichOneof("record_type") == "history"]
+    return [
+        {
+            (i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+            for i in r.history.item
+            if not (i.key or "/".join(i.nested_key)).startswith("_")
+        }
+        for r in wandb_records(path)
+        if r.WhichOneof("record_type") == "history"
+    ]

@@ -48,5 +48,6 @@ def correct(completion, answer) -> float:
 
 def load_environment(n: int = 64, seed: int = 0, flaky: bool = False, clash: bool = False) -> vf.Environment:
     rubric = vf.Rubric(funcs=[correct if clash else exact, brief], weights=[1.0, 0.2])
-    return (FlakyInfra if flaky else vf.SingleTurnEnv)(dataset=Dataset.from_list(_rows(n, seed)),
-                            eval_dataset=Dataset.from_list(_rows(16, seed + 1)), rubric=rubric)
+    return (FlakyInfra if flaky else vf.SingleTurnEnv)(
+        dataset=Dataset.from_list(_rows(n, seed)), eval_dataset=Dataset.from_list(_rows(16, seed + 1)), rubric=rubric
+    )

@@ -134,7 +134,9 @@ def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     index = model_dir / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    )
     state: dict[str, torch.Tensor] = {}
     for name in files:
         state.update(load_file(model_dir / name))
@@ -163,12 +165,15 @@ def check_loaded_keys(model: torch.nn.Module, loaded, missing, unexpected, sourc
     loaded_ids = {id(params[k]) for k in loaded if k in params}
     missing = [k for k in missing if k not in params or id(params[k]) not in loaded_ids]
     if missing or unexpected:
-        raise RuntimeError(f"{source}: weights do not fit the model (missing {list(missing)[:5]}, "
-                           f"unexpected {list(unexpected)[:5]}); was it saved from another model?")
+        raise RuntimeError(
+            f"{source}: weights do not fit the model (missing {list(missing)[:5]}, "
+            f"unexpected {list(unexpected)[:5]}); was it saved from another model?"
+        )
 
 
-def _write(root: Path, step: int, write_model: Callable[[Path], None], state_bytes: bytes,
-           manifest_extra: dict[str, Any]) -> Checkpoint:
+def _write(
+    root: Path, step: int, write_model: Callable[[Path], None], state_bytes: bytes, manifest_extra: dict[str, Any]
+) -> Checkpoint:
     final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -193,9 +198,17 @@ def _state_bytes(trainer_state: dict[str, Any]) -> bytes:
 class Checkpointer:
     """Saves checkpoints of one run: atomic, verified, retained, optionally in the background."""
 
-    def __init__(self, root: Path, *, config_hash: str, keep: int, keep_best: str | None = None,
-                 best_mode: str = "max", async_write: bool = False,
-                 on_saved: Callable[[Path], None] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        config_hash: str,
+        keep: int,
+        keep_best: str | None = None,
+        best_mode: str = "max",
+        async_write: bool = False,
+        on_saved: Callable[[Path], None] | None = None,
+    ):
         """on_saved(path): after each checkpoint is written and retention has run (rlvr.storage's upload)."""
         self.root = Path(root)
         self.on_saved = on_saved
@@ -210,8 +223,16 @@ class Checkpointer:
         score = (metrics or {}).get(self.keep_best) if self.keep_best else None
         return {"config_hash": self.config_hash, "score": {self.keep_best: score} if self.keep_best else {}}
 
-    def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
-             metrics: dict[str, float] | None = None, optimizer=None) -> None:
+    def save(
+        self,
+        step: int,
+        model,
+        tokenizer,
+        trainer_state: dict[str, Any],
+        *,
+        metrics: dict[str, float] | None = None,
+        optimizer=None,
+    ) -> None:
         """`metrics`: the values measured at this step; the keep_best score is taken from them.
         optimizer: unused here (its state is in trainer_state); a sharded checkpointer's shards hold it."""
         extra = self.manifest_extra(metrics)
@@ -225,8 +246,9 @@ class Checkpointer:
 
         def work() -> None:
             try:
-                self.last = _write(self.root, step, lambda p: _save_model(model, tokenizer, p, weights),
-                                   state_bytes, extra)
+                self.last = _write(
+                    self.root, step, lambda p: _save_model(model, tokenizer, p, weights), state_bytes, extra
+                )
                 self._saved()
             except BaseException as exc:  # re-raised on the training thread by wait()
                 self._error = exc
@@ -279,11 +301,14 @@ def list_checkpoints(root: Path) -> list[Path]:
     root = Path(root)
     if not root.exists():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and not p.name.endswith(".tmp"))
+    return sorted(
+        p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_") and not p.name.endswith(".tmp")
+    )
 
 
-def latest_valid(root: Path, on_skip: Callable[[Path, str], None] | None = None,
-                 before: int | None = None) -> Checkpoint | None:
+def latest_valid(
+    root: Path, on_skip: Callable[[Path, str], None] | None = None, before: int | None = None
+) -> Checkpoint | None:
     """The newest checkpoint (with step < `before`, if given) whose manifest verifies."""
     for path in reversed(list_checkpoints(root)):
         step = int(path.name.split("_")[1])
@@ -315,8 +340,13 @@ def manifest_score(text: str, metric: str) -> float | None:
     return value if isinstance(value, (int, float)) else None
 
 
-def retained(names: list[str], manifest_text: Callable[[str], str], keep: int, keep_best: str | None = None,
-             best_mode: str = "max") -> set[str]:
+def retained(
+    names: list[str],
+    manifest_text: Callable[[str], str],
+    keep: int,
+    keep_best: str | None = None,
+    best_mode: str = "max",
+) -> set[str]:
     """Of checkpoint names (oldest first), those retention keeps: the newest `keep` and the best by
     `keep_best` (read from each manifest's text); all of them when keep <= 0."""
     if keep <= 0:

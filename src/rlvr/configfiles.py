@@ -41,8 +41,13 @@ class Layers:
     """name -> (section, the file it came from): every `profiles:` section read."""
 
 
-def read_layers(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, profile: str | None = None,
-                environ: Mapping[str, str] | None = None) -> Layers:
+def read_layers(
+    paths: Sequence[str | Path],
+    overrides: Sequence[str] = (),
+    *,
+    profile: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Layers:
     environ = os.environ if environ is None else environ
     layers = Layers()
     for path in paths:
@@ -55,8 +60,10 @@ def read_layers(paths: Sequence[str | Path], overrides: Sequence[str] = (), *, p
         _merge_leaf(layers, keys, value, "override")
     for key, value in leaves(layers.data):
         if value == REDACTED:
-            raise ConfigError(f"{key}: the file has {REDACTED} here (a run's config.yaml keeps no secrets): "
-                              f"set it again, e.g. {key}=${{secret:VAR}} with VAR in the environment")
+            raise ConfigError(
+                f"{key}: the file has {REDACTED} here (a run's config.yaml keeps no secrets): "
+                f"set it again, e.g. {key}=${{secret:VAR}} with VAR in the environment"
+            )
     _interpolate(layers.data, "", layers, environ)
     return layers
 
@@ -145,8 +152,12 @@ def _apply_profile(name: str, paths: list[Path], layers: Layers) -> None:
         section, source = layers.profiles[name]
         _merge(layers, section, [], f"profile {name} ({source})")
         return
-    candidates = list(dict.fromkeys(([paths[0].parent / "profiles" / f"{name}.yaml"] if paths else []) +
-                                    [Path("configs") / "profiles" / f"{name}.yaml"]))
+    candidates = list(
+        dict.fromkeys(
+            ([paths[0].parent / "profiles" / f"{name}.yaml"] if paths else [])
+            + [Path("configs") / "profiles" / f"{name}.yaml"]
+        )
+    )
     for candidate in candidates:
         if candidate.is_file():
             before = len(layers.profiles)
@@ -158,8 +169,10 @@ def _apply_profile(name: str, paths: list[Path], layers: Layers) -> None:
                     layers.origins[key] = f"profile {name} ({candidate})"
             return
     known = ", ".join(sorted(layers.profiles)) or "none"
-    raise ConfigError(f"profile {name!r} (--profile or ${PROFILE_VAR}): no `profiles: {name}` section in the config "
-                      f"files (their profiles: {known}) and no file {' or '.join(str(c) for c in candidates)}")
+    raise ConfigError(
+        f"profile {name!r} (--profile or ${PROFILE_VAR}): no `profiles: {name}` section in the config "
+        f"files (their profiles: {known}) and no file {' or '.join(str(c) for c in candidates)}"
+    )
 
 
 def _deep_merge(dst: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
@@ -183,8 +196,9 @@ def _merge_leaf(layers: Layers, keys: list[str], value: Any, origin: str) -> Non
     for i, part in enumerate(keys[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(keys[:i + 1])}: is a value, not a section; cannot set {'.'.join(keys)} "
-                              f"(from {origin})")
+            raise ConfigError(
+                f"{'.'.join(keys[: i + 1])}: is a value, not a section; cannot set {'.'.join(keys)} (from {origin})"
+            )
         node = child
     node[keys[-1]] = value
     dotted = ".".join(keys)
@@ -213,8 +227,9 @@ def _interpolate(node: Any, key: str, layers: Layers, environ: Mapping[str, str]
             return environ[var]
         if default is not None:
             return default
-        raise ConfigError(f"{key}: environment variable {var} is not set (set it, or give a default: "
-                          f"${{{kind}:{var},DEFAULT}})")
+        raise ConfigError(
+            f"{key}: environment variable {var} is not set (set it, or give a default: ${{{kind}:{var},DEFAULT}})"
+        )
 
     whole = _REF_RE.fullmatch(node)
     out: Any = _REF_RE.sub(value, node)

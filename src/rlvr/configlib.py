@@ -63,8 +63,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, option, key)
             except ConfigError as exc:
                 errors.append(str(exc).split(": ", 1)[-1])
-        raise ConfigError(f"{key}: expected {' or '.join(_type_name(o) for o in options if o is not type(None))}"
-                          f"{' or null' if type(None) in options else ''}, got {value!r}")
+        raise ConfigError(
+            f"{key}: expected {' or '.join(_type_name(o) for o in options if o is not type(None))}"
+            f"{' or null' if type(None) in options else ''}, got {value!r}"
+        )
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping of settings, got {value!r}")
@@ -146,7 +148,7 @@ def require(ok: bool, key: str, message: str) -> None:
 def _leaf_key(key: str, value: Any) -> str:
     """The full dotted key a user wrote (`no.such.key=1` arrives as {'no': {'such': {'key': 1}}})."""
     while isinstance(value, dict) and len(value) == 1:
-        (name, value), = value.items()
+        ((name, value),) = value.items()
         key = f"{key}.{name}"
     return key
 

@@ -33,16 +33,26 @@ class RunConsole:
             self._plain_every, self._total = max(1, total // 20), total
             return
         self._progress = Progress(
-            TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-            TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=self.console, transient=False)
+            TextColumn("[bold]GRPO"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=self.console,
+            transient=False,
+        )
         self._progress.start()
         self._task = self._progress.add_task("train", total=total, completed=completed, status="")
 
     def update(self, step: int, metrics: dict[str, float], accuracy: float | None) -> None:
         if self._progress is None and not self._plain_every:
             return
-        status = (f"reward {metrics.get('reward/mean', 0):.3f}  correct {metrics.get('reward/correct/mean', 0):.2f}"
-                  f"  kl {metrics.get('actor/kl', 0):.4f}")
+        status = (
+            f"reward {metrics.get('reward/mean', 0):.3f}  correct {metrics.get('reward/correct/mean', 0):.2f}"
+            f"  kl {metrics.get('actor/kl', 0):.4f}"
+        )
         if accuracy is not None:
             status += f"  held-out acc {accuracy:.1%}"
         if self._progress is not None:
@@ -62,12 +72,16 @@ class RunConsole:
         table.add_column("value", justify="right")
         before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
         if before and after:
-            table.add_row(f"held-out accuracy (greedy, n={after['n']})",
-                          f"{before['accuracy']:.1%} -> {after['accuracy']:.1%}")
+            table.add_row(
+                f"held-out accuracy (greedy, n={after['n']})", f"{before['accuracy']:.1%} -> {after['accuracy']:.1%}"
+            )
         change = summary.get("eval_change")
         if change:
-            table.add_row("change [95% CI], McNemar p", f"{change['diff']:+.1%} [{change['ci95'][0]:+.1%}, "
-                          f"{change['ci95'][1]:+.1%}], p = {change['mcnemar_p']:.2g}")
+            table.add_row(
+                "change [95% CI], McNemar p",
+                f"{change['diff']:+.1%} [{change['ci95'][0]:+.1%}, "
+                f"{change['ci95'][1]:+.1%}], p = {change['mcnemar_p']:.2g}",
+            )
         for key in ("reward_first", "reward_last"):
             if summary.get(key) is not None:  # None: no step ran (train.steps=0)
                 table.add_row(key.replace("_", " "), f"{summary[key]:.3f}")

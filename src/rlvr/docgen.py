@@ -44,9 +44,10 @@ MAP_KEY = "<name>"  # stands for the key of a mapping of sections (deploy.pools.
 
 # ---------------------------------------------------------------------------------------------- config
 
+
 @dataclasses.dataclass
 class Key:
-    key: str          # dotted, as written in YAML and overrides
+    key: str  # dotted, as written in YAML and overrides
     type: str
     default: str
     doc: str
@@ -54,7 +55,7 @@ class Key:
 
 @dataclasses.dataclass
 class Section:
-    key: str          # dotted prefix; '' for the top level
+    key: str  # dotted prefix; '' for the top level
     doc: str
     keys: list[Key]
 
@@ -69,9 +70,13 @@ def field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     body = node.body if isinstance(node, ast.ClassDef) else []
     for stmt, following in itertools.pairwise(body):
-        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                and isinstance(following.value.value, str)):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
             docs[stmt.target.id] = inspect.cleandoc(following.value.value)
     return docs
 
@@ -139,8 +144,14 @@ def config_sections(root: type | None = None) -> list[Section]:
                 where = f" (`{MAP_KEY}`: {names})" if names else ""
                 default = f"one section each for {names} (below)" if names else "`{}`"
                 section.keys.append(Key(key, type_name(tp), default, doc))
-                walk(inner, f"{key}.{MAP_KEY}", _join(f"One section per entry of `{key}`{where}.",
-                                                      inspect.cleandoc(inner.__doc__ or "") if _own_doc(inner) else ""))
+                walk(
+                    inner,
+                    f"{key}.{MAP_KEY}",
+                    _join(
+                        f"One section per entry of `{key}`{where}.",
+                        inspect.cleandoc(inner.__doc__ or "") if _own_doc(inner) else "",
+                    ),
+                )
             else:
                 section.keys.append(Key(key, type_name(tp), _cell_default(_default(f)), doc))
 
@@ -183,7 +194,7 @@ def _cell(text: str) -> str:
                 j += 1
             close = re.compile(f"(?<!`)`{{{j - i}}}(?!`)").search(text, j) if j - i < 3 else None
             if close:
-                out.append(text[i:close.end()])
+                out.append(text[i : close.end()])
                 i = close.end()
             else:
                 out.append("\\`" * (j - i))
@@ -218,6 +229,7 @@ def config_markdown(root: type | None = None) -> str:
 
 # ------------------------------------------------------------------------------------------------ CLI
 
+
 def cli_parser() -> argparse.ArgumentParser:
     """The `rlvr` parser with every sub-command's arguments (rlvr.cli.main adds only the one it runs)."""
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
@@ -238,8 +250,9 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
     return out
 
 
-def commands(parser: argparse.ArgumentParser | None = None, path: tuple[str, ...] = ("rlvr",)
-             ) -> list[tuple[tuple[str, ...], str, argparse.ArgumentParser]]:
+def commands(
+    parser: argparse.ArgumentParser | None = None, path: tuple[str, ...] = ("rlvr",)
+) -> list[tuple[tuple[str, ...], str, argparse.ArgumentParser]]:
     """(command path, help, parser) of every sub-command, depth first: ('rlvr', 'reward', 'score'), ..."""
     parser = parser or cli_parser()
     out = []
@@ -261,8 +274,14 @@ def _with_args(action: argparse.Action) -> str:
     m, n = _metavar(action), action.nargs
     if n == 0:
         return ""
-    return {None: m, "?": f"[{m}]", "*": f"[{m} ...]", "+": f"{m} [{m} ...]",
-            argparse.REMAINDER: "...", argparse.PARSER: f"{m} ..."}.get(n, " ".join([m] * n) if isinstance(n, int) else m)
+    return {
+        None: m,
+        "?": f"[{m}]",
+        "*": f"[{m} ...]",
+        "+": f"{m} [{m} ...]",
+        argparse.REMAINDER: "...",
+        argparse.PARSER: f"{m} ...",
+    }.get(n, " ".join([m] * n) if isinstance(n, int) else m)
 
 
 def _arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -296,7 +315,13 @@ def _help(action: argparse.Action, prog: str) -> str:
 
 def _default_text(action: argparse.Action) -> str:
     d = action.default
-    if action.nargs == 0 or d is None or d is argparse.SUPPRESS or d == [] or isinstance(action, argparse._SubParsersAction):
+    if (
+        action.nargs == 0
+        or d is None
+        or d is argparse.SUPPRESS
+        or d == []
+        or isinstance(action, argparse._SubParsersAction)
+    ):
         return ""  # a flag, or nothing given
     return _code(" ".join(map(str, d)) if isinstance(d, (list, tuple)) else str(d))
 
@@ -329,8 +354,11 @@ def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
         for a in _arguments(p):
             if isinstance(a, argparse._SubParsersAction):
                 continue
-            name = ", ".join(f"`{o} {_with_args(a)}`".replace(" `", "`") for o in a.option_strings) \
-                if a.option_strings else f"`{_with_args(a)}`"
+            name = (
+                ", ".join(f"`{o} {_with_args(a)}`".replace(" `", "`") for o in a.option_strings)
+                if a.option_strings
+                else f"`{_with_args(a)}`"
+            )
             rows.append(f"| {name} | {_default_text(a)} | {_cell(_help(a, ' '.join(path)))} |")
         if rows:
             lines += ["| argument | default | what |", "|---|---|---|", *rows, ""]
@@ -344,6 +372,7 @@ def _anchor(path: tuple[str, ...]) -> str:
 
 # ----------------------------------------------------------------------------------------------- main
 
+
 @functools.cache
 def pages() -> dict[str, str]:
     """Repository-relative path -> content of every generated page."""
@@ -352,8 +381,12 @@ def pages() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description="Write the generated reference pages of the docs site.")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2],
-                        help="repository root (default: the checkout this module is in)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parents[2],
+        help="repository root (default: the checkout this module is in)",
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page differs")
     args = parser.parse_args(argv)
     stale = []

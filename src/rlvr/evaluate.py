@@ -34,19 +34,24 @@ class Evaluation(_Evaluation, total=False):
     and mean length over the problems, each problem's result; with several sources the accuracy
     of each; for agents the tool calls per solved problem and per problem, and the mean return
     (rlvr.envs.episode_returns)."""
+
     by_source: dict[str, float]
     tool_calls_per_solved: float
     tool_calls_mean: float
     return_mean: float
 
 
-def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer, *, max_new_tokens: int,
-             batch_size: int = 500) -> Evaluation:
+def evaluate(
+    engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer, *, max_new_tokens: int, batch_size: int = 500
+) -> Evaluation:
     """The greedy evaluation of `problems` (an `Evaluation`), decoding with `engine`, `batch_size`
     problems per engine call."""
     params = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
-    completions = [c for start in range(0, len(problems), batch_size)
-                   for c in engine.generate(problems[start:start + batch_size], params)]
+    completions = [
+        c
+        for start in range(0, len(problems), batch_size)
+        for c in engine.generate(problems[start : start + batch_size], params)
+    ]
     results = reward.score(list(problems), [c.text for c in completions], **env_kwargs(completions))
     n = len(problems)
     passes = _passes(results)  # a code answer counts when all its tests pass
@@ -69,8 +74,10 @@ def evaluate(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer,
             row["return"] = ret
     sources = sorted({p.source for p in problems})
     if len(sources) > 1:
-        out["by_source"] = {s: sum(ok for p, ok in zip(problems, passes) if p.source == s) /
-                            sum(p.source == s for p in problems) for s in sources}
+        out["by_source"] = {
+            s: sum(ok for p, ok in zip(problems, passes) if p.source == s) / sum(p.source == s for p in problems)
+            for s in sources
+        }
     return out
 
 
@@ -78,8 +85,9 @@ def eval_metrics(result: Evaluation) -> dict[str, float]:
     """The metric keys of an `evaluate` result: eval/accuracy, eval/format, eval/source/<source>/accuracy, and
     for agents eval/tool_calls_per_solved, eval/tool_calls_mean, eval/return_mean."""
     out = {"eval/accuracy": result["accuracy"], "eval/format": result["format"]}
-    out.update({f"eval/{k}": result[k] for k in ("tool_calls_per_solved", "tool_calls_mean", "return_mean")
-                if k in result})
+    out.update(
+        {f"eval/{k}": result[k] for k in ("tool_calls_per_solved", "tool_calls_mean", "return_mean") if k in result}
+    )
     out.update({f"eval/source/{s}/accuracy": acc for s, acc in result.get("by_source", {}).items()})
     return out
 
@@ -101,24 +109,35 @@ def _passes(results) -> list[bool]:
     return [r.valid and r.components.get("correct", 0.0) >= 1.0 - 1e-9 for r in results]
 
 
-def score_problems(engine: RolloutEngine, problems: Sequence[Problem], reward: Scorer, *, max_new_tokens: int,
-                   samples: int = 0, temperature: float = 1.0, top_p: float = 1.0, batch_size: int = 64,
-                   progress: Callable[[int], None] | None = None) -> list[Outcome]:
+def score_problems(
+    engine: RolloutEngine,
+    problems: Sequence[Problem],
+    reward: Scorer,
+    *,
+    max_new_tokens: int,
+    samples: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 64,
+    progress: Callable[[int], None] | None = None,
+) -> list[Outcome]:
     """Greedy decoding of every problem, then `samples` completions each at `temperature`, scored
     by `reward`; `batch_size` problems per engine call; progress(n) after each chunk."""
     greedy = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
-    sampled = SamplingParams(group_size=max(samples, 1), temperature=temperature, top_p=top_p,
-                             max_new_tokens=max_new_tokens)
+    sampled = SamplingParams(
+        group_size=max(samples, 1), temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
+    )
     out: list[Outcome] = []
     for start in range(0, len(problems), batch_size):
-        chunk = list(problems[start:start + batch_size])
+        chunk = list(problems[start : start + batch_size])
         greedy_runs = engine.generate(chunk, greedy)
         firsts = _passes(reward.score(chunk, [c.text for c in greedy_runs], **env_kwargs(greedy_runs)))
         outcomes = [Outcome(p.id, p.source, ok) for p, ok in zip(chunk, firsts)]
         if samples:
             completions = engine.generate(chunk, sampled)  # group after group; group id = index in chunk
-            results = reward.score([chunk[c.group_id] for c in completions], [c.text for c in completions],
-                                   **env_kwargs(completions))
+            results = reward.score(
+                [chunk[c.group_id] for c in completions], [c.text for c in completions], **env_kwargs(completions)
+            )
             for c, r, ok in zip(completions, results, _passes(results)):
                 answer = r.info.get("answer")
                 outcomes[c.group_id].passed.append(ok)

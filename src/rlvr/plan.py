@@ -49,6 +49,7 @@ REF_MICRO = 64
 @dataclass(frozen=True)
 class Shape:
     """A decoder-only transformer's sizes (Llama/Qwen/Mistral-style: gated MLP, grouped KV heads)."""
+
     layers: int
     hidden: int
     intermediate: int
@@ -91,12 +92,21 @@ def shape_of(model_dir: str | Path) -> Shape:
     c = json.loads(path.read_text())
     c = c.get("text_config", c)
     try:
-        return Shape(c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
-                     c.get("num_key_value_heads") or c["num_attention_heads"], c["vocab_size"],
-                     bool(c.get("tie_word_embeddings", False)), str(path))
+        return Shape(
+            c["num_hidden_layers"],
+            c["hidden_size"],
+            c["intermediate_size"],
+            c["num_attention_heads"],
+            c.get("num_key_value_heads") or c["num_attention_heads"],
+            c["vocab_size"],
+            bool(c.get("tie_word_embeddings", False)),
+            str(path),
+        )
     except KeyError as exc:
-        raise ValueError(f"{path}: no {exc.args[0]!r}; rlvr plan reads decoder-only configs "
-                         "(num_hidden_layers, hidden_size, intermediate_size, heads, vocab_size)") from None
+        raise ValueError(
+            f"{path}: no {exc.args[0]!r}; rlvr plan reads decoder-only configs "
+            "(num_hidden_layers, hidden_size, intermediate_size, heads, vocab_size)"
+        ) from None
 
 
 def shape_for_params(n: float) -> Shape:
@@ -121,8 +131,13 @@ def parse_cluster(text: str | None) -> Cluster:
     """'nodes=2,gpus=8,gpu_gb=80,cpus=64,host_gb=512' (gpus per node)."""
     if not text:
         return Cluster()
-    names = {"nodes": "nodes", "gpus": "gpus_per_node", "gpu_gb": "gpu_gb", "cpus": "cpus_per_node",
-             "host_gb": "host_gb"}
+    names = {
+        "nodes": "nodes",
+        "gpus": "gpus_per_node",
+        "gpu_gb": "gpu_gb",
+        "cpus": "cpus_per_node",
+        "host_gb": "host_gb",
+    }
     values: dict = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
@@ -135,8 +150,15 @@ def parse_cluster(text: str | None) -> Cluster:
 def lora_params(shape: Shape, lora) -> int:
     """Trainable parameters of a LoRA adapter: r x (in + out) per targeted projection per layer."""
     h, kv, i = shape.hidden, shape.kv_width, shape.intermediate
-    dims = {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    dims = {
+        "q_proj": (h, h),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (h, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
     return shape.layers * sum(lora.r * sum(dims[m]) for m in lora.target_modules if m in dims)
 
 
@@ -147,10 +169,24 @@ def _activation_bytes(shape: Shape, tokens: int, act_bytes: int, checkpointing: 
     return tokens * act_bytes * shape.layers * per_layer
 
 
-def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy, reward, prompt_len: int,
-         ranks: int | None = None, decode_tps: float | None = None, train_tflops: float | None = None,
-         reward_params: dict[str, int] | None = None, teacher_params: int | None = None,
-         sync_gbps: float | None = None) -> dict:
+def plan(
+    shape: Shape,
+    cluster: Cluster,
+    *,
+    model,
+    rollout,
+    algo,
+    train,
+    deploy,
+    reward,
+    prompt_len: int,
+    ranks: int | None = None,
+    decode_tps: float | None = None,
+    train_tflops: float | None = None,
+    reward_params: dict[str, int] | None = None,
+    teacher_params: int | None = None,
+    sync_gbps: float | None = None,
+) -> dict:
     """The plan as plain data: per pool its memory terms (GiB), and the step's tokens, FLOPs, time
     and GPU split. model, rollout, algo, train, deploy, reward: the run's sections of those names.
     ranks: trainer ranks (default: train.world_size, the trainer pool's replicas, 1).
@@ -161,13 +197,17 @@ def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy,
     seq = prompt + r.max_new_tokens
     rows = r.batch_size * r.group_size
     ray = deploy.backend == "ray"
-    n = ranks or (t.world_size if t.strategy == "fsdp" and t.world_size else
-                  (deploy.pools["trainer"].replicas if ray else 1))
+    n = ranks or (
+        t.world_size if t.strategy == "fsdp" and t.world_size else (deploy.pools["trainer"].replicas if ray else 1)
+    )
     p = shape.params
     trainable = lora_params(shape, m.lora) if m.lora.enabled else p
     act_bytes = 2 if m.dtype == "bfloat16" else 4
-    micro = (max(1, t.micro_batch_tokens // seq) if t.micro_batch_tokens  # packed: full-length sequences per budget
-             else t.micro_batch_size or math.ceil(rows / t.mini_batches / n))
+    micro = (
+        max(1, t.micro_batch_tokens // seq)
+        if t.micro_batch_tokens  # packed: full-length sequences per budget
+        else t.micro_batch_size or math.ceil(rows / t.mini_batches / n)
+    )
     recompute = a.recomputes(r.engine)
     no_grad_rows = min(REF_MICRO, rows)
     trainer = {
@@ -184,8 +224,10 @@ def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy,
     kv_bytes = 2 if (m.dtype == "bfloat16" or (r.engine == "vllm" and r.vllm.dtype == "bfloat16")) else 4
     replicas = deploy.pools["rollout"].replicas if ray else 1
     rollout_rows = math.ceil(rows / replicas)
-    rollout = {"kv_cache": 2 * shape.layers * shape.kv_width * kv_bytes * rollout_rows * seq,
-               "decode_logits": rollout_rows * shape.vocab * 4 * 2}
+    rollout = {
+        "kv_cache": 2 * shape.layers * shape.kv_width * kv_bytes * rollout_rows * seq,
+        "decode_logits": rollout_rows * shape.vocab * 4 * 2,
+    }
     if r.engine == "vllm":
         rollout["weights"] = p * (2 if m.dtype == "bfloat16" or r.vllm.dtype == "bfloat16" else 4)
     elif ray:
@@ -204,8 +246,11 @@ def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy,
     out_pools = {}
     for name, terms in pools.items():
         total = sum(terms.values()) + RUNTIME_GB * GB * (1 if terms else 0)
-        out_pools[name] = {"terms_gb": {k: v / GB for k, v in terms.items() if v}, "runtime_gb": RUNTIME_GB,
-                           "total_gb": total / GB}
+        out_pools[name] = {
+            "terms_gb": {k: v / GB for k, v in terms.items() if v},
+            "runtime_gb": RUNTIME_GB,
+            "total_gb": total / GB,
+        }
     # one process holds every pool when embedded: the runtime counted once
     embedded_gb = sum(sum(pool["terms_gb"].values()) for pool in out_pools.values()) + RUNTIME_GB
 
@@ -213,8 +258,11 @@ def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy,
     generated = rows * r.max_new_tokens
     tokens = rows * seq
     passes = (1 if recompute else 0) + (1 if a.beta > 0 else 0)
-    flops = {"rollout": 2 * p * generated, "update": 6 * p * tokens * t.ppo_epochs,
-             "logprob_passes": 2 * (p * passes + (teacher_params or 0)) * tokens}
+    flops = {
+        "rollout": 2 * p * generated,
+        "update": 6 * p * tokens * t.ppo_epochs,
+        "logprob_passes": 2 * (p * passes + (teacher_params or 0)) * tokens,
+    }
     times = {}
     rounds_max = 1 + a.max_extra_rounds if a.filter_zero_std else 1  # dynamic sampling's refills, at most
     if decode_tps:
@@ -228,18 +276,35 @@ def plan(shape: Shape, cluster: Cluster, *, model, rollout, algo, train, deploy,
         times["sync_s"] = sync["bytes"] / (sync_gbps * 1e9) / r.sync_every
     result = {
         "model": {**asdict(shape), "params": p, "trainable_params": trainable},
-        "settings": {"dtype": m.dtype, "strategy": t.strategy, "trainer_ranks": n, "lora": m.lora.enabled,
-                     "prompt_len": prompt, "max_new_tokens": r.max_new_tokens, "group_size": r.group_size,
-                     "prompts_per_step": r.batch_size, "micro_batch": micro, "gradient_checkpointing": m.gradient_checkpointing,
-                     "backend": deploy.backend, "rollout_engine": r.engine, "rollout_replicas": replicas,
-                     "sampling_rounds_max": rounds_max},
-        "pools": out_pools, "embedded_process_gb": embedded_gb,
+        "settings": {
+            "dtype": m.dtype,
+            "strategy": t.strategy,
+            "trainer_ranks": n,
+            "lora": m.lora.enabled,
+            "prompt_len": prompt,
+            "max_new_tokens": r.max_new_tokens,
+            "group_size": r.group_size,
+            "prompts_per_step": r.batch_size,
+            "micro_batch": micro,
+            "gradient_checkpointing": m.gradient_checkpointing,
+            "backend": deploy.backend,
+            "rollout_engine": r.engine,
+            "rollout_replicas": replicas,
+            "sampling_rounds_max": rounds_max,
+        },
+        "pools": out_pools,
+        "embedded_process_gb": embedded_gb,
         "rollout_weights_gb": p * (2 if m.dtype == "bfloat16" or r.vllm.dtype == "bfloat16" else 4) / GB,
-        "tokens_per_step": tokens, "generated_per_step": generated, "flops_per_step": flops, "times": times,
+        "tokens_per_step": tokens,
+        "generated_per_step": generated,
+        "flops_per_step": flops,
+        "times": times,
         "sync": sync,
         # per scorer: the math verifier's worker processes and the sandbox's programs at once, one core each
-        "sandbox": {"cpus": (reward.math.workers + reward.code.max_parallel) * scorers,
-                    "memory_gb": reward.code.total_memory_mb * scorers / 1024},
+        "sandbox": {
+            "cpus": (reward.math.workers + reward.code.max_parallel) * scorers,
+            "memory_gb": reward.code.total_memory_mb * scorers / 1024,
+        },
         "cluster": asdict(cluster),
     }
     result["split"] = split_gpus(result, cluster)
@@ -268,8 +333,11 @@ def split_gpus(result: dict, cluster: Cluster) -> dict:
     if cluster.gpus == 0:
         need = result["embedded_process_gb"]
         fits = not cluster.host_gb or need <= cluster.host_gb
-        return {"gpus": 0, "fits": fits, "why": None if fits else
-                f"one process needs {need:.1f} GiB, the node has {cluster.host_gb:.0f} GiB"}
+        return {
+            "gpus": 0,
+            "fits": fits,
+            "why": None if fits else f"one process needs {need:.1f} GiB, the node has {cluster.host_gb:.0f} GiB",
+        }
     pools, times = result["pools"], result["times"]
     ref = 1 if pools["inference"]["terms_gb"] else 0
     trainer_gb = pools["trainer"]["total_gb"]
@@ -302,12 +370,22 @@ def split_gpus(result: dict, cluster: Cluster) -> dict:
         else:  # the split with the most training GPUs, and the trainer's largest term
             terms = pools["trainer"]["terms_gb"]
             largest = max(terms, key=terms.get)
-            why = (f"{reasons[0]} (its largest term: {largest} {terms[largest]:.1f} GiB; lower train.micro_batch_size, "
-                   "set model.gradient_checkpointing, LoRA, or add GPUs)")
+            why = (
+                f"{reasons[0]} (its largest term: {largest} {terms[largest]:.1f} GiB; lower train.micro_batch_size, "
+                "set model.gradient_checkpointing, LoRA, or add GPUs)"
+            )
         return {"gpus": cluster.gpus, "fits": False, "why": why}
     score, rollout, train, per_rank, per_rollout = best
-    out = {"gpus": cluster.gpus, "fits": True, "rollout_gpus": rollout, "trainer_gpus": train, "inference_gpus": ref,
-           "trainer_rank_gb": per_rank, "rollout_gpu_gb": per_rollout, "not_fitting": reasons[:5]}
+    out = {
+        "gpus": cluster.gpus,
+        "fits": True,
+        "rollout_gpus": rollout,
+        "trainer_gpus": train,
+        "inference_gpus": ref,
+        "trainer_rank_gb": per_rank,
+        "rollout_gpu_gb": per_rollout,
+        "not_fitting": reasons[:5],
+    }
     if "rollout_s" in times and "train_s" in times:
         out["step_s"] = score
     return out

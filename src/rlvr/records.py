@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 Message = dict[str, str]  # {"role": "user" | "system" | "assistant", "content": str}
 
+
 @dataclass(frozen=True)
 class Problem:
     id: str

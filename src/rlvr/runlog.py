@@ -48,8 +48,9 @@ def _clean(value: Any) -> Any:
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, config: dict[str, Any], *, sinks: Sequence[MetricSink] = (),
-                 resume_step: int | None = None):
+    def __init__(
+        self, run_dir: Path, config: dict[str, Any], *, sinks: Sequence[MetricSink] = (), resume_step: int | None = None
+    ):
         """`resume_step`: continue an existing run from a checkpoint of that step (rows after it are dropped)."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +64,9 @@ class RunLog:
             self.rewind(resume_step)
 
     def _open(self, mode: str) -> None:
-        self._files = {name: open(self.dir / f"{name}.jsonl", mode) for name in ("metrics", "events", "samples", "eval")}
+        self._files = {
+            name: open(self.dir / f"{name}.jsonl", mode) for name in ("metrics", "events", "samples", "eval")
+        }
 
     def _write(self, name: str, obj: dict[str, Any]) -> None:
         f = self._files[name]

@@ -24,8 +24,16 @@ import torch
 from rlvr.algos import token_logprobs
 from rlvr.records import Completion
 
-__all__ = ["TokenBatch", "completion_logits", "completion_logprobs", "completion_scores", "compute", "forward_logits",
-           "left_pad", "pack"]
+__all__ = [
+    "TokenBatch",
+    "completion_logits",
+    "completion_logprobs",
+    "completion_scores",
+    "compute",
+    "forward_logits",
+    "left_pad",
+    "pack",
+]
 
 COMPUTE_DTYPES = {"bfloat16": torch.bfloat16}
 
@@ -50,8 +58,20 @@ class TokenBatch:
     position_ids: torch.Tensor | None = None  # (R, L) when packed
 
     def to(self, device) -> "TokenBatch":
-        return TokenBatch(*(None if t is None else t.to(device) for t in (
-            self.input_ids, self.attention_mask, self.targets, self.mask, self.starts, self.rows, self.position_ids)))
+        return TokenBatch(
+            *(
+                None if t is None else t.to(device)
+                for t in (
+                    self.input_ids,
+                    self.attention_mask,
+                    self.targets,
+                    self.mask,
+                    self.starts,
+                    self.rows,
+                    self.position_ids,
+                )
+            )
+        )
 
     @property
     def row_of(self) -> torch.Tensor:
@@ -73,13 +93,19 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, P)
     for i, s in enumerate(seqs):
         if len(s):
-            ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
     return ids, mask
 
 
-def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-         masks: Sequence[Sequence[int]] | None = None, *, packed: bool = False) -> TokenBatch:
+def pack(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    masks: Sequence[Sequence[int]] | None = None,
+    *,
+    packed: bool = False,
+) -> TokenBatch:
     """Prompt + completion token lists as right-padded training tensors. masks: per completion token,
     1 where it counts (a trajectory's sampled tokens; default every completion token).
 
@@ -101,8 +127,8 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     for i, (p, c) in enumerate(zip(prompts, completions)):
         row, at = row_of[i], offset_of[i]
         seq = list(p) + list(c)
-        input_ids[row, at: at + len(seq)] = torch.tensor(seq)
-        attention_mask[row, at: at + len(seq)] = 1
+        input_ids[row, at : at + len(seq)] = torch.tensor(seq)
+        attention_mask[row, at : at + len(seq)] = 1
         position_ids[row, at:] = torch.arange(width - at)
         if c:
             targets[i, : len(c)] = torch.tensor(list(c))
@@ -132,11 +158,17 @@ def forward_logits(model, batch: TokenBatch) -> torch.Tensor:
     prompt positions never go through the LM head, and no KV cache is built."""
     keep = batch.input_ids.shape[1] - int(batch.starts.min())
     try:
-        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                     use_cache=False, logits_to_keep=keep).logits
+        return model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+            logits_to_keep=keep,
+        ).logits
     except TypeError:  # an architecture without logits_to_keep: all positions
-        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                     position_ids=batch.position_ids).logits
+        return model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+        ).logits
 
 
 def completion_logits(logits: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
@@ -195,8 +227,9 @@ class _ScoringHead(torch.nn.Module):
     """Stands in for the LM head during one forward: (R, K, H) hidden states -> (n, 2) logp and entropy
     of the n selected positions, `chunk` at a time (`_HeadScores`)."""
 
-    def __init__(self, head: torch.nn.Linear, where: torch.Tensor, targets: torch.Tensor, temperature: float,
-                 chunk: int) -> None:
+    def __init__(
+        self, head: torch.nn.Linear, where: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int
+    ) -> None:
         super().__init__()
         object.__setattr__(self, "head", head)  # not a submodule: the model's parameters stay as they are
         self.where, self.targets, self.temperature, self.chunk = where, targets, temperature, chunk
@@ -206,9 +239,18 @@ class _ScoringHead(torch.nn.Module):
         weight, bias = self.head.weight, self.head.bias
         parts = []
         for start in range(0, len(picked), self.chunk):
-            parts.append(torch.stack(_HeadScores.apply(picked[start:start + self.chunk], weight, bias,
-                                                        self.targets[start:start + self.chunk], self.temperature),
-                                     dim=-1))  # (C, 2)
+            parts.append(
+                torch.stack(
+                    _HeadScores.apply(
+                        picked[start : start + self.chunk],
+                        weight,
+                        bias,
+                        self.targets[start : start + self.chunk],
+                        self.temperature,
+                    ),
+                    dim=-1,
+                )
+            )  # (C, 2)
         if not parts:  # nothing counted: an empty result still tied to the graph (a zero gradient, not none)
             return hidden.new_zeros(0, 2, dtype=torch.float32) + 0.0 * (picked.sum() + weight.sum())
         return torch.cat(parts)  # (n, 2)
@@ -228,8 +270,9 @@ def _scoring_head(model, head: _ScoringHead):
         setattr(owner, name, original)
 
 
-def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: str = "float32",
-                      chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_scores(
+    model, batch: TokenBatch, temperature: float, *, dtype: str = "float32", chunk_tokens: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """logp and entropy (B, T) fp32 of the completion tokens under softmax(logits / temperature),
     the distribution they were sampled from; 0 where batch.mask is 0. Carries gradient when
     autograd is on. The (B, T, V) logits never exist: see the module docstring. dtype: the
@@ -248,8 +291,13 @@ def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: st
     chunk = chunk_tokens or max(1, CHUNK_FLOATS // head.out_features)
     scorer = _ScoringHead(head, where, batch.targets[selected], temperature, chunk)
     with compute(model, dtype), _scoring_head(model, scorer):
-        scores = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, use_cache=False, logits_to_keep=keep).logits  # (n, 2)
+        scores = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+            logits_to_keep=keep,
+        ).logits  # (n, 2)
     flat = selected.reshape(-1).nonzero().squeeze(-1)  # (n,)
     b, t = batch.targets.shape
     logp = scores.new_zeros(b * t).index_copy(0, flat, scores[:, 0]).reshape(b, t)  # (B, T)
@@ -258,15 +306,22 @@ def completion_scores(model, batch: TokenBatch, temperature: float, *, dtype: st
 
 
 @torch.no_grad()
-def completion_logprobs(model, completions: Sequence[Completion], pad_id: int, temperature: float,
-                        *, micro_batch: int = 64, dtype: str = "float32") -> torch.Tensor:
+def completion_logprobs(
+    model,
+    completions: Sequence[Completion],
+    pad_id: int,
+    temperature: float,
+    *,
+    micro_batch: int = 64,
+    dtype: str = "float32",
+) -> torch.Tensor:
     """logp (N, T) fp32 of each completion's sampled tokens under `model`, 0 on padding and on the
     tokens an environment appended."""
     t = max(1, max(len(c.token_ids) for c in completions))
     out = torch.zeros(len(completions), t)  # (N, T)
     for start in range(0, len(completions), micro_batch):
-        chunk = completions[start:start + micro_batch]
+        chunk = completions[start : start + micro_batch]
         batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk])
         logp, _ = completion_scores(model, batch, temperature, dtype=dtype)  # (b, T')
-        out[start:start + len(chunk), : logp.shape[1]] = logp.cpu() * batch.mask
+        out[start : start + len(chunk), : logp.shape[1]] = logp.cpu() * batch.mask
     return out

@@ -52,8 +52,9 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2.0 * tail)
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, iterations: int = 10000, seed: int = 0,
-                     confidence: float = 0.95) -> tuple[float, float, float]:
+def paired_bootstrap(
+    a: Sequence[float], b: Sequence[float], *, iterations: int = 10000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """(mean(b - a), low, high): the percentile interval of the mean paired difference over
     `iterations` resamples of the problems with replacement."""
     if len(a) != len(b) or not a:
@@ -76,8 +77,10 @@ def sign_flip_p(a: Sequence[float], b: Sequence[float], *, iterations: int = 100
     diffs = [y - x for x, y in zip(a, b) if y != x]
     observed = abs(sum(diffs)) - 1e-9 * (1 + sum(abs(d) for d in diffs))  # ties with the observed count
     if len(diffs) <= 16:
-        hits = sum(abs(sum(d if mask >> i & 1 else -d for i, d in enumerate(diffs))) >= observed
-                   for mask in range(2 ** len(diffs)))
+        hits = sum(
+            abs(sum(d if mask >> i & 1 else -d for i, d in enumerate(diffs))) >= observed
+            for mask in range(2 ** len(diffs))
+        )
         return hits / 2 ** len(diffs)
     rng = random.Random(seed)
     hits = sum(abs(sum(d if rng.random() < 0.5 else -d for d in diffs)) >= observed for _ in range(iterations))
@@ -97,5 +100,13 @@ def paired_report(a: list[float], b: list[float], *, alpha: float, iterations: i
     only_a = sum(x >= 1 and y < 1 for x, y in zip(a, b))
     only_b = sum(x < 1 and y >= 1 for x, y in zip(a, b))
     p = mcnemar_exact(only_a, only_b)
-    return {"a": sum(a) / len(a), "b": sum(b) / len(b), "diff": diff, "ci": [lo, hi], "only_a": only_a,
-            "only_b": only_b, "mcnemar_p": p, "verdict": verdict(p, diff, alpha)}
+    return {
+        "a": sum(a) / len(a),
+        "b": sum(b) / len(b),
+        "diff": diff,
+        "ci": [lo, hi],
+        "only_a": only_a,
+        "only_b": only_b,
+        "mcnemar_p": p,
+        "verdict": verdict(p, diff, alpha),
+    }

@@ -32,8 +32,9 @@ class RunStore:
     """The run directory `url`, mirrored from the local cache `local`. Rank N > 0 of a trainer group
     keeps its logs under ranks/rank_N (rlvr.assembly.open_run), and mirrors those."""
 
-    def __init__(self, url: str, local: Path, *, retention: dict | None = None, kill_at_step: int = 0,
-                 rank: int = 0) -> None:
+    def __init__(
+        self, url: str, local: Path, *, retention: dict | None = None, kill_at_step: int = 0, rank: int = 0
+    ) -> None:
         """retention: Checkpointer's keep, keep_best, best_mode (default: keep every checkpoint)."""
         self.url, self.local = url.rstrip("/"), Path(local)
         self.fs, self.path = filesystem(self.url)
@@ -70,8 +71,11 @@ class RunStore:
         if not checkpoint:
             return []
         done, partial = self.committed()
-        problems = [f"{self.url}/checkpoints/{n}: no manifest (its upload did not finish)"
-                    for n in partial if int(n.split("_")[1]) > max((int(d.split("_")[1]) for d in done), default=-1)]
+        problems = [
+            f"{self.url}/checkpoints/{n}: no manifest (its upload did not finish)"
+            for n in partial
+            if int(n.split("_")[1]) > max((int(d.split("_")[1]) for d in done), default=-1)
+        ]
         newest = done[-1] if done else ""
         for p in list_checkpoints(self.local / "checkpoints"):  # the URL is the run: what it never committed
             if p.name > newest:  # is not resumed from (every rank of a group resumes from the same step)
@@ -92,8 +96,10 @@ class RunStore:
     def push_checkpoint(self, path: Path) -> None:
         """Upload a local checkpoint: every file, then its manifest (the commit)."""
         path = Path(path)
-        self.upload(path, [p.relative_to(path).as_posix() for p in sorted(path.rglob("*"))
-                           if p.is_file() and p.name != MANIFEST])
+        self.upload(
+            path,
+            [p.relative_to(path).as_posix() for p in sorted(path.rglob("*")) if p.is_file() and p.name != MANIFEST],
+        )
         self.commit(path)
 
     def upload(self, path: Path, names: list[str]) -> None:
@@ -113,7 +119,9 @@ class RunStore:
         self.fs.put_file(str(path / MANIFEST), self._remote("checkpoints", path.name, MANIFEST))
         self.push_logs()
         done, partial = self.committed()
-        kept = retained(done, lambda n: self.fs.cat(self._remote("checkpoints", n, MANIFEST)).decode(), **self.retention)
+        kept = retained(
+            done, lambda n: self.fs.cat(self._remote("checkpoints", n, MANIFEST)).decode(), **self.retention
+        )
         for name in [n for n in done if n not in kept] + [n for n in partial if n < path.name]:
             self.fs.rm(self._remote("checkpoints", name), recursive=True)
 

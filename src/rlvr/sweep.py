@@ -87,8 +87,16 @@ def trial_name(overrides: list[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", "__".join(overrides))[:120]
 
 
-def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]], out: str | Path, local: Path, *,
-               parallel: int = 1, profile: str | None = None) -> list[dict[str, Any]]:
+def run_trials(
+    config_files: list[str],
+    fixed: list[str],
+    grid: list[list[str]],
+    out: str | Path,
+    local: Path,
+    *,
+    parallel: int = 1,
+    profile: str | None = None,
+) -> list[dict[str, Any]]:
     """Every trial through Ray Tune, each in its run directory under `out` (a directory or a URL);
     `local`: where Tune keeps its own state. Each trial's result: its overrides, run directory,
     status, summary (or error)."""
@@ -109,12 +117,21 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
         from rlvr.assembly import train
 
         os.chdir(cwd)  # Tune starts a trial in a directory of its own; relative paths mean the caller's
-        overrides = [*fixed, *space["overrides"], f"run.dir={join(out, trial_name(space['overrides']))}",
-                     "run.progress=false"]
+        overrides = [
+            *fixed,
+            *space["overrides"],
+            f"run.dir={join(out, trial_name(space['overrides']))}",
+            "run.progress=false",
+        ]
         summary = train(load_config(files, overrides, profile=profile))
         after = (summary.get("eval_after") or {}).get("accuracy")
-        tune.report({"status": summary["status"], "eval_after": after if after is not None else float("nan"),
-                     "steps": summary.get("steps") or 0})
+        tune.report(
+            {
+                "status": summary["status"],
+                "eval_after": after if after is not None else float("nan"),
+                "steps": summary.get("steps") or 0,
+            }
+        )
 
     own = not ray.is_initialized()
     if own:
@@ -124,8 +141,13 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
             tune.with_resources(trial, {"cpu": 1}),
             param_space={"overrides": tune.grid_search(grid)},
             tune_config=tune.TuneConfig(max_concurrent_trials=parallel),
-            run_config=tune.RunConfig(name="tune", storage_path=str(local), verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=0, fail_fast=False)))
+            run_config=tune.RunConfig(
+                name="tune",
+                storage_path=str(local),
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+            ),
+        )
         results = tuner.fit()
     finally:
         if own:
@@ -137,9 +159,15 @@ def run_trials(config_files: list[str], fixed: list[str], grid: list[list[str]],
         text = read_text(join(run_dir, "summary.json"))
         summary = json.loads(text) if text is not None else None
         status = summary["status"] if summary else "failed"
-        rows.append({"overrides": overrides, "run_dir": str(run_dir), "status": "failed" if r.error else status,
-                     "error": f"{type(r.error).__name__}: {r.error}".splitlines()[0][:300] if r.error else None,
-                     "summary": summary})
+        rows.append(
+            {
+                "overrides": overrides,
+                "run_dir": str(run_dir),
+                "status": "failed" if r.error else status,
+                "error": f"{type(r.error).__name__}: {r.error}".splitlines()[0][:300] if r.error else None,
+                "summary": summary,
+            }
+        )
     return rows
 
 
@@ -154,6 +182,7 @@ def outcomes(run_dir: str | Path) -> dict[str, float] | None:
 
 def compare(results: list[dict[str, Any]], *, alpha: float = 0.05) -> dict[str, Any]:
     """Rank the completed trials by held-out accuracy after training; each against the best, paired."""
+
     def accuracy(r: dict) -> float | None:
         return ((r["summary"] or {}).get("eval_after") or {}).get("accuracy")
 
@@ -163,19 +192,30 @@ def compare(results: list[dict[str, Any]], *, alpha: float = 0.05) -> dict[str, 
     best_out = outcomes(best["run_dir"]) if best else None
     rows = []
     for r in results:
-        row = {"trial": trial_name(r["overrides"]), "overrides": r["overrides"], "status": r["status"],
-               "run_dir": r["run_dir"], "error": r["error"], "eval_after": accuracy(r),
-               "eval_before": (((r["summary"] or {}).get("eval_before")) or {}).get("accuracy"),
-               "reward_last": (r["summary"] or {}).get("reward_last")}
+        row = {
+            "trial": trial_name(r["overrides"]),
+            "overrides": r["overrides"],
+            "status": r["status"],
+            "run_dir": r["run_dir"],
+            "error": r["error"],
+            "eval_after": accuracy(r),
+            "eval_before": (((r["summary"] or {}).get("eval_before")) or {}).get("accuracy"),
+            "reward_last": (r["summary"] or {}).get("reward_last"),
+        }
         mine = outcomes(r["run_dir"]) if r in done else None
         if best_out and mine and r is not best and set(mine) == set(best_out):
             ids = sorted(best_out)
-            rep = paired_report([best_out[i] for i in ids], [mine[i] for i in ids], alpha=alpha, iterations=10000, seed=0)
+            rep = paired_report(
+                [best_out[i] for i in ids], [mine[i] for i in ids], alpha=alpha, iterations=10000, seed=0
+            )
             row["vs_best"] = {"diff": rep["diff"], "ci95": rep["ci"], "mcnemar_p": rep["mcnemar_p"]}
         rows.append(row)
     rows.sort(key=lambda x: (x["eval_after"] is None, -(x["eval_after"] or 0)))
-    return {"best": trial_name(best["overrides"]) if best else None, "trials": rows,
-            "failed": sum(r["status"] != "completed" for r in results)}
+    return {
+        "best": trial_name(best["overrides"]) if best else None,
+        "trials": rows,
+        "failed": sum(r["status"] != "completed" for r in results),
+    }
 
 
 def write_report(comparison: dict[str, Any], out_dir: Path) -> Path:
@@ -193,24 +233,31 @@ def write_report(comparison: dict[str, Any], out_dir: Path) -> Path:
         names = [t["trial"] for t in comparison["trials"]]
         png = render_png(PlotSpec(key.replace("/", "_"), key, names, ylabel=key), rows, [])
         if png:
-            images.append(f'<img alt="{html.escape(key)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+            images.append(
+                f'<img alt="{html.escape(key)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+            )
 
     def cell(v: Any) -> str:
         return html.escape(f"{v:.3f}" if isinstance(v, float) else str(v if v is not None else ""))
 
     head = "<tr><th>trial</th><th>status</th><th>held-out before</th><th>after</th><th>vs best [95% CI]</th><th>p</th></tr>"
+
     def versus(vs: dict | None) -> str:
         return "" if not vs else f"{vs['diff']:+.3f} [{vs['ci95'][0]:+.3f}, {vs['ci95'][1]:+.3f}]"
 
     body = ""
     for t in comparison["trials"]:
         vs = t.get("vs_best")
-        body += (f"<tr><td>{cell(t['trial'])}</td><td>{cell(t['error'] or t['status'])}</td>"
-                 f"<td>{cell(t['eval_before'])}</td><td>{cell(t['eval_after'])}</td>"
-                 f"<td>{cell(versus(vs))}</td><td>{cell(vs['mcnemar_p']) if vs else ''}</td></tr>")
-    page = (f"<!doctype html><meta charset=utf-8><title>rlvr sweep</title><h1>rlvr sweep</h1>"
-            f"<p>best: {cell(comparison['best'])}; failed trials: {comparison['failed']}</p>"
-            f"<table border=1 cellpadding=4>{head}{body}</table>{''.join(images)}")
+        body += (
+            f"<tr><td>{cell(t['trial'])}</td><td>{cell(t['error'] or t['status'])}</td>"
+            f"<td>{cell(t['eval_before'])}</td><td>{cell(t['eval_after'])}</td>"
+            f"<td>{cell(versus(vs))}</td><td>{cell(vs['mcnemar_p']) if vs else ''}</td></tr>"
+        )
+    page = (
+        f"<!doctype html><meta charset=utf-8><title>rlvr sweep</title><h1>rlvr sweep</h1>"
+        f"<p>best: {cell(comparison['best'])}; failed trials: {comparison['failed']}</p>"
+        f"<table border=1 cellpadding=4>{head}{body}</table>{''.join(images)}"
+    )
     path = Path(out_dir) / "sweep.html"
     path.write_text(page)
     return path

@@ -60,8 +60,10 @@ def filesystem(url: str):
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as exc:
-        raise ConfigError(f"{url}: its filesystem needs a package that is not installed ({exc}); for s3:// "
-                          "pip install 'rlvr[storage]'") from None
+        raise ConfigError(
+            f"{url}: its filesystem needs a package that is not installed ({exc}); for s3:// "
+            "pip install 'rlvr[storage]'"
+        ) from None
 
 
 URL_CACHE = ".cache/urls"
@@ -115,8 +117,14 @@ class Mirror:
     more. An upload that fails is logged and retried with the next change; the local copy keeps
     everything meanwhile."""
 
-    def __init__(self, local: str | Path, url: str, names: Sequence[str], lock: threading.Lock | None = None,
-                 interval_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        local: str | Path,
+        url: str,
+        names: Sequence[str],
+        lock: threading.Lock | None = None,
+        interval_s: float = 2.0,
+    ) -> None:
         """lock: held by the writer of the files while it writes a line (their sizes are read under it,
         so an upload never ends inside a line)."""
         self.local, self.url, self.names = Path(local), url.rstrip("/"), tuple(names)

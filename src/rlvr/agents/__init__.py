@@ -44,7 +44,9 @@ class AgentSpec:
     def run(self, engine, problems, params, spec, *, group_offset: int = 0):
         """G episodes per problem of the program (rlvr.agents.episodes): what run_episodes does for it."""
         from rlvr.agents.episodes import run_agent_episodes
+
         return run_agent_episodes(engine, problems, params, spec, group_offset=group_offset)
+
     endpoint: Any = field(default=None, repr=False)
     """Started on the first rollout (rlvr.agents.endpoint.Endpoint)."""
 
@@ -52,10 +54,16 @@ class AgentSpec:
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
     if verifiers_hub.is_verifiers(env_cfg.name):
-        return AgentSpec(verifiers_hub.program(env_cfg), env_cfg.agent_concurrency, env_cfg.tool_format,
-                         components=frozenset(verifiers_hub.components(env_cfg)), scores=True)
+        return AgentSpec(
+            verifiers_hub.program(env_cfg),
+            env_cfg.agent_concurrency,
+            env_cfg.tool_format,
+            components=frozenset(verifiers_hub.components(env_cfg)),
+            scores=True,
+        )
     if env_cfg.agent_command:
         from rlvr.agents.command import Command
+
         return AgentSpec(Command.parse(env_cfg.agent_command), env_cfg.agent_concurrency, env_cfg.tool_format)
     try:
         fn = import_object(env_cfg.agent, "env.agent")
@@ -81,8 +89,6 @@ class FileFunction:
 
     def __call__(self, *args: Any) -> Any:
         return import_object(f"{self.path}:{self.attr}", "env.agent")(*args)
-
-
 
 
 __all__ = ["AgentProgram", "AgentSpec", "FileFunction", "agent_spec"]

@@ -60,8 +60,15 @@ class Pump:
         self._asks.put(_Ask(context, max_tokens, future))
         return future
 
-    def serve(self, engine, params, until: Callable[[], bool], expected: Callable[[], int] = lambda: 1,
-              gap_s: float = 0.05, poll_s: float = 0.02) -> None:
+    def serve(
+        self,
+        engine,
+        params,
+        until: Callable[[], bool],
+        expected: Callable[[], int] = lambda: 1,
+        gap_s: float = 0.05,
+        poll_s: float = 0.02,
+    ) -> None:
         """Sample what is asked until `until()`. Once a request waits, more are gathered until `expected()`
         wait (every episode in flight) or none arrived for `gap_s` (an agent busy with its own work is
         not waited for longer), then sampled in one call (those with the same token budget together)."""
@@ -80,15 +87,20 @@ class Pump:
             for a in asks:
                 budget = min(a.max_tokens, params.max_new_tokens, limit - len(a.context))
                 if budget < 1:
-                    a.future.set_exception(ValueError(f"the conversation ({len(a.context)} tokens) leaves the model "
-                                                      f"no position to answer in (the maximum context length is "
-                                                      f"{limit} tokens)"))
+                    a.future.set_exception(
+                        ValueError(
+                            f"the conversation ({len(a.context)} tokens) leaves the model "
+                            f"no position to answer in (the maximum context length is "
+                            f"{limit} tokens)"
+                        )
+                    )
                 else:
                     by_budget.setdefault(budget, []).append(a)
             for budget, group in sorted(by_budget.items()):
                 try:
-                    samples = engine.sample([a.context for a in group],
-                                             dataclasses.replace(params, max_new_tokens=budget), 1)
+                    samples = engine.sample(
+                        [a.context for a in group], dataclasses.replace(params, max_new_tokens=budget), 1
+                    )
                 except Exception as exc:  # noqa: BLE001 - the requests fail, the rollout goes on
                     for a in group:
                         a.future.set_exception(exc)
@@ -101,7 +113,6 @@ class Endpoint:
     def __init__(self, tool_format: str = "hermes") -> None:
         import uvicorn
 
-
         self.tool_format = tool_format
         self.pump = Pump()
         self.sessions: dict[str, Session] = {}
@@ -109,8 +120,9 @@ class Endpoint:
         sock = listen("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self._server = uvicorn.Server(uvicorn.Config(self._app(), log_level="warning"))
-        threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="rlvr-agent-endpoint",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="rlvr-agent-endpoint", daemon=True
+        ).start()
         deadline = time.time() + 30
         while not self._server.started:
             if time.time() > deadline:
@@ -155,19 +167,27 @@ class Endpoint:
             tools = [t.model_dump(exclude_none=True) for t in body.tools or []] if body.tool_choice != "none" else []
             messages = chat_messages(body)
             _no_stops(body.stops())
-            session, sample, n_prompt = await sampled(sid, lambda s: s.chat_context(messages, tools or None),
-                                                      body.max_completion_tokens or body.max_tokens)
+            session, sample, n_prompt = await sampled(
+                sid, lambda s: s.chat_context(messages, tools or None), body.max_completion_tokens or body.max_tokens
+            )
             content, calls, finish = session.record(sample, tools or None)
             message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
             if calls:
                 message["tool_calls"] = openai_tool_calls([ToolCall(n, a) for n, a in calls])
             reason = "tool_calls" if calls else _FINISH[finish]
             base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.model}
-            usage = {"prompt_tokens": n_prompt, "completion_tokens": len(sample[0]),
-                     "total_tokens": n_prompt + len(sample[0])}
+            usage = {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": len(sample[0]),
+                "total_tokens": n_prompt + len(sample[0]),
+            }
             if not body.stream:
-                return {**base, "object": "chat.completion", "usage": usage,
-                        "choices": [{"index": 0, "message": message, "finish_reason": reason, "logprobs": None}]}
+                return {
+                    **base,
+                    "object": "chat.completion",
+                    "usage": usage,
+                    "choices": [{"index": 0, "message": message, "finish_reason": reason, "logprobs": None}],
+                }
             return _stream(base, message, reason)
 
         @app.post("/s/{sid}/v1/completions")
@@ -179,11 +199,18 @@ class Endpoint:
                 raise APIError(400, "stream: not built for text completions in an agent session", param="stream")
             session, sample, n_prompt = await sampled(sid, lambda s: s.text_context(body.prompt), body.max_tokens)
             text, _, finish = session.record(sample, None)
-            return {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
-                    "model": body.model, "choices": [{"index": 0, "text": text, "finish_reason": _FINISH[finish],
-                                                      "logprobs": None}],
-                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(sample[0]),
-                              "total_tokens": n_prompt + len(sample[0])}}
+            return {
+                "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.model,
+                "choices": [{"index": 0, "text": text, "finish_reason": _FINISH[finish], "logprobs": None}],
+                "usage": {
+                    "prompt_tokens": n_prompt,
+                    "completion_tokens": len(sample[0]),
+                    "total_tokens": n_prompt + len(sample[0]),
+                },
+            }
 
         @app.post("/s/{sid}/v1/messages")
         async def messages(sid: str, body: MessagesRequest):
@@ -192,35 +219,65 @@ class Endpoint:
             if body.stop_sequences:
                 _no_stops(body.stop_sequences)
             offered = body.tool_choice is None or body.tool_choice.type != "none"
-            tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                       "parameters": t.input_schema}}
-                     for t in body.tools or []] if offered else []
+            tools = (
+                [
+                    {
+                        "type": "function",
+                        "function": {"name": t.name, "description": t.description or "", "parameters": t.input_schema},
+                    }
+                    for t in body.tools or []
+                ]
+                if offered
+                else []
+            )
             convo = anthropic_messages(body)
-            session, sample, n_prompt = await sampled(sid, lambda s: s.chat_context(convo, tools or None),
-                                                      body.max_tokens)
+            session, sample, n_prompt = await sampled(
+                sid, lambda s: s.chat_context(convo, tools or None), body.max_tokens
+            )
             content, calls, finish = session.record(sample, tools or None)
             blocks = ([{"type": "text", "text": content}] if content or not calls else []) + [
-                {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": n, "input": a} for n, a in calls]
+                {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": n, "input": a} for n, a in calls
+            ]
             stop = "tool_use" if calls else {"stop": "end_turn", "length": "max_tokens"}[finish]
-            return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": body.model,
-                    "content": blocks, "stop_reason": stop, "stop_sequence": None,
-                    "usage": {"input_tokens": n_prompt, "output_tokens": len(sample[0])}}
+            return {
+                "id": f"msg_{uuid.uuid4().hex[:24]}",
+                "type": "message",
+                "role": "assistant",
+                "model": body.model,
+                "content": blocks,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {"input_tokens": n_prompt, "output_tokens": len(sample[0])},
+            }
 
         return app
 
 
 def _no_stops(stops: list[str]) -> None:
     if stops:
-        raise APIError(400, "stop: stop sequences are not built in an agent session (the rollout engine stops at "
-                       "the end-of-sequence token)", param="stop")
+        raise APIError(
+            400,
+            "stop: stop sequences are not built in an agent session (the rollout engine stops at "
+            "the end-of-sequence token)",
+            param="stop",
+        )
 
 
 def _stream(base: dict, message: dict, reason: str):
     from fastapi.responses import StreamingResponse
 
     def chunk(delta: dict, finish: str | None = None) -> str:
-        return "data: " + json.dumps({**base, "object": "chat.completion.chunk",
-                                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
+        return (
+            "data: "
+            + json.dumps(
+                {
+                    **base,
+                    "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
+            )
+            + "\n\n"
+        )
 
     def events():
         yield chunk({"role": "assistant", "content": message["content"] or ""})

@@ -73,8 +73,9 @@ def _drive(todo, running, done, problems, spec, endpoint, renderer, engine, para
             key = todo.pop(0)
             problem = problems[key[0]]
             sid = endpoint.open(Session(problem, renderer, agent.tool_format))
-            handle, future = spec.host.run(agent.name, _run_agent, agent.fn, endpoint.base_url(sid), agent.model,
-                                           _problem_dict(problem))
+            handle, future = spec.host.run(
+                agent.name, _run_agent, agent.fn, endpoint.base_url(sid), agent.model, _problem_dict(problem)
+            )
             running[key] = _Episode(key, sid, handle, future, time.monotonic())
         endpoint.pump.serve(engine, params, settled, expected=lambda: len(running), gap_s=spec.step_wait_s)
         now = time.monotonic()
@@ -84,12 +85,14 @@ def _drive(todo, running, done, problems, spec, endpoint, renderer, engine, para
                 del running[key]
                 if not episode.future.done():
                     spec.host.abandon(episode.handle)  # its worker is killed at the end of the rollout
-                done[key] = _completion(episode, endpoint.close(episode.sid), engine, renderer, agent, timeout_s,
-                                        group_offset)
+                done[key] = _completion(
+                    episode, endpoint.close(episode.sid), engine, renderer, agent, timeout_s, group_offset
+                )
 
 
-def _completion(episode: _Episode, session: Session, engine, renderer: Renderer, agent, timeout_s: float,
-                group_offset: int) -> Completion:
+def _completion(
+    episode: _Episode, session: Session, engine, renderer: Renderer, agent, timeout_s: float, group_offset: int
+) -> Completion:
     answer, components, fault = _outcome(episode, agent, timeout_s)
     if not session.segments:  # no request: one unsampled token stands for the episode (never in the loss)
         fault = fault or ("bad_result", "", "made no request to the policy")
@@ -128,17 +131,30 @@ def outcome(value: Any, named: frozenset[str] = frozenset()) -> tuple[str | None
         return None, {"agent": float(value)}, None
     if isinstance(value, dict) and set(value) <= {"answer", "reward", "components"} and value:
         answer, reward, parts = value.get("answer"), value.get("reward", 0.0), value.get("components", {})
-        if (answer is None or isinstance(answer, str)) and _finite(reward) and isinstance(parts, dict) and \
-                all(_finite(v) for v in parts.values()):
+        if (
+            (answer is None or isinstance(answer, str))
+            and _finite(reward)
+            and isinstance(parts, dict)
+            and all(_finite(v) for v in parts.values())
+        ):
             if set(parts) - named:
-                return None, {}, (f"returned components {sorted(set(parts) - named)[:8]}; it may return "
-                                  f"{sorted(named) or 'none'}")
+                return (
+                    None,
+                    {},
+                    (f"returned components {sorted(set(parts) - named)[:8]}; it may return {sorted(named) or 'none'}"),
+                )
             components = {str(k): float(v) for k, v in parts.items()}
             return answer, {**components, "agent": float(reward)} if "reward" in value else components, None
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return None, {}, f"returned {safe_text(repr(value), 80)}; a reward is finite"
-    return None, {}, (f"returned {safe_text(repr(value), 80)}; return the final answer (str), a reward (a number) "
-                      "or {'answer': str, 'reward': number}")
+    return (
+        None,
+        {},
+        (
+            f"returned {safe_text(repr(value), 80)}; return the final answer (str), a reward (a number) "
+            "or {'answer': str, 'reward': number}"
+        ),
+    )
 
 
 def _finite(value: Any) -> bool:
@@ -172,5 +188,10 @@ def _plain(value: Any) -> Any:
 
 
 def _problem_dict(problem: Problem) -> dict[str, Any]:
-    return {"id": problem.id, "prompt": problem.prompt, "answer": problem.answer, "source": problem.source,
-            "metadata": dict(problem.metadata)}
+    return {
+        "id": problem.id,
+        "prompt": problem.prompt,
+        "answer": problem.answer,
+        "source": problem.source,
+        "metadata": dict(problem.metadata),
+    }

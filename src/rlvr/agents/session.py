@@ -80,7 +80,7 @@ class Session:
         said = last.history[0]["content"] if last is not None and last.history and "text" in last.history[0] else None
         self.history = [{"text": True, "content": prompt}]
         if said is not None and prompt.startswith(said) and len(prompt) > len(said):
-            rest = prompt[len(said):]
+            rest = prompt[len(said) :]
             return self._extend(self.renderer.tokenizer(rest, add_special_tokens=False).input_ids, rest)
         return self._start(self.renderer.tokenizer(prompt, add_special_tokens=False).input_ids)
 
@@ -126,14 +126,24 @@ class Session:
         for k, segment in enumerate(self.segments):
             offset = len(tokens)
             for t in segment.turns:
-                context = None if k == 0 else segment.context + segment.tokens[:t.start]
+                context = None if k == 0 else segment.context + segment.tokens[: t.start]
                 turns.append(Turn(t.role, t.start + offset, t.end + offset, t.text, context=context))  # type: ignore[arg-type]
             tokens += segment.tokens
             logprobs += segment.logprobs
             mask += segment.mask
-        return Completion(problem_id=self.problem.id, group_id=group, index=index, text=text, prompt_ids=first,
-                          token_ids=tokens, logprobs=logprobs, finish_reason=finish,  # type: ignore[arg-type]
-                          policy_version=version, loss_mask=None if all(mask) else mask, turns=turns)
+        return Completion(
+            problem_id=self.problem.id,
+            group_id=group,
+            index=index,
+            text=text,
+            prompt_ids=first,
+            token_ids=tokens,
+            logprobs=logprobs,
+            finish_reason=finish,  # type: ignore[arg-type]
+            policy_version=version,
+            loss_mask=None if all(mask) else mask,
+            turns=turns,
+        )
 
 
 def _hermes(name: str, args: dict) -> str:

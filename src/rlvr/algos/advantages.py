@@ -66,10 +66,13 @@ def rloo_baseline(grouped: Tensor) -> Tensor:
     return (grouped.sum(dim=1, keepdim=True) - grouped) / (g - 1)  # (M, G)
 
 
-ADVANTAGE_ESTIMATORS: dict[AdvantageEstimator, Callable[[Tensor], Tensor]] = registered(AdvantageEstimator, {
-    AdvantageEstimator.GRPO: grpo_baseline,
-    AdvantageEstimator.RLOO: rloo_baseline,
-})
+ADVANTAGE_ESTIMATORS: dict[AdvantageEstimator, Callable[[Tensor], Tensor]] = registered(
+    AdvantageEstimator,
+    {
+        AdvantageEstimator.GRPO: grpo_baseline,
+        AdvantageEstimator.RLOO: rloo_baseline,
+    },
+)
 
 
 def _std(x: Tensor, dim: int | None = None) -> Tensor:
@@ -92,11 +95,14 @@ def _no_denominator(grouped: Tensor, eps: float) -> Tensor:
     return grouped.new_ones(1, 1)  # (1, 1)
 
 
-ADVANTAGE_SCALES: dict[AdvantageScale, Callable[[Tensor, float], Tensor]] = registered(AdvantageScale, {
-    AdvantageScale.GROUP: _group_denominator,
-    AdvantageScale.BATCH: _batch_denominator,
-    AdvantageScale.NONE: _no_denominator,
-})
+ADVANTAGE_SCALES: dict[AdvantageScale, Callable[[Tensor, float], Tensor]] = registered(
+    AdvantageScale,
+    {
+        AdvantageScale.GROUP: _group_denominator,
+        AdvantageScale.BATCH: _batch_denominator,
+        AdvantageScale.NONE: _no_denominator,
+    },
+)
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -169,8 +175,7 @@ def group_advantages(
     return advantages.reshape(-1)  # (N,)
 
 
-def decoupled_advantages(rewards: Tensor, parts: dict[str, tuple[float, Tensor]], group_size: int,
-                         **kwargs) -> Tensor:
+def decoupled_advantages(rewards: Tensor, parts: dict[str, tuple[float, Tensor]], group_size: int, **kwargs) -> Tensor:
     """Advantages (N,) of a reward made of `rewards` (N,) and weighted parts, each part's taken on its own.
 
     parts: {name: (weight, values (N,))}, the reward being rewards + the sum of weight * values.

@@ -34,15 +34,19 @@ def _sequence_weights(log_ratio: Tensor, mask: Tensor) -> Tensor:
     return seq.exp().expand_as(log_ratio)  # (B, T)
 
 
-ROLLOUT_IS: dict[RolloutIS, Callable[[Tensor, Tensor], Tensor] | None] = registered(RolloutIS, {
-    RolloutIS.NONE: None,
-    RolloutIS.TOKEN: _token_weights,
-    RolloutIS.SEQUENCE: _sequence_weights,
-})
+ROLLOUT_IS: dict[RolloutIS, Callable[[Tensor, Tensor], Tensor] | None] = registered(
+    RolloutIS,
+    {
+        RolloutIS.NONE: None,
+        RolloutIS.TOKEN: _token_weights,
+        RolloutIS.SEQUENCE: _sequence_weights,
+    },
+)
 
 
-def rollout_is_weights(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, *, level: str | RolloutIS,
-                       cap: float) -> tuple[Tensor | None, dict[str, float]]:
+def rollout_is_weights(
+    old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, *, level: str | RolloutIS, cap: float
+) -> tuple[Tensor | None, dict[str, float]]:
     """Truncated IS weights (B, T) fp32, 1 on padding (None for level 'none'), and their stats:
     is_weight_mean (before truncation, over tokens), is_truncated_frac (tokens whose weight hit cap)."""
     fn = lookup(ROLLOUT_IS, RolloutIS, level, "algo.rollout_is")
@@ -56,8 +60,10 @@ def rollout_is_weights(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, *
     raw = fn(log_ratio, mask)  # (B, T)
     weights = torch.where(live, raw.clamp(max=cap), torch.ones_like(raw))  # (B, T)
     n = mask.sum().clamp(min=1)
-    stats = {"is_weight_mean": float((raw * mask).sum() / n),
-             "is_truncated_frac": float(((raw > cap) & live).float().sum() / n)}
+    stats = {
+        "is_weight_mean": float((raw * mask).sum() / n),
+        "is_truncated_frac": float(((raw > cap) & live).float().sum() / n),
+    }
     return weights, stats
 
 
@@ -71,6 +77,8 @@ def logprob_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor) -> 
     diff = (old_logp.float() - behaviour_logp.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
     k3 = torch.expm1(diff) - diff  # (B, T): log q/p with q the trainer, p the engine that sampled
     n = mask.sum()
-    return {"logprob_diff_mean": float((diff.abs() * mask).sum() / n),
-            "logprob_diff_max": float(diff.abs()[live].max()),
-            "engine_kl": float((k3 * mask).sum() / n)}
+    return {
+        "logprob_diff_mean": float((diff.abs() * mask).sum() / n),
+        "logprob_diff_max": float(diff.abs()[live].max()),
+        "engine_kl": float((k3 * mask).sum() / n),
+    }

@@ -21,14 +21,17 @@ from torch import Tensor
 __all__ = ["distill_advantages", "reverse_kl"]
 
 
-def distill_advantages(advantages: Tensor, student_logp: Tensor, teacher_logp: Tensor, mask: Tensor, *,
-                       coef: float, rewards: bool = True) -> Tensor:
+def distill_advantages(
+    advantages: Tensor, student_logp: Tensor, teacher_logp: Tensor, mask: Tensor, *, coef: float, rewards: bool = True
+) -> Tensor:
     """(S, T) per-token advantages from sequence advantages (S,), the behaviour log-probs (S, T) of the
     sampled tokens, the teacher's (S, T) and the token mask (S, T) (0 where no token was sampled:
     padding, or tokens the environment appended). fp32, no gradient."""
     if student_logp.shape != teacher_logp.shape or student_logp.shape != mask.shape:
-        raise ValueError(f"student {tuple(student_logp.shape)}, teacher {tuple(teacher_logp.shape)} and mask "
-                         f"{tuple(mask.shape)} log-probs must have one shape (S, T)")
+        raise ValueError(
+            f"student {tuple(student_logp.shape)}, teacher {tuple(teacher_logp.shape)} and mask "
+            f"{tuple(mask.shape)} log-probs must have one shape (S, T)"
+        )
     gap = (teacher_logp.detach().float() - student_logp.detach().float()) * (mask != 0)  # (S, T)
     base = advantages.detach().float()[:, None] if rewards else torch.zeros_like(gap[:, :1])  # (S, 1)
     return (base + coef * gap) * (mask != 0)  # (S, T)

@@ -40,11 +40,14 @@ def _k3(log_ratio: Tensor) -> Tensor:
     return torch.expm1(log_ratio) - log_ratio  # (B, T); expm1 keeps precision for small ratios
 
 
-KL_ESTIMATORS: dict[KLEstimator, Callable[[Tensor], Tensor]] = registered(KLEstimator, {
-    KLEstimator.K1: _k1,
-    KLEstimator.K2: _k2,
-    KLEstimator.K3: _k3,
-})
+KL_ESTIMATORS: dict[KLEstimator, Callable[[Tensor], Tensor]] = registered(
+    KLEstimator,
+    {
+        KLEstimator.K1: _k1,
+        KLEstimator.K2: _k2,
+        KLEstimator.K3: _k3,
+    },
+)
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str | KLEstimator = "k3") -> Tensor:

@@ -40,7 +40,9 @@ def token_logprobs(logits: Tensor, targets: Tensor, *, chunk_size: int = 1024) -
     to ~3 x chunk_size x V floats. Both outputs carry gradient when logits do.
     """
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
-        raise ValueError(f"expected logits (B, T, V) and targets (B, T), got {tuple(logits.shape)} and {tuple(targets.shape)}")
+        raise ValueError(
+            f"expected logits (B, T, V) and targets (B, T), got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
     b, t, v = logits.shape
     flat_logits = logits.reshape(b * t, v)  # (B*T, V), a view for contiguous logits
     flat_targets = targets.reshape(b * t)  # (B*T,)

@@ -84,11 +84,14 @@ class Aggregation:
     units(micro) / units(mini-batch) sums to the loss of the whole mini-batch."""
 
 
-LOSS_AGGREGATIONS: dict[LossType, Aggregation] = registered(LossType, {
-    LossType.GRPO: Aggregation(aggregate_grpo, lambda mask: (mask.sum(1) > 0).sum()),  # sequences with tokens
-    LossType.TOKEN_MEAN: Aggregation(aggregate_token_mean, lambda mask: mask.sum()),  # tokens
-    LossType.DR_GRPO: Aggregation(aggregate_dr_grpo, lambda mask: torch.tensor(float(mask.shape[0]))),  # sequences
-})
+LOSS_AGGREGATIONS: dict[LossType, Aggregation] = registered(
+    LossType,
+    {
+        LossType.GRPO: Aggregation(aggregate_grpo, lambda mask: (mask.sum(1) > 0).sum()),  # sequences with tokens
+        LossType.TOKEN_MEAN: Aggregation(aggregate_token_mean, lambda mask: mask.sum()),  # tokens
+        LossType.DR_GRPO: Aggregation(aggregate_dr_grpo, lambda mask: torch.tensor(float(mask.shape[0]))),  # sequences
+    },
+)
 
 
 # --- importance log-ratios: (logp, old_logp, mask) -> (B, T), before clamping ------------
@@ -109,10 +112,13 @@ def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     return seq.detach() + logp - logp.detach()  # (B, T)
 
 
-LOG_RATIOS: dict[RatioLevel, Callable[[Tensor, Tensor, Tensor], Tensor]] = registered(RatioLevel, {
-    RatioLevel.TOKEN: token_log_ratio,
-    RatioLevel.SEQUENCE: sequence_log_ratio,
-})
+LOG_RATIOS: dict[RatioLevel, Callable[[Tensor, Tensor, Tensor], Tensor]] = registered(
+    RatioLevel,
+    {
+        RatioLevel.TOKEN: token_log_ratio,
+        RatioLevel.SEQUENCE: sequence_log_ratio,
+    },
+)
 
 
 def _check(logp: Tensor, **tensors: Tensor | None) -> None:
@@ -150,8 +156,9 @@ class LossSettings:
         object.__setattr__(self, "ratio_level", choose(RatioLevel, self.ratio_level, "algo.ratio_level"))
         object.__setattr__(self, "kl_kind", choose(KLEstimator, self.kl_kind, "algo.kl_estimator"))
         if not (0.0 <= self.clip_low < 1.0 and self.clip_high >= 0.0):
-            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={self.clip_low}, "
-                             f"clip_high={self.clip_high}")
+            raise ValueError(
+                f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={self.clip_low}, clip_high={self.clip_high}"
+            )
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1 (typically 3), got {self.dual_clip}")
         if self.beta < 0:
@@ -206,7 +213,9 @@ def policy_loss(
     if adv.dim() == 1:
         adv = adv[:, None]  # (B, 1)
     if adv.shape[0] != logp.shape[0] or adv.shape[1] not in (1, logp.shape[1]):
-        raise ValueError(f"advantages have shape {tuple(advantages.shape)}, expected ({logp.shape[0]},) or {tuple(logp.shape)}")
+        raise ValueError(
+            f"advantages have shape {tuple(advantages.shape)}, expected ({logp.shape[0]},) or {tuple(logp.shape)}"
+        )
 
     log_ratio = log_ratio_fn(logp, old_logp, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)

@@ -16,8 +16,9 @@ from collections.abc import Hashable, Sequence
 __all__ = ["standardize"]
 
 
-def standardize(values: Sequence[float], groups: Sequence[Hashable], valid: Sequence[bool],
-                eps: float = 1e-6) -> list[float]:
+def standardize(
+    values: Sequence[float], groups: Sequence[Hashable], valid: Sequence[bool], eps: float = 1e-6
+) -> list[float]:
     """Each value standardised within its group over the group's valid members: (v - mean) / (std + eps),
     with the population std, in float64. A group whose std is below eps carries no signal: all 0; so
     does every invalid member."""

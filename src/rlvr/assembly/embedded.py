@@ -15,8 +15,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rlvr.assembly.parts import (episode_spec, metric_sinks, policy, reference_model, rollout_engine, rule_reward,
-                                 run_guard, run_store, run_task, teacher_model)
+from rlvr.assembly.parts import (
+    episode_spec,
+    metric_sinks,
+    policy,
+    reference_model,
+    rollout_engine,
+    rule_reward,
+    run_guard,
+    run_store,
+    run_task,
+    teacher_model,
+)
 from rlvr.assembly.start import auto_temperature, starting_point
 from rlvr.checkpoint import Checkpointer, config_drift, config_fingerprint, resume_point
 from rlvr.config import Config
@@ -37,8 +47,12 @@ from rlvr.train.step import BatchSource, LocalBatches, RankZeroBatches
 from rlvr.train.update import update_settings
 
 
-def train(cfg: Config, ui: RunConsole | None = None,
-          make_source: Callable[[RunLog], BatchSource] | None = None, start: Path | None = None) -> dict:
+def train(
+    cfg: Config,
+    ui: RunConsole | None = None,
+    make_source: Callable[[RunLog], BatchSource] | None = None,
+    start: Path | None = None,
+) -> dict:
     """Run GRPO as configured; returns the summary (also in <run dir>/summary.json).
     make_source: called with the run log, returns where batches come from (the Ray backend's
     actors); None samples in this process. start: the policy RL starts from when the caller
@@ -46,18 +60,23 @@ def train(cfg: Config, ui: RunConsole | None = None,
     check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
     device = train_device(cfg.train.device)
     if device.type == "cuda" and cfg.rollout.speculative.method != "none" and cfg.rollout.engine != "vllm":
-        raise ConfigError("rollout.speculative: the loop engine's speculative decoding runs on the CPU only; on "
-                          "CUDA use rollout.engine=vllm (vLLM's methods, through the same fidelity check) or "
-                          "rollout.speculative.method=none")
+        raise ConfigError(
+            "rollout.speculative: the loop engine's speculative decoding runs on the CPU only; on "
+            "CUDA use rollout.engine=vllm (vLLM's methods, through the same fidelity check) or "
+            "rollout.speculative.method=none"
+        )
     if cfg.train.offload and device.type != "cuda":
-        raise ConfigError("train.offload: there is no GPU memory to offload from (train.device resolved to "
-                          f"{device.type}); leave train.offload=false")
+        raise ConfigError(
+            "train.offload: there is no GPU memory to offload from (train.device resolved to "
+            f"{device.type}); leave train.offload=false"
+        )
     par = Parallel.create(cfg.train, device)
     ui = ui or RunConsole(cfg.run.progress and par.main)
     keep_freed_memory()  # (the rlvr command has set it already; train() called from Python sets it here)
     threads = cfg.train.threads or (_cores_per_rank() if "LOCAL_WORLD_SIZE" in os.environ else 0)
     if threads:
         import torch
+
         torch.set_num_threads(threads)
     run = None
     try:
@@ -70,9 +89,11 @@ def train(cfg: Config, ui: RunConsole | None = None,
             run.log.event("temperature_picked", **picked)
         return run_steps(run, state)
     except SystemExit as exc:  # a run that did not complete never exits 0, whoever called sys.exit
-        raise RunFailed(f"sys.exit({exc.code!r}) was called by user code run in the trainer's process (a reward "
-                        "function, a tool or an environment with env.isolation=thread); the run did not "
-                        "complete") from exc
+        raise RunFailed(
+            f"sys.exit({exc.code!r}) was called by user code run in the trainer's process (a reward "
+            "function, a tool or an environment with env.isolation=thread); the run did not "
+            "complete"
+        ) from exc
     finally:
         if run is not None:
             run.engine.episodes.host.shutdown()  # the environment workers end with the run
@@ -85,8 +106,13 @@ def _cores_per_rank() -> int:
     return max(1, cores // int(os.environ["LOCAL_WORLD_SIZE"]))
 
 
-def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchSource] | None,
-             par: Parallel | None = None, start: Path | None = None) -> tuple[Run, TrainerState]:
+def open_run(
+    cfg: Config,
+    ui: RunConsole,
+    make_source: Callable[[RunLog], BatchSource] | None,
+    par: Parallel | None = None,
+    start: Path | None = None,
+) -> tuple[Run, TrainerState]:
     """Run log, cold start, model, task, engine, batch source and the trainer state (resumed, or
     evaluated before RL). par: this rank of a trainer group (rank 0 writes the run directory, the
     others log under <run dir>/ranks/). start: the policy RL starts from, resolved by the caller
@@ -105,8 +131,9 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     unusable = uploads_cut + unusable
     resume_step = resume.step if resume else None
     if par.main:
-        log = RunLog(cfg.run_dir, cfg.to_dict(), sinks=metric_sinks(cfg, resume_step=resume_step, ui=ui),
-                     resume_step=resume_step)
+        log = RunLog(
+            cfg.run_dir, cfg.to_dict(), sinks=metric_sinks(cfg, resume_step=resume_step, ui=ui), resume_step=resume_step
+        )
     else:
         log = RunLog(cfg.run_dir / "ranks" / f"rank_{par.rank}", cfg.to_dict(), resume_step=resume_step)
     for problem in unusable:
@@ -128,7 +155,9 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     seed_everything(cfg.seed, par.rank)
     for line in banner(cfg, start_path):
         ui.print(line)
-    model, tokenizer = policy(cfg, start_path, par.device)  # dtype, checkpointing, LoRA; a resume loads its weights below
+    model, tokenizer = policy(
+        cfg, start_path, par.device
+    )  # dtype, checkpointing, LoRA; a resume loads its weights below
     trained = model
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
         model = copy.deepcopy(trained)
@@ -138,8 +167,14 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
     episodes = episode_spec(cfg)  # one set of environment workers for both
     for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):
         if name is not None and name not in engines:
-            engines[name] = rollout_engine(cfg, model, tokenizer, name=name, model_dir=start_path,  # hf, loop: the policy's own weights
-                                           episodes=episodes)
+            engines[name] = rollout_engine(
+                cfg,
+                model,
+                tokenizer,
+                name=name,
+                model_dir=start_path,  # hf, loop: the policy's own weights
+                episodes=episodes,
+            )
     task_held_out = task.held_out()[: cfg.eval.n]
     if source is None:
         engine = engines[cfg.rollout.engine]
@@ -150,22 +185,73 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
         ref = reference_model(cfg, model, tokenizer) if cfg.algo.beta > 0 else None  # beta = 0 loads none at all
         teacher = teacher_model(cfg, tokenizer, next(model.parameters()).device) if cfg.algo.distill.teacher else None
         spec = cfg.rollout.speculative
-        source = LocalBatches(engine, learned, ref, sampling_params(cfg.rollout), cfg.algo, cfg.rollout.batch_size,
-                              cfg.rollout.sync_every, spec if spec.method != "none" else None, log, par=par,
-                              credit=cfg.env.credit, teacher=teacher)
-    retention = dict(config_hash=config_fingerprint(cfg.to_dict()), keep=cfg.ckpt.keep, keep_best=cfg.ckpt.keep_best,
-                     best_mode=cfg.ckpt.best_mode)
-    checkpointer = (ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, store=store, **retention) if par.sharded
-                    else Checkpointer(cfg.run_dir / "checkpoints", async_write=cfg.ckpt.async_write,
-                                      on_saved=store.push_checkpoint if store else None, **retention))
+        source = LocalBatches(
+            engine,
+            learned,
+            ref,
+            sampling_params(cfg.rollout),
+            cfg.algo,
+            cfg.rollout.batch_size,
+            cfg.rollout.sync_every,
+            spec if spec.method != "none" else None,
+            log,
+            par=par,
+            credit=cfg.env.credit,
+            teacher=teacher,
+        )
+    retention = dict(
+        config_hash=config_fingerprint(cfg.to_dict()),
+        keep=cfg.ckpt.keep,
+        keep_best=cfg.ckpt.keep_best,
+        best_mode=cfg.ckpt.best_mode,
+    )
+    checkpointer = (
+        ShardedCheckpointer(cfg.run_dir / "checkpoints", par=par, store=store, **retention)
+        if par.sharded
+        else Checkpointer(
+            cfg.run_dir / "checkpoints",
+            async_write=cfg.ckpt.async_write,
+            on_saved=store.push_checkpoint if store else None,
+            **retention,
+        )
+    )
     settings = update_settings(cfg.algo, cfg.train, cfg.rollout, cfg.model.dtype)
-    run = Run(ui, log, guard, tokenizer, engines[cfg.eval.engine or cfg.rollout.engine], reward, task_held_out,
-              source, settings, checkpointer, start_path, t_start, par, model, algo=cfg.algo, eval=cfg.eval,
-              ckpt=cfg.ckpt, logging=cfg.log, steps=cfg.train.steps, max_new_tokens=cfg.rollout.max_new_tokens,
-              recompute=cfg.algo.recomputes(cfg.rollout.engine), run_dir=cfg.run_dir, seed=cfg.seed,
-              config=cfg.to_dict(), store=store)
-    state = TrainerState.create(cfg.train, cfg.seed, cfg.reward.monitor.stuck_steps,
-                                par.shard(trained, offload=cfg.train.offload), task, guard, par)
+    run = Run(
+        ui,
+        log,
+        guard,
+        tokenizer,
+        engines[cfg.eval.engine or cfg.rollout.engine],
+        reward,
+        task_held_out,
+        source,
+        settings,
+        checkpointer,
+        start_path,
+        t_start,
+        par,
+        model,
+        algo=cfg.algo,
+        eval=cfg.eval,
+        ckpt=cfg.ckpt,
+        logging=cfg.log,
+        steps=cfg.train.steps,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        recompute=cfg.algo.recomputes(cfg.rollout.engine),
+        run_dir=cfg.run_dir,
+        seed=cfg.seed,
+        config=cfg.to_dict(),
+        store=store,
+    )
+    state = TrainerState.create(
+        cfg.train,
+        cfg.seed,
+        cfg.reward.monitor.stuck_steps,
+        par.shard(trained, offload=cfg.train.offload),
+        task,
+        guard,
+        par,
+    )
     if resume:
         state.restore(resume)
         changes = config_drift(resume, cfg.to_dict())
@@ -185,9 +271,11 @@ def open_run(cfg: Config, ui: RunConsole, make_source: Callable[[RunLog], BatchS
 def banner(cfg: Config, start_from: Path) -> list[str]:
     """What the run is, in four lines, before it starts."""
     r, a, t = cfg.rollout, cfg.algo, cfg.train
-    return [f"[bold]rlvr train[/]  run dir [cyan]{cfg.run_dir}[/]",
-            f"  model {cfg.model.name} from {start_from}  task {cfg.task.name}  seed {cfg.seed}",
-            f"  {t.steps} steps x {r.batch_size} prompts x G={r.group_size}  T={r.temperature}"
-            f"  max_new_tokens={r.max_new_tokens}  lr={t.lr}  mu={t.ppo_epochs}",
-            f"  loss {a.loss_type}  advantage {a.advantage}/{a.scale}  clip [{a.clip_low}, {a.clip_high}]"
-            f"  beta={a.beta}  backend {cfg.deploy.backend}"]
+    return [
+        f"[bold]rlvr train[/]  run dir [cyan]{cfg.run_dir}[/]",
+        f"  model {cfg.model.name} from {start_from}  task {cfg.task.name}  seed {cfg.seed}",
+        f"  {t.steps} steps x {r.batch_size} prompts x G={r.group_size}  T={r.temperature}"
+        f"  max_new_tokens={r.max_new_tokens}  lr={t.lr}  mu={t.ppo_epochs}",
+        f"  loss {a.loss_type}  advantage {a.advantage}/{a.scale}  clip [{a.clip_low}, {a.clip_high}]"
+        f"  beta={a.beta}  backend {cfg.deploy.backend}",
+    ]

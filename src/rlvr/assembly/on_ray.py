@@ -14,8 +14,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rlvr.assembly.embedded import train
-from rlvr.assembly.parts import (component_weights, episode_spec, policy, reference_model, rollout_engine, rule_reward,
-                                 run_store, run_task, teacher_model)
+from rlvr.assembly.parts import (
+    component_weights,
+    episode_spec,
+    policy,
+    reference_model,
+    rollout_engine,
+    rule_reward,
+    run_store,
+    run_task,
+    teacher_model,
+)
 from rlvr.assembly.start import auto_temperature, starting_point
 from rlvr.config import Config
 from rlvr.console import RunConsole
@@ -81,10 +90,21 @@ class RunParts:
         from rlvr.deploy.ray.source import RayBatchSource  # (ray, imported where an actor runs)
 
         c = self.cfg
-        return RayBatchSource(workers, list(pending_events), attempt, files, deploy=c.deploy, rollout=c.rollout,
-                              algo=c.algo, learned={**c.reward.models, **c.reward.judges},
-                              weights=component_weights(c), credit=c.env.credit, steps=c.train.steps, seed=c.seed,
-                              held_out=lambda: run_task(c).held_out())
+        return RayBatchSource(
+            workers,
+            list(pending_events),
+            attempt,
+            files,
+            deploy=c.deploy,
+            rollout=c.rollout,
+            algo=c.algo,
+            learned={**c.reward.models, **c.reward.judges},
+            weights=component_weights(c),
+            credit=c.env.credit,
+            steps=c.train.steps,
+            seed=c.seed,
+            held_out=lambda: run_task(c).held_out(),
+        )
 
 
 def train_on_ray(cfg: Config) -> dict:
@@ -105,8 +125,9 @@ def train_on_ray(cfg: Config) -> dict:
     if own_cluster:
         local = {}
         if d.address is None:  # logical CPUs may exceed the cores: a pool's CPUs are a reservation, not a core
-            local["num_cpus"] = d.num_cpus or max(os.cpu_count() or 1,
-                                                  int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999))
+            local["num_cpus"] = d.num_cpus or max(
+                os.cpu_count() or 1, int(required({m: d.pools[m] for m in used}).get("CPU", 1) + 0.999)
+            )
         ray.init(address=d.address, include_dashboard=False, logging_level="WARNING", **local)
     start = starting_point(cfg, console)  # the cold start is cached by now
     files = ship_run_files(start, cfg.reward, cfg.algo.distill, cfg.model)
@@ -123,18 +144,25 @@ def train_on_ray(cfg: Config) -> dict:
             if m in used:
                 remote = actors.actor_class(cls, d.worker_restarts, d.partial_rollouts)
                 extra = (workers["reward"],) if m == "rollout" and cfg.env.tools else ()
-                workers[m] = [remote.options(**placement.options(m, j)).remote(RunParts(cfg), threads(m), *extra)
-                              for j in range(d.pools[m].replicas)]
+                workers[m] = [
+                    remote.options(**placement.options(m, j)).remote(RunParts(cfg), threads(m), *extra)
+                    for j in range(d.pools[m].replicas)
+                ]
         pending: list[dict] = [{"kind": "temperature_picked", **picked}] if picked else []
         run_cfg = cfg
         for attempt in range(d.trainer_restarts + 1):
-            trainers = [actors.actor_class(actors.TrainerActor, 0).options(
-                **placement.options("trainer", j)).remote(threads("trainer")) for j in range(d.pools["trainer"].replicas)]
+            trainers = [
+                actors.actor_class(actors.TrainerActor, 0)
+                .options(**placement.options("trainer", j))
+                .remote(threads("trainer"))
+                for j in range(d.pools["trainer"].replicas)
+            ]
             try:
                 return train_pool(ray, trainers, RunParts(run_cfg), files, workers, pending, attempt)
             except RayActorError as exc:  # a trainer's process died (a Python error arrives as RayTaskError)
-                pending = [{"kind": "trainer_restarted", "attempt": attempt + 1, "error": type(exc).__name__,
-                            "resume": "auto"}]
+                pending = [
+                    {"kind": "trainer_restarted", "attempt": attempt + 1, "error": type(exc).__name__, "resume": "auto"}
+                ]
                 run_cfg = dataclasses.replace(run_cfg, ckpt=dataclasses.replace(run_cfg.ckpt, resume="auto"))
             finally:
                 for t in trainers:  # the whole pool goes: a group that lost a rank cannot go on

@@ -35,8 +35,17 @@ from rlvr.storage import RunStore
 from rlvr.rewards import Reward, build_reward
 from rlvr.rollout import RolloutEngine, build_engine
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
-from rlvr.tasks import (GAMES, build_task, builtin_names, code, data_paths, games, needs_code_chars, needs_tool_tags,
-                        tool_arithmetic)
+from rlvr.tasks import (
+    GAMES,
+    build_task,
+    builtin_names,
+    code,
+    data_paths,
+    games,
+    needs_code_chars,
+    needs_tool_tags,
+    tool_arithmetic,
+)
 from rlvr.tasks.files import data_files
 from rlvr.tools import hosted, resolve_tools
 from rlvr.urls import URL_CACHE, cache_dir, is_url
@@ -45,14 +54,31 @@ from rlvr.urls import URL_CACHE, cache_dir, is_url
 def run_task(cfg, *, tokenizer=None, on_event=None):
     """The run's task (sections task and data; env for the problems an environment grades), holding
     out eval.n problems. tokenizer, on_event: rlvr.tasks.build_task's."""
-    return build_task(cfg.task, cfg.data, cfg.env, seed=cfg.seed, eval_n=cfg.eval.n,
-                      eval_n_set="eval.n" in cfg.sources, tokenizer=tokenizer, on_event=on_event)
+    return build_task(
+        cfg.task,
+        cfg.data,
+        cfg.env,
+        seed=cfg.seed,
+        eval_n=cfg.eval.n,
+        eval_n_set="eval.n" in cfg.sources,
+        tokenizer=tokenizer,
+        on_event=on_event,
+    )
 
 
 def run_guard(cfg, log, ui) -> RunGuard:
     """Alert rules, rollback and fault injection over the run's metric stream (sections alerts, rollback)."""
-    return RunGuard(cfg.alerts, cfg.rollback, log, ui, run_name=cfg.run.name, ckpt_dir=cfg.run_dir / "checkpoints",
-                    seed=cfg.seed, base_lr=cfg.train.lr, inject_nan_at_step=cfg.debug.inject_nan_at_step)
+    return RunGuard(
+        cfg.alerts,
+        cfg.rollback,
+        log,
+        ui,
+        run_name=cfg.run.name,
+        ckpt_dir=cfg.run_dir / "checkpoints",
+        seed=cfg.seed,
+        base_lr=cfg.train.lr,
+        inject_nan_at_step=cfg.debug.inject_nan_at_step,
+    )
 
 
 def metric_sinks(cfg, *, resume_step: int | None, ui) -> list:
@@ -66,8 +92,13 @@ def run_store(cfg, rank: int = 0) -> RunStore | None:
     if not is_url(cfg.run.dir):
         return None
     c = cfg.ckpt
-    return RunStore(cfg.run.dir, cfg.run_dir, retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
-                    kill_at_step=cfg.debug.kill_during_upload_at_step, rank=rank)
+    return RunStore(
+        cfg.run.dir,
+        cfg.run_dir,
+        retention={"keep": c.keep, "keep_best": c.keep_best, "best_mode": c.best_mode},
+        kill_at_step=cfg.debug.kill_during_upload_at_step,
+        rank=rank,
+    )
 
 
 def policy(cfg, path, device=None):
@@ -85,12 +116,21 @@ def component_weights(cfg) -> dict[str, float]:
     return {**env_components(cfg.env), **cfg.reward.weights}
 
 
-def rollout_engine(cfg, model, tokenizer, *, name: str | None = None, model_dir=None,
-                   episodes: EpisodeSpec = SINGLE_TURN) -> RolloutEngine:
+def rollout_engine(
+    cfg, model, tokenizer, *, name: str | None = None, model_dir=None, episodes: EpisodeSpec = SINGLE_TURN
+) -> RolloutEngine:
     """The engine `name` (default rollout.engine) on `model`, sampling with the run's seed and compute
     dtype; vllm loads `model_dir`. episodes: what its rollouts run (episode_spec)."""
-    return build_engine(cfg.rollout, model, tokenizer, name=name, model_dir=model_dir, seed=cfg.seed,
-                        dtype=cfg.model.dtype, episodes=episodes)
+    return build_engine(
+        cfg.rollout,
+        model,
+        tokenizer,
+        name=name,
+        model_dir=model_dir,
+        seed=cfg.seed,
+        dtype=cfg.model.dtype,
+        episodes=episodes,
+    )
 
 
 def teacher_model(cfg, tokenizer, device=None, path: str | None = None) -> ReferenceModel:
@@ -111,9 +151,14 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
     cls = env_class(e.name)
     if e.name == "single_turn":
         return SINGLE_TURN
-    bounds = dict(step_wait_s=e.step_wait_s, reset_timeout_s=e.reset_timeout_s, step_timeout_s=e.step_timeout_s,
-                  episode_timeout_s=e.episode_timeout_s, limits=Limits(e.max_message_chars),
-                  faults=FaultLedger(e.fail_fast))
+    bounds = dict(
+        step_wait_s=e.step_wait_s,
+        reset_timeout_s=e.reset_timeout_s,
+        step_timeout_s=e.step_timeout_s,
+        episode_timeout_s=e.episode_timeout_s,
+        limits=Limits(e.max_message_chars),
+        faults=FaultLedger(e.fail_fast),
+    )
     if issubclass(cls, AgentProgram):  # env.name=agent, verifiers:<id>
         return EpisodeSpec(cls, host=ProcessHost(e.workers), agent=agent_spec(e), **bounds)
     tools = {}
@@ -126,14 +171,20 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
     max_turns = e.max_turns or cls.max_turns
 
     def make_env(problem: Problem) -> Environment:
-        return cls(settings, tools=tools, tool_format=e.tool_format, tool_timeout_s=e.tool_timeout_s,
-                   max_turns=max_turns)
+        return cls(
+            settings, tools=tools, tool_format=e.tool_format, tool_timeout_s=e.tool_timeout_s, max_turns=max_turns
+        )
 
     make_env.env_name = cls.__name__  # type: ignore[attr-defined]  # names it when its constructor fails
 
-    return EpisodeSpec(make_env, max_turns=max_turns, max_tokens=e.max_tokens, history=e.history,
-                       host=ProcessHost(e.workers) if isolation(e.isolation, cls) == "process" else ThreadHost(),
-                       **bounds)
+    return EpisodeSpec(
+        make_env,
+        max_turns=max_turns,
+        max_tokens=e.max_tokens,
+        history=e.history,
+        host=ProcessHost(e.workers) if isolation(e.isolation, cls) == "process" else ThreadHost(),
+        **bounds,
+    )
 
 
 def isolation(setting: str, cls: type) -> str:
@@ -175,9 +226,13 @@ def cold_start_url(cfg) -> str | None:
 
 def _sft_name(cfg) -> str:
     """The cold start's name in sft.cache_dir: a digest of every setting and data byte that shapes it."""
-    settings = {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "seed": cfg.seed,
-                **({"history": cfg.env.history} if cfg.env.history else {}),
-                "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"}}
+    settings = {
+        "model": to_dict(cfg.model),
+        "task": to_dict(cfg.task),
+        "seed": cfg.seed,
+        **({"history": cfg.env.history} if cfg.env.history else {}),
+        "sft": {k: v for k, v in to_dict(cfg.sft).items() if k != "cache_dir"},
+    }
     versions = task_versions(cfg)  # generators that changed since they shipped; arithmetic keys stay
     if "code" in versions:
         settings["code_task"] = versions.pop("code")

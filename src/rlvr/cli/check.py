@@ -26,11 +26,14 @@ def run(args) -> int:
     for column in ("check", "result", "measured", "detail"):
         table.add_column(column)
     for line in lines:
-        table.add_row(line.name, "[green]pass[/]" if line.ok else "[bold red]FAIL[/]", escape(line.figure),
-                      escape(line.detail))
+        table.add_row(
+            line.name, "[green]pass[/]" if line.ok else "[bold red]FAIL[/]", escape(line.figure), escape(line.detail)
+        )
     ui.console.print(table)
     if args.json:
         Path(args.json).write_text(as_json(lines) + "\n")
     failed = [line.name for line in lines if not line.ok]
-    ui.console.print(f"{len(lines) - len(failed)}/{len(lines)} checks pass" + (f"; failing: {', '.join(failed)}" if failed else ""))
+    ui.console.print(
+        f"{len(lines) - len(failed)}/{len(lines)} checks pass" + (f"; failing: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0

@@ -35,9 +35,19 @@ def run(args) -> int:
             runs[label] = evaluate_model(cfg, path, problems, args, reward, label=label)
     a, b = runs["A"], runs["B"]
     seed = cfg.seed
-    report = {"a": model_dir(args.a), "b": model_dir(args.b), "n": len(problems), "samples": args.samples,
-              "greedy": paired_report([float(o.greedy) for o in a], [float(o.greedy) for o in b], alpha=args.alpha,
-                                      iterations=args.bootstrap, seed=seed)}
+    report = {
+        "a": model_dir(args.a),
+        "b": model_dir(args.b),
+        "n": len(problems),
+        "samples": args.samples,
+        "greedy": paired_report(
+            [float(o.greedy) for o in a],
+            [float(o.greedy) for o in b],
+            alpha=args.alpha,
+            iterations=args.bootstrap,
+            seed=seed,
+        ),
+    }
     for k in (k for k in args.k if 1 <= k <= args.samples):
         per_a = [pass_at_k(args.samples, sum(o.passed), k) for o in a]
         per_b = [pass_at_k(args.samples, sum(o.passed), k) for o in b]
@@ -45,8 +55,11 @@ def run(args) -> int:
         report[f"pass@{k}"] = {"a": sum(per_a) / len(per_a), "b": sum(per_b) / len(per_b), "diff": diff, "ci": [lo, hi]}
     report["problems"] = [{"id": x.id, "a": x.greedy, "b": y.greedy} for x, y in zip(a, b)]
     g = report["greedy"]
-    print(f"A {g['a']:.1%}  B {g['b']:.1%}  B - A {g['diff']:+.1%} "
-          f"[{g['ci'][0]:+.1%}, {g['ci'][1]:+.1%}]  McNemar p = {g['mcnemar_p']:.3g} "
-          f"({g['only_a']} only A, {g['only_b']} only B of {len(problems)})\n{g['verdict']}", file=sys.stderr)
+    print(
+        f"A {g['a']:.1%}  B {g['b']:.1%}  B - A {g['diff']:+.1%} "
+        f"[{g['ci'][0]:+.1%}, {g['ci'][1]:+.1%}]  McNemar p = {g['mcnemar_p']:.3g} "
+        f"({g['only_a']} only A, {g['only_b']} only B of {len(problems)})\n{g['verdict']}",
+        file=sys.stderr,
+    )
     write_report(report, args.out)
     return 0

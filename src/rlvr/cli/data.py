@@ -32,30 +32,44 @@ from rlvr.records import Problem
 
 _ARITH_PROMPT_RE = re.compile(
     r"^\s*(?:what is|compute|calculate|evaluate)?\s*:?\s*([-+*/×÷()\d\s.]*\d[-+*/×÷()\d\s.]*?)\s*=?\s*\??\s*$",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    p = sub.add_parser("audit", help="check a training set (JSONL, Parquet, datasets) as training reads it",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", type=Path, nargs="+", metavar="DATA",
-                   help="data files or directories, as data.files takes them (rlvr.tasks.files)")
+    p = sub.add_parser(
+        "audit",
+        help="check a training set (JSONL, Parquet, datasets) as training reads it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "data",
+        type=Path,
+        nargs="+",
+        metavar="DATA",
+        help="data files or directories, as data.files takes them (rlvr.tasks.files)",
+    )
     add_config_files(p, "; its `reward` section is used")
-    p.add_argument("overrides", nargs="*",
-                   help="dotted overrides right after the file, e.g. reward.math.extract=[boxed]")
+    p.add_argument(
+        "overrides", nargs="*", help="dotted overrides right after the file, e.g. reward.math.extract=[boxed]"
+    )
 
-
-    r = sub.add_parser("recording", help="training data from `rlvr serve --record DIR`: SFT records and preference pairs",
-                       description="SFT records (responses scored at least --min-score, preferred alternatives) and "
-                       "preference pairs (a preferred alternative over its response; the higher-scored of two "
-                       "responses to one conversation) from a recording with its feedback (rlvr.serve.record).")
+    r = sub.add_parser(
+        "recording",
+        help="training data from `rlvr serve --record DIR`: SFT records and preference pairs",
+        description="SFT records (responses scored at least --min-score, preferred alternatives) and "
+        "preference pairs (a preferred alternative over its response; the higher-scored of two "
+        "responses to one conversation) from a recording with its feedback (rlvr.serve.record).",
+    )
     r.add_argument("recording", metavar="DIR", help="the directory (or URL) rlvr serve --record wrote")
     r.add_argument("--sft", type=Path, metavar="FILE", help="JSONL for `rlvr sft --data FILE`")
     r.add_argument("--pairs", type=Path, metavar="FILE", help="JSONL for `rlvr rm train FILE`")
-    r.add_argument("--min-score", type=float, default=1.0, help="the score a response needs to become SFT data "
-                   "(default 1.0)")
+    r.add_argument(
+        "--min-score", type=float, default=1.0, help="the score a response needs to become SFT data (default 1.0)"
+    )
 
 
 def recording(args: argparse.Namespace) -> int:
@@ -63,8 +77,10 @@ def recording(args: argparse.Namespace) -> int:
     from rlvr.urls import join, read_text
 
     if read_text(join(args.recording, "served.jsonl")) is None:
-        print(f"rlvr data recording: {args.recording}/served.jsonl: no recording (rlvr serve --record DIR writes it)",
-              file=sys.stderr)
+        print(
+            f"rlvr data recording: {args.recording}/served.jsonl: no recording (rlvr serve --record DIR writes it)",
+            file=sys.stderr,
+        )
         return 2
     if not (args.sft or args.pairs):
         print("rlvr data recording: say what to write: --sft FILE and/or --pairs FILE", file=sys.stderr)
@@ -168,8 +184,12 @@ def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> 
             why = r.error if not r.valid else (r.info.get("reason") or r.info.get("flag") or "a test fails")
             return [f"code gold: the reference solution fails its own tests ({why})"]
         if what == "trivial" and passed:
-            return [("code gold: a program that does nothing (returns None, prints nothing) passes the tests: "
-                     "they check nothing")]
+            return [
+                (
+                    "code gold: a program that does nothing (returns None, prints nothing) passes the tests: "
+                    "they check nothing"
+                )
+            ]
         return []
     gold = problem.answer
     if not r.valid and "does not parse" in (r.error or ""):
@@ -182,8 +202,12 @@ def _check_message(what: str, problem: Problem, text: str, r: Any, cfg: Any) -> 
         return []
     said = r.info.get("answer")
     if what == "self":
-        return [(f"gold {gold!r} does not score correct=1 against itself written as {text!r} "
-                 f"({r.info.get('flag') or 'not equivalent'})")]
+        return [
+            (
+                f"gold {gold!r} does not score correct=1 against itself written as {text!r} "
+                f"({r.info.get('flag') or 'not equivalent'})"
+            )
+        ]
     if what == "solution":
         return [f"mislabelled gold: the reference solution's final answer is {said!r}, gold is {gold!r}"]
     return [f"mislabelled gold: the prompt evaluates to {said!r}, gold is {gold!r}"]
@@ -210,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
         rows = [{"source": s, "n": c, "share": c / total} for s, c in sorted(sources.items())]
         rows.append({"source": "all", "n": total, "share": 1.0})
         print_table("mix (usable records per source)", rows, sys.stdout)
-    print(f"{name}: {total} usable record(s), {invalid} invalid, {len(issues)} issue(s) on "
-          f"{len({w for w, _ in issues})} record(s)" + ("" if issues else ": OK"))
+    print(
+        f"{name}: {total} usable record(s), {invalid} invalid, {len(issues)} issue(s) on "
+        f"{len({w for w, _ in issues})} record(s)" + ("" if issues else ": OK")
+    )
     return 1 if issues else 0

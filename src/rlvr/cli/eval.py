@@ -14,20 +14,35 @@ from rlvr.configlib import ConfigError
 
 def add_sampling_arguments(parser) -> None:
     """The evaluation set and sampling, shared with `rlvr compare`."""
-    parser.add_argument("--data", action="append", default=[], metavar="FILE",
-                        help="a JSONL/Parquet data file, or 'humaneval' (repeatable); default: the task's held-out set")
-    parser.add_argument("--samples", type=int, default=0, metavar="N", help="sampled completions per problem (0 = greedy only)")
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a JSONL/Parquet data file, or 'humaneval' (repeatable); default: the task's held-out set",
+    )
+    parser.add_argument(
+        "--samples", type=int, default=0, metavar="N", help="sampled completions per problem (0 = greedy only)"
+    )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the --samples")
     parser.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="k of pass@k, maj@k, avg@k (k <= N)")
-    parser.add_argument("--batch-size", type=int, default=None, help="problems per engine call (default: eval.batch_size when a config or override sets it, else 64)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="problems per engine call (default: eval.batch_size when a config or override sets it, else 64)",
+    )
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N problems")
     add_device_argument(parser)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a Hugging Face model directory or a run directory (its model/)")
-    parser.add_argument("--pairs", metavar="FILE", help="MODEL is a reward model: its pair accuracy on these "
-                                                        "preference pairs (JSONL: prompt, chosen, rejected)")
+    parser.add_argument(
+        "--pairs",
+        metavar="FILE",
+        help="MODEL is a reward model: its pair accuracy on these preference pairs (JSONL: prompt, chosen, rejected)",
+    )
     add_sampling_arguments(parser)
     parser.add_argument("--out", metavar="FILE", help="write the JSON here instead of stdout")
     add_config_arguments(parser)
@@ -108,19 +123,37 @@ def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
     path = model_dir(path)
     model, tokenizer = inference_model(cfg, path)
     max_new_tokens, why = default_length(cfg, model)
-    print(f"eval {label or path}: {next(model.parameters()).device}, compute {cfg.model.dtype}, "
-          f"max_new_tokens {max_new_tokens} ({why})", file=sys.stderr)
-    engine = rollout_engine(cfg, model, tokenizer, name=cfg.eval.engine, model_dir=path,  # eval.engine, else rollout.engine
-                            episodes=episode_spec(cfg))
+    print(
+        f"eval {label or path}: {next(model.parameters()).device}, compute {cfg.model.dtype}, "
+        f"max_new_tokens {max_new_tokens} ({why})",
+        file=sys.stderr,
+    )
+    engine = rollout_engine(
+        cfg,
+        model,
+        tokenizer,
+        name=cfg.eval.engine,
+        model_dir=path,  # eval.engine, else rollout.engine
+        episodes=episode_spec(cfg),
+    )
     with Progress(transient=True, console=_stderr()) as bar:
         task = bar.add_task(f"eval {label or path}", total=len(problems))
-        return score_problems(engine, problems, reward, max_new_tokens=max_new_tokens,
-                              samples=args.samples, temperature=args.temperature, top_p=cfg.rollout.top_p,
-                              batch_size=args.batch_size, progress=lambda n: bar.advance(task, n))
+        return score_problems(
+            engine,
+            problems,
+            reward,
+            max_new_tokens=max_new_tokens,
+            samples=args.samples,
+            temperature=args.temperature,
+            top_p=cfg.rollout.top_p,
+            batch_size=args.batch_size,
+            progress=lambda n: bar.advance(task, n),
+        )
 
 
 def _stderr():
     from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -137,9 +170,13 @@ def run(args) -> int:
     problems = problems_for(cfg, args)
     with rule_reward(cfg) as reward:
         outcomes = evaluate_model(cfg, args.model, problems, args, reward)
-    report = {"model": model_dir(args.model), "samples": args.samples, "temperature": args.temperature,
-              "by_source": summarize(outcomes, args.k),
-              "problems": [{"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed} for o in outcomes]}
+    report = {
+        "model": model_dir(args.model),
+        "samples": args.samples,
+        "temperature": args.temperature,
+        "by_source": summarize(outcomes, args.k),
+        "problems": [{"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed} for o in outcomes],
+    }
     print_table(report["by_source"])
     write_report(report, args.out)
     return 0
@@ -152,10 +189,15 @@ def _pair_accuracy(args, cfg) -> int:
     from rlvr.train.rm import load_pairs, pair_accuracy
 
     model, tokenizer = load_reward_model(model_dir(args.model), str(train_device(cfg.train.device)))
-    report = {"model": model_dir(args.model), "pairs": args.pairs,
-              **pair_accuracy(model, tokenizer, load_pairs(args.pairs), batch_size=args.batch_size or 16)}
-    print(f"pair accuracy {report['pair_accuracy']:.1%} (n={report['n']}, mean margin {report['margin_mean']:+.3f})",
-          file=sys.stderr)
+    report = {
+        "model": model_dir(args.model),
+        "pairs": args.pairs,
+        **pair_accuracy(model, tokenizer, load_pairs(args.pairs), batch_size=args.batch_size or 16),
+    }
+    print(
+        f"pair accuracy {report['pair_accuracy']:.1%} (n={report['n']}, mean margin {report['margin_mean']:+.3f})",
+        file=sys.stderr,
+    )
     write_report(report, args.out)
     return 0
 
@@ -172,12 +214,18 @@ def write_report(report: dict, out: str | None) -> None:
 def print_table(by_source: dict) -> None:
     from rich.table import Table
 
-    keys = sorted({k for entry in by_source.values() for k in entry if k not in ("n", "greedy_accuracy")},
-                  key=lambda k: (k.split("@")[0], int(k.split("@")[1])))
+    keys = sorted(
+        {k for entry in by_source.values() for k in entry if k not in ("n", "greedy_accuracy")},
+        key=lambda k: (k.split("@")[0], int(k.split("@")[1])),
+    )
     table = Table(title="rlvr eval")
     for column in ("source", "n", "greedy", *keys):
         table.add_column(column, justify="right")
     for name, entry in by_source.items():
-        table.add_row(name, str(entry["n"]), f"{entry['greedy_accuracy']:.1%}",
-                      *(f"{entry[k]:.1%}" if k in entry else "-" for k in keys))
+        table.add_row(
+            name,
+            str(entry["n"]),
+            f"{entry['greedy_accuracy']:.1%}",
+            *(f"{entry[k]:.1%}" if k in entry else "-" for k in keys),
+        )
     _stderr().print(table)

@@ -71,8 +71,9 @@ class _Setup:
         """The run's rollout engine (rollout.engine) on `model` (default: the loaded policy)."""
         from rlvr.assembly import episode_spec, rollout_engine
 
-        return rollout_engine(self.cfg, self.model if model is None else model, self.tokenizer,
-                              episodes=episode_spec(self.cfg))
+        return rollout_engine(
+            self.cfg, self.model if model is None else model, self.tokenizer, episodes=episode_spec(self.cfg)
+        )
 
     def params(self, greedy: bool = False):
         from rlvr.rollout import sampling_params
@@ -106,14 +107,31 @@ class _Setup:
         if not bool(adv.abs().sum() > 0):
             adv = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(completions))])  # (N,)
         mask = torch.ones(len(completions))
-        view = training_view(completions, adv, mask, rewards, credit=self.cfg.env.credit,
-                             weights=self.reward.weights, group_size=g, scale=self.cfg.algo.scale, eps=self.cfg.algo.eps)
+        view = training_view(
+            completions,
+            adv,
+            mask,
+            rewards,
+            credit=self.cfg.env.credit,
+            weights=self.reward.weights,
+            group_size=g,
+            scale=self.cfg.algo.scale,
+            eps=self.cfg.algo.eps,
+        )
         if view is not None:  # turns trained in the context they were sampled in
             completions, adv, mask = view.sequences, view.advantages, view.loss_mask
         c = self.cfg
-        return policy_update(model, optimizer, completions, adv, mask, None, self.tokenizer.pad_token_id,
-                             update_settings(c.algo, c.train, c.rollout, c.model.dtype),
-                             generator=torch.Generator().manual_seed(self.cfg.seed))
+        return policy_update(
+            model,
+            optimizer,
+            completions,
+            adv,
+            mask,
+            None,
+            self.tokenizer.pad_token_id,
+            update_settings(c.algo, c.train, c.rollout, c.model.dtype),
+            generator=torch.Generator().manual_seed(self.cfg.seed),
+        )
 
 
 def check_sampling(s: _Setup) -> CheckLine:
@@ -126,9 +144,15 @@ def check_sampling(s: _Setup) -> CheckLine:
     cut = sum(c.finish_reason == "length" for c in greedy + sampled)
     n = len(greedy) + len(sampled)
     ok = empty == 0 and cut == 0
-    return CheckLine("sampling", ok, f"{tokens / dt:.0f} tok/s; {empty} empty, {cut} cut of {n}",
-                     "" if ok else f"responses cut at rollout.max_new_tokens={s.cfg.rollout.max_new_tokens} or empty: "
-                     "raise max_new_tokens or train the cold start longer")
+    return CheckLine(
+        "sampling",
+        ok,
+        f"{tokens / dt:.0f} tok/s; {empty} empty, {cut} cut of {n}",
+        ""
+        if ok
+        else f"responses cut at rollout.max_new_tokens={s.cfg.rollout.max_new_tokens} or empty: "
+        "raise max_new_tokens or train the cold start longer",
+    )
 
 
 def check_reference(s: _Setup) -> CheckLine:
@@ -145,8 +169,12 @@ def check_reference(s: _Setup) -> CheckLine:
     worst = max(diffs, default=0.0)
     tol = 1e-3 if s.cfg.model.dtype == "float32" else 5e-2
     ok = finite and worst <= tol
-    return CheckLine("reference", ok, f"max |ref - policy| = {worst:.2e} over {len(diffs)} tokens (tol {tol:g})",
-                     "" if finite else "non-finite reference log-probs")
+    return CheckLine(
+        "reference",
+        ok,
+        f"max |ref - policy| = {worst:.2e} over {len(diffs)} tokens (tol {tol:g})",
+        "" if finite else "non-finite reference log-probs",
+    )
 
 
 def check_rewards(s: _Setup) -> CheckLine:
@@ -160,8 +188,12 @@ def check_rewards(s: _Setup) -> CheckLine:
     second = s.reward.score(problems, texts, **env_kwargs(completions))
     differ = sum((a.total, a.components, a.valid) != (b.total, b.components, b.valid) for a, b in zip(first, second))
     invalid = sum(not r.valid for r in first)
-    return CheckLine("rewards", differ == 0, f"{differ} of {len(texts)} differ when scored twice; {invalid} invalid",
-                     "" if differ == 0 else "a reward depends on something besides the response: time, order, randomness")
+    return CheckLine(
+        "rewards",
+        differ == 0,
+        f"{differ} of {len(texts)} differ when scored twice; {invalid} invalid",
+        "" if differ == 0 else "a reward depends on something besides the response: time, order, randomness",
+    )
 
 
 def check_train_step(s: _Setup) -> CheckLine:
@@ -171,8 +203,12 @@ def check_train_step(s: _Setup) -> CheckLine:
     delta = math.sqrt(sum(float((v - before[k]).float().pow(2).sum()) for k, v in model.state_dict().items()))
     norm = math.sqrt(sum(float(v.float().pow(2).sum()) for v in before.values()))
     ok = delta > 0 and math.isfinite(delta) and not stats.get("actor/skipped_updates")
-    return CheckLine("train step", ok, f"|dW|/|W| = {delta / max(norm, 1e-12):.2e}; loss {stats.get('actor/loss', float('nan')):.4f}",
-                     "" if ok else "the update did not change the weights (or was skipped as non-finite)")
+    return CheckLine(
+        "train step",
+        ok,
+        f"|dW|/|W| = {delta / max(norm, 1e-12):.2e}; loss {stats.get('actor/loss', float('nan')):.4f}",
+        "" if ok else "the update did not change the weights (or was skipped as non-finite)",
+    )
 
 
 def check_checkpoint(s: _Setup) -> CheckLine:
@@ -195,15 +231,23 @@ def check_checkpoint(s: _Setup) -> CheckLine:
         same_w = state_digest(restored.state_dict()) == state_digest(model.state_dict())
         same_o = _same_optimizer(opt.state_dict(), opt2.state_dict())
     ok = problem is None and same_w and same_o
-    return CheckLine("checkpoint", ok, f"saved and verified in {dt:.2f} s; weights {'identical' if same_w else 'DIFFER'}, "
-                     f"optimizer {'identical' if same_o else 'DIFFERS'}", problem or "")
+    return CheckLine(
+        "checkpoint",
+        ok,
+        f"saved and verified in {dt:.2f} s; weights {'identical' if same_w else 'DIFFER'}, "
+        f"optimizer {'identical' if same_o else 'DIFFERS'}",
+        problem or "",
+    )
 
 
 def _same_optimizer(a: dict, b: dict) -> bool:
     if a["param_groups"] != b["param_groups"] or a["state"].keys() != b["state"].keys():
         return False
-    return all(torch.equal(torch.as_tensor(a["state"][k][n]), torch.as_tensor(b["state"][k][n]))
-               for k in a["state"] for n in a["state"][k])
+    return all(
+        torch.equal(torch.as_tensor(a["state"][k][n]), torch.as_tensor(b["state"][k][n]))
+        for k in a["state"]
+        for n in a["state"][k]
+    )
 
 
 def check_memory(s: _Setup) -> CheckLine:
@@ -220,8 +264,12 @@ def check_memory(s: _Setup) -> CheckLine:
     if torch.cuda.is_available():
         gpu = f"; GPU peak {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"
     ok = growth <= MEMORY_SLACK_MB
-    return CheckLine("memory", ok, f"RSS {rss[1]:.0f} -> {rss[-1]:.0f} MiB over {MEMORY_STEPS - 1} steps (+{growth:.0f}){gpu}",
-                     "" if ok else f"grew more than {MEMORY_SLACK_MB:.0f} MiB: something holds on to step data")
+    return CheckLine(
+        "memory",
+        ok,
+        f"RSS {rss[1]:.0f} -> {rss[-1]:.0f} MiB over {MEMORY_STEPS - 1} steps (+{growth:.0f}){gpu}",
+        "" if ok else f"grew more than {MEMORY_SLACK_MB:.0f} MiB: something holds on to step data",
+    )
 
 
 def check_alerts(s: _Setup) -> CheckLine:
@@ -250,8 +298,15 @@ def check_alerts(s: _Setup) -> CheckLine:
     return CheckLine("alerts", ok, "; ".join(sinks), detail)
 
 
-CHECKS: list[Callable[[_Setup], CheckLine]] = [check_sampling, check_reference, check_rewards, check_train_step,
-                                               check_checkpoint, check_memory, check_alerts]
+CHECKS: list[Callable[[_Setup], CheckLine]] = [
+    check_sampling,
+    check_reference,
+    check_rewards,
+    check_train_step,
+    check_checkpoint,
+    check_memory,
+    check_alerts,
+]
 
 
 def run_checks(cfg, ui) -> list[CheckLine]:

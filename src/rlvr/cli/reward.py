@@ -27,15 +27,22 @@ CHUNK = 512  # lines scored per call: big enough to keep every worker busy
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    p = sub.add_parser("score", help="score completions in a JSONL file",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "score",
+        help="score completions in a JSONL file",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("input", type=Path, help="JSONL file: completion, answer|tests, verifier, source")
     p.add_argument("--out", type=Path, default=None, help="write scored lines here (default: stdout)")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="score the file N times with fresh workers and report any reward that changed")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="score the file N times with fresh workers and report any reward that changed",
+    )
     add_config_files(p, "; its `reward` section is used")
-    p.add_argument("overrides", nargs="*",
-                   help="dotted overrides right after the file, e.g. reward.math.timeout_s=2")
+    p.add_argument("overrides", nargs="*", help="dotted overrides right after the file, e.g. reward.math.timeout_s=2")
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
@@ -57,10 +64,15 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
 
 def problem_from(obj: dict[str, Any], n: int) -> Problem:
     answer = obj.get("answer")
-    return Problem(id=str(obj.get("id", f"line{n}")), prompt=obj.get("prompt") or "",
-                   answer=None if answer is None else str(answer), tests=obj.get("tests"),
-                   source=str(obj.get("source") or "default"), verifier=str(obj.get("verifier") or "math"),
-                   metadata=obj.get("metadata") or {})
+    return Problem(
+        id=str(obj.get("id", f"line{n}")),
+        prompt=obj.get("prompt") or "",
+        answer=None if answer is None else str(answer),
+        tests=obj.get("tests"),
+        source=str(obj.get("source") or "default"),
+        verifier=str(obj.get("verifier") or "math"),
+        metadata=obj.get("metadata") or {},
+    )
 
 
 def _score_all(reward_cfg: Any, items: list[tuple[int, dict[str, Any]]]) -> list[RewardResult]:
@@ -69,7 +81,7 @@ def _score_all(reward_cfg: Any, items: list[tuple[int, dict[str, Any]]]) -> list
     results: list[RewardResult] = []
     with build_reward(reward_cfg) as reward:
         for start in range(0, len(items), CHUNK):
-            chunk = items[start:start + CHUNK]
+            chunk = items[start : start + CHUNK]
             problems = [problem_from(obj, n) for n, obj in chunk]
             texts = [str(obj.get("completion") or "") for _, obj in chunk]
             results += reward.score(problems, texts)
@@ -84,12 +96,26 @@ def summary_rows(problems: list[Problem], results: list[RewardResult]) -> list[d
     rows = []
     for s in sources:
         pre = f"reward/source/{source_key(s)}/"
-        rows.append({"source": s, "n": int(m.get(pre + "n", 0)), "reward": m.get(pre + "mean", 0.0),
-                     "correct": m.get(pre + "correct_mean", 0.0), "invalid": m.get(pre + "invalid_frac", 0.0),
-                     "parse_failed": m.get(pre + "parse_failed_frac", 0.0)})
-    rows.append({"source": "all", "n": len(results), "reward": m["reward/mean"],
-                 "correct": m.get("reward/correct_mean", 0.0), "invalid": m["reward/invalid_frac"],
-                 "parse_failed": m["reward/parse_failed_frac"]})
+        rows.append(
+            {
+                "source": s,
+                "n": int(m.get(pre + "n", 0)),
+                "reward": m.get(pre + "mean", 0.0),
+                "correct": m.get(pre + "correct_mean", 0.0),
+                "invalid": m.get(pre + "invalid_frac", 0.0),
+                "parse_failed": m.get(pre + "parse_failed_frac", 0.0),
+            }
+        )
+    rows.append(
+        {
+            "source": "all",
+            "n": len(results),
+            "reward": m["reward/mean"],
+            "correct": m.get("reward/correct_mean", 0.0),
+            "invalid": m["reward/invalid_frac"],
+            "parse_failed": m["reward/parse_failed_frac"],
+        }
+    )
     return rows
 
 
@@ -107,8 +133,15 @@ def print_table(title: str, rows: list[dict[str, Any]], file: TextIO) -> None:
 
 def _output(obj: dict[str, Any], r: RewardResult) -> dict[str, Any]:
     """The input line with the verdict beside it; every input field is kept as it was."""
-    out = {"reward": r.total, "components": r.components, "valid": r.valid, "error": r.error,
-           "flag": r.info.get("flag"), "extracted": r.info.get("extracted"), "verify_s": r.info.get("verify_s")}
+    out = {
+        "reward": r.total,
+        "components": r.components,
+        "valid": r.valid,
+        "error": r.error,
+        "flag": r.info.get("flag"),
+        "extracted": r.info.get("extracted"),
+        "verify_s": r.info.get("verify_s"),
+    }
     return {**obj, **{k: v for k, v in out.items() if k not in obj}}
 
 
@@ -143,9 +176,11 @@ def run(args: argparse.Namespace) -> int:
         for (n, _), a, b in zip(items, results, again):
             if (a.total, a.components, a.valid) != (b.total, b.components, b.valid):
                 changed += 1
-                print(f"{args.input}:{n}: reward changed on repeat {attempt}: {a.total} {a.components} "
-                      f"valid={a.valid} -> {b.total} {b.components} valid={b.valid} ({b.error or a.error or ''})",
-                      file=sys.stderr)
+                print(
+                    f"{args.input}:{n}: reward changed on repeat {attempt}: {a.total} {a.components} "
+                    f"valid={a.valid} -> {b.total} {b.components} valid={b.valid} ({b.error or a.error or ''})",
+                    file=sys.stderr,
+                )
     if args.repeat > 1:
         verdict = "deterministic" if not changed else f"{changed} sample(s) changed"
         print(f"repeat x{args.repeat}: {len(items)} samples, {verdict}", file=sys.stderr)

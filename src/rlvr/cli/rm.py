@@ -17,8 +17,12 @@ from rlvr.configlib import ConfigError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    p = sub.add_parser("train", help="train a reward model on preference pairs", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "train",
+        help="train a reward model on preference pairs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("pairs", metavar="PAIRS", help="JSONL: prompt, chosen, rejected (or chats; rlvr.train.rm)")
     p.add_argument("--out", metavar="DIR", required=True, help="where to write the reward model")
     p.add_argument("--base", default="tiny", help="base model: a directory, hub id, 'smollm2' or 'tiny' (default)")
@@ -57,12 +61,21 @@ def run(args: argparse.Namespace) -> int:
         if step % 50 == 0 or step == args.steps - 1:
             print(f"rm step {step + 1}/{args.steps}  loss {loss:.4f}", flush=True)
 
-    report = train_reward_model(base_model(args.base, args.overrides), pairs, args.out, steps=args.steps,
-                                batch_size=args.batch_size, lr=args.lr, eval_frac=args.eval_frac, seed=args.seed,
-                                lora=args.lora, max_length=args.max_length, on_step=on_step)
+    report = train_reward_model(
+        base_model(args.base, args.overrides),
+        pairs,
+        args.out,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        eval_frac=args.eval_frac,
+        seed=args.seed,
+        lora=args.lora,
+        max_length=args.max_length,
+        on_step=on_step,
+    )
     before, after = report["held_out_before"], report["held_out_after"]
     if after:
-        print(f"held-out pair accuracy: {before['pair_accuracy']:.1%} -> {after['pair_accuracy']:.1%} "
-              f"(n={after['n']})")
+        print(f"held-out pair accuracy: {before['pair_accuracy']:.1%} -> {after['pair_accuracy']:.1%} (n={after['n']})")
     print(f"reward model: {args.out}  (reward.models.<name>.path={args.out})")
     return 0

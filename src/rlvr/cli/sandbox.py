@@ -20,13 +20,17 @@ from rlvr.cli._common import add_config_arguments, config_from_args
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    run = sub.add_parser("run", help="run FILE.py in the sandbox and print a JSON verdict",
-                         description="Run one Python program in the sandbox, as a code reward would, and print "
-                                     "{status: ok|timeout|memory|killed|error, exit_code, stdout, stderr, ...}.")
+    run = sub.add_parser(
+        "run",
+        help="run FILE.py in the sandbox and print a JSON verdict",
+        description="Run one Python program in the sandbox, as a code reward would, and print "
+        "{status: ok|timeout|memory|killed|error, exit_code, stdout, stderr, ...}.",
+    )
     run.add_argument("file", metavar="FILE.py", help="the program")
     run.add_argument("--stdin", metavar="FILE", help="file fed to the program's standard input")
-    run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit in seconds "
-                                                                "(default reward.code.case_timeout_s)")
+    run.add_argument(
+        "--timeout", type=float, metavar="S", help="wall-clock limit in seconds (default reward.code.case_timeout_s)"
+    )
     add_config_arguments(run)
     check = sub.add_parser("check", help="print which isolation protections are active on this machine")
     add_config_arguments(check)
@@ -52,14 +56,17 @@ def run(args: argparse.Namespace) -> int:
         print(report.text(), file=sys.stderr)
         return 2
     timeout = args.timeout or cfg.case_timeout_s
-    execution = sandbox.execute("program", source, [{"stdin": stdin}], case_timeout_s=timeout,
-                                total_timeout_s=timeout + 1.0)
+    execution = sandbox.execute(
+        "program", source, [{"stdin": stdin}], case_timeout_s=timeout, total_timeout_s=timeout + 1.0
+    )
     if not execution.ok:
         verdict = {"status": "error", "reason": "sandbox_failure", "error": execution.error}
     else:
         case = execution.cases[0]
-        verdict = {k: case.get(k) for k in ("status", "reason", "exit_code", "signal", "time_s", "cpu_s",
-                                            "stdout", "stderr", "truncated")}
+        verdict = {
+            k: case.get(k)
+            for k in ("status", "reason", "exit_code", "signal", "time_s", "cpu_s", "stdout", "stderr", "truncated")
+        }
     verdict["isolation"] = report.plan
     print(json.dumps(verdict, indent=2))
     return 0 if verdict["status"] == "ok" else 1

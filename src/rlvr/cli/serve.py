@@ -24,9 +24,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--split", type=float, default=None, metavar="P", help="share of users sent to B (default 0.5)")
     parser.add_argument("--host", help="bind address (= serve.host)")
     parser.add_argument("--port", type=int, help="TCP port (= serve.port; 0 = any free port)")
-    parser.add_argument("--record", metavar="DIR", help="keep every response with its tokens in DIR/served.jsonl and "
-                        "take POST /v1/feedback into DIR/feedback.jsonl (`rlvr data recording DIR` makes training "
-                        "data of them); DIR may be a URL (s3://...): written locally, uploaded after each write")
+    parser.add_argument(
+        "--record",
+        metavar="DIR",
+        help="keep every response with its tokens in DIR/served.jsonl and "
+        "take POST /v1/feedback into DIR/feedback.jsonl (`rlvr data recording DIR` makes training "
+        "data of them); DIR may be a URL (s3://...): written locally, uploaded after each write",
+    )
     add_device_argument(parser)
     add_config_arguments(parser)
 
@@ -79,9 +83,14 @@ def build_arm(cfg, path: str, key: str, name: str):
         if not Path(weights).is_dir():
             raise ConfigError(f"serve.engine=vllm loads a model directory; {weights!r} is not one")
         tokenizer = load_tokenizer(weights)
-        backend = VLLMBackend(weights, tokenizer, dtype=cfg.model.dtype if v.dtype == "auto" else v.dtype,
-                              seed=cfg.seed, max_model_len=v.max_model_len,
-                              gpu_memory_utilization=v.gpu_memory_utilization)
+        backend = VLLMBackend(
+            weights,
+            tokenizer,
+            dtype=cfg.model.dtype if v.dtype == "auto" else v.dtype,
+            seed=cfg.seed,
+            max_model_len=v.max_model_len,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+        )
         generation_config, where = _generation_config(weights), "vLLM's device"
     else:
         model, tokenizer = inference_model(cfg, weights)
@@ -89,14 +98,18 @@ def build_arm(cfg, path: str, key: str, name: str):
         generation_config, where = model.generation_config, str(next(model.parameters()).device)
     template = chat_template(scfg, tokenizer)
     max_tokens, why = default_max_tokens(cfg, path, generation_config)
-    print(f"rlvr serve: {name} = {weights} ({scfg.engine} on {where}, compute {cfg.model.dtype}; chat: "
-          f"{'its chat template' if template else 'plain, the contents one per line'}; "
-          f"default max_tokens {max_tokens}: {why})", file=sys.stderr)
+    print(
+        f"rlvr serve: {name} = {weights} ({scfg.engine} on {where}, compute {cfg.model.dtype}; chat: "
+        f"{'its chat template' if template else 'plain, the contents one per line'}; "
+        f"default max_tokens {max_tokens}: {why})",
+        file=sys.stderr,
+    )
     return Arm(key, name, tokenizer, backend, template, max_tokens)
 
 
 def _generation_config(weights: str):
     from transformers import GenerationConfig
+
     try:
         return GenerationConfig.from_pretrained(weights)
     except OSError:  # no generation_config.json
@@ -117,8 +130,10 @@ def open_server(cfg, model: str, model_b: str | None = None, split: float | None
         raise ConfigError(f"--split: a share of users in [0, 1], got {split}")
     keys = api_keys(scfg)
     if not keys and not is_loopback(scfg.host):
-        raise ConfigError(f"serve.host={scfg.host} is reachable from other machines and no API key is set: set "
-                          f"serve.api_keys=[KEY] or ${scfg.api_keys_env}=KEY, or bind serve.host=127.0.0.1")
+        raise ConfigError(
+            f"serve.host={scfg.host} is reachable from other machines and no API key is set: set "
+            f"serve.api_keys=[KEY] or ${scfg.api_keys_env}=KEY, or bind serve.host=127.0.0.1"
+        )
     name = scfg.model_name or Path(model_dir(model)).name
     if Path(model_dir(model)) != Path(model):  # a run directory, or a packaged model: the name given
         name = scfg.model_name or Path(model).resolve().name
@@ -142,6 +157,7 @@ def run(args) -> int:
     server = open_server(cfg, args.model, args.model_b, args.split)
     if args.record:
         from rlvr.serve.record import Recorder
+
         server.recorder = Recorder(args.record)
     closed: list[bool] = []
 
@@ -169,8 +185,11 @@ def run(args) -> int:
     try:
         host, port = sock.getsockname()[:2]
         arms = ", ".join(a.name for a in server.arms)
-        print(f"rlvr serve: http://{host}:{port}/v1  models: {', '.join(server.by_name)}  (arms: {arms}; "
-              f"{'API key required' if server.api_keys else 'no API key'}; /healthz /metrics /ab)", file=sys.stderr)
+        print(
+            f"rlvr serve: http://{host}:{port}/v1  models: {', '.join(server.by_name)}  (arms: {arms}; "
+            f"{'API key required' if server.api_keys else 'no API key'}; /healthz /metrics /ab)",
+            file=sys.stderr,
+        )
         Uvicorn(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
     finally:
         close()

@@ -18,11 +18,19 @@ from rlvr.cli._common import add_config_arguments, config_from_args
 def add_arguments(parser) -> None:
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--data", metavar="FILE", action="append", default=[],
-                        help="a data file or directory with worked solutions (JSONL, Parquet, datasets); repeatable; "
-                             "sets data.files")
-    parser.add_argument("--out", metavar="DIR", help="where to save the checkpoint (default: the SFT cache, which "
-                                                     "`rlvr train` with the same configuration finds)")
+    parser.add_argument(
+        "--data",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="a data file or directory with worked solutions (JSONL, Parquet, datasets); repeatable; sets data.files",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to save the checkpoint (default: the SFT cache, which "
+        "`rlvr train` with the same configuration finds)",
+    )
     add_config_arguments(parser)
 
 
@@ -39,8 +47,10 @@ def run(args) -> int:
 
     path = run_sft(cfg, out_dir=args.out, on_step=on_step)
     if path is None:
-        print("rlvr sft: no training record carries a worked solution (a `solution` field, or chat messages "
-              "ending with an assistant turn): nothing to learn from")
+        print(
+            "rlvr sft: no training record carries a worked solution (a `solution` field, or chat messages "
+            "ending with an assistant turn): nothing to learn from"
+        )
         return 1
     info = sft_info(path) or {}
     if "examples" in info:

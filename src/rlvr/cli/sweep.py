@@ -22,10 +22,16 @@ from rlvr.configlib import ConfigError
 def add_arguments(parser) -> None:
     parser.add_argument("args", nargs="+", metavar="KEY=V1,V2,...", help="swept keys and fixed overrides")
     parser.add_argument("--samples", type=int, default=0, metavar="N", help="N random combinations instead of the grid")
-    parser.add_argument("--parallel", type=int, default=1, metavar="N",
-                        help="trials at once (default 1: an embedded run takes the machine)")
-    parser.add_argument("--out", metavar="DIR", default="runs/sweep", help="where the trials' run directories go "
-                        "(a directory or a URL)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="trials at once (default 1: an embedded run takes the machine)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", default="runs/sweep", help="where the trials' run directories go (a directory or a URL)"
+    )
     add_config_files(parser)
 
 
@@ -42,8 +48,10 @@ def run(args) -> int:
     for overrides in grid:  # every trial's config is checked before any trial starts
         cfg = load_config(args.config, [*fixed, *overrides], profile=args.profile)
         check_env(cfg.env, cfg.task, cfg.algo, cfg.reward, cfg.sources)
-    print(f"rlvr sweep: {len(grid)} trial(s) over {', '.join(swept)}; {args.parallel} at a time; in {args.out}",
-          file=sys.stderr)
+    print(
+        f"rlvr sweep: {len(grid)} trial(s) over {', '.join(swept)}; {args.parallel} at a time; in {args.out}",
+        file=sys.stderr,
+    )
     local = cache_dir(args.out, ".cache/sweeps") if is_url(args.out) else Path(args.out)
     results = run_trials(args.config, fixed, grid, args.out, local, parallel=args.parallel, profile=args.profile)
     comparison = compare(results)

@@ -44,13 +44,18 @@ def launch(cfg, argv: list[str]) -> int:
     if not ranks and train_device(cfg.train.device).type == "cuda":
         ranks = torch.cuda.device_count()
     if not ranks:
-        raise ConfigError("train.strategy=fsdp: set train.world_size to the number of ranks to start "
-                          "(on the CPU there is no device count to default to)")
+        raise ConfigError(
+            "train.strategy=fsdp: set train.world_size to the number of ranks to start "
+            "(on the CPU there is no device count to default to)"
+        )
     if train_device(cfg.train.device).type == "cuda" and ranks > torch.cuda.device_count():
-        raise ConfigError(f"train.world_size={ranks}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                          "one rank per device")
-    launcher = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={ranks}", "--module", "rlvr.cli",
-                                             *argv])
+        raise ConfigError(
+            f"train.world_size={ranks}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            "one rank per device"
+        )
+    launcher = get_args_parser().parse_args(
+        ["--standalone", f"--nproc-per-node={ranks}", "--module", "rlvr.cli", *argv]
+    )
     try:
         torchrun(launcher)
     except ChildFailedError as exc:

@@ -32,11 +32,38 @@ from rlvr.config.train import TrainConfig
 from rlvr.configlib import ConfigError, require
 from rlvr.urls import cache_dir, is_url
 
-__all__ = ["DEPLOY_MODULES", "ROLLBACK_RULES", "AlertsConfig", "AlgoConfig", "AutoTemperatureConfig", "CkptConfig",
-           "Config", "ConfigError", "DataConfig", "DebugConfig", "DeployConfig", "DistillConfig", "EnvConfig",
-           "EvalConfig", "LogConfig", "LoraConfig", "ModelConfig", "PoolConfig", "RewardConfig", "RollbackConfig",
-           "RolloutConfig", "RunConfig", "SFTConfig", "ServeConfig", "SpeculativeConfig", "TaskConfig", "TrainConfig",
-           "VLLMConfig", "load_config", "located"]
+__all__ = [
+    "DEPLOY_MODULES",
+    "ROLLBACK_RULES",
+    "AlertsConfig",
+    "AlgoConfig",
+    "AutoTemperatureConfig",
+    "CkptConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "DebugConfig",
+    "DeployConfig",
+    "DistillConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "LogConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "PoolConfig",
+    "RewardConfig",
+    "RollbackConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SFTConfig",
+    "ServeConfig",
+    "SpeculativeConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "VLLMConfig",
+    "load_config",
+    "located",
+]
 
 
 @dataclass
@@ -68,81 +95,157 @@ class Config:
 
     def __post_init__(self) -> None:
         for key in self.secrets:
-            require(configfiles.lookup(configlib.to_dict(self), key) is not configfiles.MISSING, "secrets", f"{key!r} is not a config key")
+            require(
+                configfiles.lookup(configlib.to_dict(self), key) is not configfiles.MISSING,
+                "secrets",
+                f"{key!r} is not a config key",
+            )
         # settings that span two sections
-        require(not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)), "rollout.engine",
-                "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop")
-        require(not self.rollout.vllm.sleep_level or (self.rollout.engine == "vllm" and self.deploy.backend == "embedded"),
-                "rollout.vllm.sleep_level", "puts the trainer's own vLLM engine to sleep during the update: it needs "
-                "rollout.engine=vllm and deploy.backend=embedded (a Ray rollout pool has GPUs of its own)")
-        require(self.rollout.sync_every == 1 or self.rollout.engine == "vllm" or self.deploy.backend == "ray",
-                "rollout.sync_every", f"rollout.engine={self.rollout.engine} samples with the trainer's own weights, "
-                "so they are never stale; sync_every > 1 needs rollout.engine=vllm or deploy.backend=ray (where "
-                "every rollout worker has its own copy)")
+        require(
+            not (self.model.lora.enabled and "vllm" in (self.rollout.engine, self.eval.engine)),
+            "rollout.engine",
+            "vllm loads full weights; with model.lora.enabled use rollout.engine=hf or loop",
+        )
+        require(
+            not self.rollout.vllm.sleep_level or (self.rollout.engine == "vllm" and self.deploy.backend == "embedded"),
+            "rollout.vllm.sleep_level",
+            "puts the trainer's own vLLM engine to sleep during the update: it needs "
+            "rollout.engine=vllm and deploy.backend=embedded (a Ray rollout pool has GPUs of its own)",
+        )
+        require(
+            self.rollout.sync_every == 1 or self.rollout.engine == "vllm" or self.deploy.backend == "ray",
+            "rollout.sync_every",
+            f"rollout.engine={self.rollout.engine} samples with the trainer's own weights, "
+            "so they are never stale; sync_every > 1 needs rollout.engine=vllm or deploy.backend=ray (where "
+            "every rollout worker has its own copy)",
+        )
         if self.deploy.backend == "ray":
             self._check_pool_devices()
-        require(not self.debug.kill_during_upload_at_step or is_url(self.run.dir), "debug.kill_during_upload_at_step",
-                "kills the run while it uploads a checkpoint to run.dir's URL: run.dir is a local path here")
-        require(not self.deploy.kill_inference_at_step or self.algo.beta > 0 or self.reward.models or self.reward.judges
-                or self.algo.distill.teacher, "deploy.kill_inference_at_step", "there is no inference pool to kill a "
-                "worker of: it runs only with algo.beta > 0, learned rewards or a distillation teacher")
+        require(
+            not self.debug.kill_during_upload_at_step or is_url(self.run.dir),
+            "debug.kill_during_upload_at_step",
+            "kills the run while it uploads a checkpoint to run.dir's URL: run.dir is a local path here",
+        )
+        require(
+            not self.deploy.kill_inference_at_step
+            or self.algo.beta > 0
+            or self.reward.models
+            or self.reward.judges
+            or self.algo.distill.teacher,
+            "deploy.kill_inference_at_step",
+            "there is no inference pool to kill a "
+            "worker of: it runs only with algo.beta > 0, learned rewards or a distillation teacher",
+        )
         if self.deploy.partial_rollouts:
             self._check_partial_rollouts()
         trainers = self.deploy.pools["trainer"].replicas
         if self.deploy.backend == "ray" and self.train.strategy == "fsdp":
-            require(self.train.world_size in (0, trainers), "train.world_size",
-                    f"{self.train.world_size} ranks, but the Ray trainer pool has {trainers} "
-                    "(deploy.pools.trainer.replicas): set them equal, or leave train.world_size=0")
+            require(
+                self.train.world_size in (0, trainers),
+                "train.world_size",
+                f"{self.train.world_size} ranks, but the Ray trainer pool has {trainers} "
+                "(deploy.pools.trainer.replicas): set them equal, or leave train.world_size=0",
+            )
         elif self.deploy.backend == "ray":
-            require(trainers == 1, "deploy.pools.trainer.replicas",
-                    f"{trainers} trainers form one process group only under train.strategy=fsdp")
+            require(
+                trainers == 1,
+                "deploy.pools.trainer.replicas",
+                f"{trainers} trainers form one process group only under train.strategy=fsdp",
+            )
         if self.train.strategy == "fsdp":
-            require(self.deploy.backend == "ray" or self.rollout.engine != "vllm", "rollout.engine",
-                    "embedded train.strategy=fsdp samples with each rank's own copy of the weights: use "
-                    "rollout.engine=hf or loop (or deploy.backend=ray, where vLLM runs in the rollout pool)")
-            require((self.eval.engine or self.rollout.engine) != "vllm", "eval.engine",
-                    "under train.strategy=fsdp rank 0 evaluates with its own copy of the weights: set eval.engine=hf or loop")
-            require(not self.ckpt.async_write, "ckpt.async_write",
-                    "background checkpoint writes are not built for train.strategy=fsdp yet (ranks write their shards in step)")
-            require(not self.model.lora.enabled, "model.lora.enabled",
-                    "LoRA under train.strategy=fsdp is not built yet: train the adapter with train.strategy=single")
-        require(not (self.train.micro_batch_tokens and self.train.micro_batch_size), "train.micro_batch_tokens",
-                "a token budget and a sequence count both size the micro-batches: set train.micro_batch_size=0 "
-                "to pack by tokens, or train.micro_batch_tokens=0")
+            require(
+                self.deploy.backend == "ray" or self.rollout.engine != "vllm",
+                "rollout.engine",
+                "embedded train.strategy=fsdp samples with each rank's own copy of the weights: use "
+                "rollout.engine=hf or loop (or deploy.backend=ray, where vLLM runs in the rollout pool)",
+            )
+            require(
+                (self.eval.engine or self.rollout.engine) != "vllm",
+                "eval.engine",
+                "under train.strategy=fsdp rank 0 evaluates with its own copy of the weights: set eval.engine=hf or loop",
+            )
+            require(
+                not self.ckpt.async_write,
+                "ckpt.async_write",
+                "background checkpoint writes are not built for train.strategy=fsdp yet (ranks write their shards in step)",
+            )
+            require(
+                not self.model.lora.enabled,
+                "model.lora.enabled",
+                "LoRA under train.strategy=fsdp is not built yet: train the adapter with train.strategy=single",
+            )
+        require(
+            not (self.train.micro_batch_tokens and self.train.micro_batch_size),
+            "train.micro_batch_tokens",
+            "a token budget and a sequence count both size the micro-batches: set train.micro_batch_size=0 "
+            "to pack by tokens, or train.micro_batch_tokens=0",
+        )
         require(self.train.micro_batch_tokens >= 0, "train.micro_batch_tokens", "must be >= 0 (0 = off)")
-        require(self.algo.overlong_buffer <= self.rollout.max_new_tokens, "algo.overlong_buffer",
-                f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
-                f"({self.rollout.max_new_tokens})")
+        require(
+            self.algo.overlong_buffer <= self.rollout.max_new_tokens,
+            "algo.overlong_buffer",
+            f"the penalty ramp ({self.algo.overlong_buffer} tokens) must fit in rollout.max_new_tokens "
+            f"({self.rollout.max_new_tokens})",
+        )
 
     def _check_partial_rollouts(self) -> None:
         """deploy.partial_rollouts: where new weights can reach a rollout between its decode steps."""
         key = "deploy.partial_rollouts"
-        require(self.deploy.backend == "ray" and self.deploy.async_, key, "new weights arrive during a rollout "
-                "only when batches are sampled ahead: set deploy.backend=ray and deploy.async=true")
-        require(self.rollout.engine in ("loop", "hf"), key, f"rollout.engine={self.rollout.engine} cannot stop "
-                "between decode steps for new weights yet: use rollout.engine=loop or hf")
-        require(self.rollout.speculative.method == "none", key, "speculative decoding does not stop for new weights "
-                "yet: set rollout.speculative.method=none")
-        require(self.env.name != "agent", key, "an agent program's model calls do not stop for new weights yet: "
-                "use env.name=tools or an environment")
+        require(
+            self.deploy.backend == "ray" and self.deploy.async_,
+            key,
+            "new weights arrive during a rollout "
+            "only when batches are sampled ahead: set deploy.backend=ray and deploy.async=true",
+        )
+        require(
+            self.rollout.engine in ("loop", "hf"),
+            key,
+            f"rollout.engine={self.rollout.engine} cannot stop "
+            "between decode steps for new weights yet: use rollout.engine=loop or hf",
+        )
+        require(
+            self.rollout.speculative.method == "none",
+            key,
+            "speculative decoding does not stop for new weights yet: set rollout.speculative.method=none",
+        )
+        require(
+            self.env.name != "agent",
+            key,
+            "an agent program's model calls do not stop for new weights yet: use env.name=tools or an environment",
+        )
 
     def _check_pool_devices(self) -> None:
         """Every GPU a Ray pool reserves is used by its actors (rlvr.deploy.ray.devices.pool_device):
         a pool whose work cannot run on one reserves none."""
         pools = self.deploy.pools
-        require(pools["reward"].gpus == 0, "deploy.pools.reward.gpus",
-                "the reward pool runs rule rewards, the code sandbox and tool calls on CPUs; it would leave its "
-                "GPUs idle: set it to 0")
-        require(not (pools["trainer"].gpus > 0 and self.train.device == "cpu"), "deploy.pools.trainer.gpus",
-                "reserves GPUs but train.device=cpu keeps the trainer off them: set train.device=auto (or cuda), or 0 GPUs")
-        require(not (pools["trainer"].gpus == 0 and self.train.device == "cuda"), "train.device",
-                "cuda, but the Ray trainer pool reserves no GPU (deploy.pools.trainer.gpus=0): Ray shows its actors "
-                "none; give the pool GPUs, or train.device=auto")
-        require(not (pools["rollout"].gpus > 0 and self.rollout.speculative.method != "none"
-                     and self.rollout.engine != "vllm"),
-                "rollout.speculative.method", "the loop engine's speculative decoding runs on the CPU only; a rollout "
-                "pool with GPUs samples on them: use rollout.engine=vllm (vLLM's methods on the GPU), "
-                "rollout.speculative.method=none, or deploy.pools.rollout.gpus=0")
+        require(
+            pools["reward"].gpus == 0,
+            "deploy.pools.reward.gpus",
+            "the reward pool runs rule rewards, the code sandbox and tool calls on CPUs; it would leave its "
+            "GPUs idle: set it to 0",
+        )
+        require(
+            not (pools["trainer"].gpus > 0 and self.train.device == "cpu"),
+            "deploy.pools.trainer.gpus",
+            "reserves GPUs but train.device=cpu keeps the trainer off them: set train.device=auto (or cuda), or 0 GPUs",
+        )
+        require(
+            not (pools["trainer"].gpus == 0 and self.train.device == "cuda"),
+            "train.device",
+            "cuda, but the Ray trainer pool reserves no GPU (deploy.pools.trainer.gpus=0): Ray shows its actors "
+            "none; give the pool GPUs, or train.device=auto",
+        )
+        require(
+            not (
+                pools["rollout"].gpus > 0
+                and self.rollout.speculative.method != "none"
+                and self.rollout.engine != "vllm"
+            ),
+            "rollout.speculative.method",
+            "the loop engine's speculative decoding runs on the CPU only; a rollout "
+            "pool with GPUs samples on them: use rollout.engine=vllm (vLLM's methods on the GPU), "
+            "rollout.speculative.method=none, or deploy.pools.rollout.gpus=0",
+        )
 
     @property
     def run_dir(self) -> Path:
@@ -156,8 +259,12 @@ class Config:
         return configfiles.redacted(configlib.to_dict(self), self.secrets)
 
 
-def load_config(path: str | Path | Sequence[str | Path] | None = None, overrides: list[str] | None = None, *,
-                profile: str | None = None) -> Config:
+def load_config(
+    path: str | Path | Sequence[str | Path] | None = None,
+    overrides: list[str] | None = None,
+    *,
+    profile: str | None = None,
+) -> Config:
     """Config files stacked in order (later wins), the profile, then the overrides (rlvr.configfiles);
     `sources` records where each key was set, `secrets` gains the keys set from ${secret:VAR}."""
     paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)

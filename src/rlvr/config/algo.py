@@ -12,6 +12,7 @@ from rlvr.configlib import require
 @dataclass
 class DistillConfig:
     """On-policy distillation (rlvr.algos.distill): the student samples, a teacher scores its tokens."""
+
     teacher: str = ""
     """The teacher: a model directory, a hub id in the local cache, or a packaged model ('smollm2'); it
     must share the policy's tokenizer. '' = off."""
@@ -86,11 +87,15 @@ class AlgoConfig:
         require(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
         require(self.beta >= 0, "beta", f"must be >= 0, got {self.beta}")
         require(self.rollout_is_cap > 0, "rollout_is_cap", f"must be > 0, got {self.rollout_is_cap}")
-        require(self.rollout_is == "none" or self.recompute_logprobs != "never", "rollout_is",
-                "the correction needs the trainer's log-probs: algo.recompute_logprobs must not be 'never'")
+        require(
+            self.rollout_is == "none" or self.recompute_logprobs != "never",
+            "rollout_is",
+            "the correction needs the trainer's log-probs: algo.recompute_logprobs must not be 'never'",
+        )
 
     def recomputes(self, engine: str) -> bool:
         """Whether the update anchors on the trainer's own log-probs of each batch (algo.recompute_logprobs)
         when `engine` (rollout.engine) samples."""
-        return self.recompute_logprobs == "always" or (self.recompute_logprobs == "auto" and (
-            engine == "vllm" or self.rollout_is != "none"))
+        return self.recompute_logprobs == "always" or (
+            self.recompute_logprobs == "auto" and (engine == "vllm" or self.rollout_is != "none")
+        )

@@ -65,9 +65,21 @@ class CodeConfig:
             raise ValueError("timeout_s, case_timeout_s and grace_s must be > 0")
         if self.total_memory_mb < 0:
             raise ValueError("total_memory_mb must be >= 0 (0: no check)")
-        if min(self.memory_mb, self.max_processes, self.max_open_files, self.max_file_mb,
-               self.max_output_bytes, self.tmpfs_mb, self.uid_count) < 1:
-            raise ValueError("memory_mb, max_processes, max_open_files, max_file_mb, max_output_bytes, "
-                             "tmpfs_mb and uid_count must be >= 1")
+        if (
+            min(
+                self.memory_mb,
+                self.max_processes,
+                self.max_open_files,
+                self.max_file_mb,
+                self.max_output_bytes,
+                self.tmpfs_mb,
+                self.uid_count,
+            )
+            < 1
+        ):
+            raise ValueError(
+                "memory_mb, max_processes, max_open_files, max_file_mb, max_output_bytes, "
+                "tmpfs_mb and uid_count must be >= 1"
+            )
         if not 0 < self.uid_base <= 4_294_967_294 - self.uid_count:
             raise ValueError("uid_base: must leave room for uid_count uids below 2**32 - 1")

@@ -27,6 +27,7 @@ class DataConfig:
     """Training data files (rlvr.tasks.files). Each record: `prompt` (text) or `messages` (chat),
     `answer` and/or `tests`, optional `id`, `source`, `verifier`, `metadata`, and a worked `solution`
     (or chat messages ending with an assistant turn) for the cold start (sft.*)."""
+
     files: list[str] = field(default_factory=list)
     """JSONL files, Parquet files or local Hugging Face `datasets` directories (save_to_disk). When
     set, they replace the built-in task; task.name may also be a single data file."""
@@ -51,7 +52,9 @@ class DataConfig:
     last message to fit ('truncate'). Skips and cuts are counted and logged, never silent."""
 
     def __post_init__(self) -> None:
-        require(self.eval_size >= 1, "eval_size", f"must be >= 1 (the run evaluates before and after), got {self.eval_size}")
+        require(
+            self.eval_size >= 1, "eval_size", f"must be >= 1 (the run evaluates before and after), got {self.eval_size}"
+        )
         require(self.max_prompt_tokens >= 1, "max_prompt_tokens", f"must be >= 1, got {self.max_prompt_tokens}")
         bad = {k: v for k, v in self.mix.items() if not v >= 0}
         require(not bad, "mix", f"shares must be >= 0, got {bad}")

@@ -14,6 +14,7 @@ DEPLOY_MODULES = ("rollout", "reward", "inference", "trainer")
 @dataclass
 class PoolConfig:
     """Resources of one module's Ray pool (rlvr.deploy.ray.pools); each replica is one actor."""
+
     cpus: float = 1.0
     """CPUs per replica (also its torch threads, unless train.threads is set)."""
     gpus: float = 0.0
@@ -83,9 +84,12 @@ class DeployConfig:
         self.pools = {**_default_pools(), **self.pools}
         for name, pool in self.pools.items():
             target = pool.colocate_with
-            require(target is None or (target in DEPLOY_MODULES and target != name
-                                       and self.pools[target].colocate_with is None),
-                    f"pools.{name}.colocate_with", f"must name another module with a pool of its own, got {target!r}")
+            require(
+                target is None
+                or (target in DEPLOY_MODULES and target != name and self.pools[target].colocate_with is None),
+                f"pools.{name}.colocate_with",
+                f"must name another module with a pool of its own, got {target!r}",
+            )
         require(self.max_staleness >= 0, "max_staleness", f"must be >= 0, got {self.max_staleness}")
         require(self.ratio_cap > 1, "ratio_cap", f"must be > 1 (dual-clip constant), got {self.ratio_cap}")
         require(self.reward_timeout_s > 0, "reward_timeout_s", f"must be > 0, got {self.reward_timeout_s}")

@@ -85,22 +85,37 @@ class EnvConfig:
         require(self.max_turns >= 0, "max_turns", f"must be >= 0, got {self.max_turns}")
         require(self.max_tokens >= 0, "max_tokens", f"must be >= 0, got {self.max_tokens}")
         require(self.history >= 0, "history", f"must be >= 0 (0 = the whole trajectory), got {self.history}")
-        require(self.tool_timeout_s > 0 and self.step_wait_s >= 0, "tool_timeout_s",
-                "tool_timeout_s must be > 0 and step_wait_s >= 0")
+        require(
+            self.tool_timeout_s > 0 and self.step_wait_s >= 0,
+            "tool_timeout_s",
+            "tool_timeout_s must be > 0 and step_wait_s >= 0",
+        )
         for key in ("reset_timeout_s", "step_timeout_s", "episode_timeout_s"):
             require(getattr(self, key) > 0, key, f"must be > 0 seconds, got {getattr(self, key)}")
         require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
         require(self.max_message_chars >= 64, "max_message_chars", f"must be >= 64, got {self.max_message_chars}")
-        require((self.name == "agent") == bool(self.agent or self.agent_command) and
-                not (self.agent and self.agent_command), "agent",
-                "env.name=agent runs one program: env.agent='module:function' or env.agent_command='...'; "
-                "set env.name=agent with exactly one of them, or neither")
+        require(
+            (self.name == "agent") == bool(self.agent or self.agent_command)
+            and not (self.agent and self.agent_command),
+            "agent",
+            "env.name=agent runs one program: env.agent='module:function' or env.agent_command='...'; "
+            "set env.name=agent with exactly one of them, or neither",
+        )
         require(self.agent_concurrency >= 1, "agent_concurrency", f"must be >= 1, got {self.agent_concurrency}")
         require(self.fail_fast >= 0, "fail_fast", f"must be >= 0 (0: never stop), got {self.fail_fast}")
-        require(not self.tools or self.name == "tools" or ":" in self.name, "tools",
-                f"tools are called in the 'tools' environment; env.name={self.name} has none of its own")
+        require(
+            not self.tools or self.name == "tools" or ":" in self.name,
+            "tools",
+            f"tools are called in the 'tools' environment; env.name={self.name} has none of its own",
+        )
         if self.name == "single_turn":
-            require(self.max_turns in (0, 1), "max_turns", "single_turn has one turn: set env.name=tools (or "
-                    "another multi-turn environment) for more")
-            require(self.history == 0 and self.max_tokens == 0 and self.credit == "trajectory", "history",
-                    "env.history, env.max_tokens and env.credit=turn act on multi-turn episodes: set env.name")
+            require(
+                self.max_turns in (0, 1),
+                "max_turns",
+                "single_turn has one turn: set env.name=tools (or another multi-turn environment) for more",
+            )
+            require(
+                self.history == 0 and self.max_tokens == 0 and self.credit == "trajectory",
+                "history",
+                "env.history, env.max_tokens and env.credit=turn act on multi-turn episodes: set env.name",
+            )

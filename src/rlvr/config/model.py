@@ -19,7 +19,8 @@ class LoraConfig:
     """LoRA scaling numerator (the update is scaled by alpha / r)."""
     dropout: float = 0.0
     target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     """Names of the linear modules that get an adapter (matched as suffixes), or ['all-linear']."""
 
     def __post_init__(self) -> None:

@@ -13,6 +13,7 @@ ROLLBACK_RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "weight
 class AlertsConfig:
     """Rules over the metric stream; each raises an alert (console, events.jsonl, webhook) when it
     starts to hold, and again only after it has cleared. A threshold of 0 turns its rule off."""
+
     kl_max: float = 1.0
     """Rule 'kl': actor/kl (per-token KL to the reference) above this."""
     reward_collapse_frac: float = 0.3
@@ -52,8 +53,11 @@ class AlertsConfig:
         require(self.window >= 2, "window", f"must be >= 2 steps, got {self.window}")
         require(self.patience >= 1, "patience", f"must be >= 1, got {self.patience}")
         require(self.webhook_timeout_s > 0, "webhook_timeout_s", f"must be > 0, got {self.webhook_timeout_s}")
-        require(self.reward_agreement_min is None or -1 <= self.reward_agreement_min <= 1, "reward_agreement_min",
-                f"must be a rank correlation in [-1, 1] (or null: off), got {self.reward_agreement_min}")
+        require(
+            self.reward_agreement_min is None or -1 <= self.reward_agreement_min <= 1,
+            "reward_agreement_min",
+            f"must be a rank correlation in [-1, 1] (or null: off), got {self.reward_agreement_min}",
+        )
 
 
 @dataclass

@@ -74,13 +74,16 @@ class FormatConfig:
             raise ValueError("kind: 'regex' needs reward.format.pattern")
         for key, kind in (("pattern", "regex"), ("json_schema", "json")):  # read by that kind only
             if getattr(self, key) and self.kind != kind:
-                raise ValueError(f"{key}: read by reward.format.kind={kind} only, and kind is {self.kind!r}: "
-                                 f"set kind={kind} or drop {key}")
+                raise ValueError(
+                    f"{key}: read by reward.format.kind={kind} only, and kind is {self.kind!r}: "
+                    f"set kind={kind} or drop {key}"
+                )
 
 
 @dataclass
 class ProcessConfig:
     """The process component (computed when reward.weights.process is set; rlvr.rewards.process)."""
+
     scorer: str = "arithmetic"
     """'arithmetic': each worked equality of the reasoning is a step, scoring 1 when true and
     grounded in the problem (operands from the prompt, its digits, or earlier steps); or a function
@@ -102,6 +105,7 @@ class MonitorConfig:
 class RewardModelConfig:
     """A learned reward: a sequence-classification model with one output scoring prompt + completion
     (rlvr.inference.reward_models); its component is reward/<name>, weighted into the total."""
+
     path: str = ""
     """The model directory (AutoModelForSequenceClassification, num_labels=1; `rlvr rm train` writes one)."""
     weight: float = 0.1
@@ -120,8 +124,11 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         require(bool(self.path), "path", "the reward model's directory is required")
-        require(self.batch_size >= 1 and self.max_length >= 1, "batch_size",
-                f"batch_size and max_length must be >= 1, got {self.batch_size} and {self.max_length}")
+        require(
+            self.batch_size >= 1 and self.max_length >= 1,
+            "batch_size",
+            f"batch_size and max_length must be >= 1, got {self.batch_size} and {self.max_length}",
+        )
 
 
 JUDGE_RUBRIC = """You are grading an answer to a problem.
@@ -142,6 +149,7 @@ of the form "Score: N"."""
 class JudgeConfig:
     """An LLM judge: a generative model grades each completion against a rubric and its score,
     parsed from the answer, becomes the component reward/<name> (rlvr.inference.judge)."""
+
     base_url: str | None = None
     """An OpenAI-compatible endpoint (`http://host:8000/v1`: another `rlvr serve`, vLLM, a hosted
     API). None: `model` is a local model directory, run on an rlvr engine in the trainer's process."""
@@ -173,8 +181,11 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         require(bool(self.model), "model", "the judge's model (endpoint model name, or a local directory) is required")
         require(self.max_score > self.min_score, "max_score", f"must be above min_score={self.min_score}")
-        require(self.timeout_s > 0 and self.concurrency >= 1 and self.max_tokens >= 1, "timeout_s",
-                "timeout_s must be > 0, concurrency and max_tokens >= 1")
+        require(
+            self.timeout_s > 0 and self.concurrency >= 1 and self.max_tokens >= 1,
+            "timeout_s",
+            "timeout_s must be > 0, concurrency and max_tokens >= 1",
+        )
         try:
             groups = re.compile(self.score_pattern).groups
         except re.error as exc:

@@ -15,6 +15,7 @@ EngineName = Literal["hf", "loop", "vllm"]
 @dataclass
 class VLLMConfig:
     """vLLM's own settings (rollout.engine=vllm)."""
+
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """'auto': model.dtype. On CPU keep float32: bf16 log-probs drift by ~3e-2 from the trainer's."""
     gpu_memory_utilization: float = 0.5
@@ -27,13 +28,17 @@ class VLLMConfig:
     and wakes for the next (weights first, then the KV cache). 0: always awake. CUDA only."""
 
     def __post_init__(self) -> None:
-        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
-                f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
 
 
 @dataclass
 class SpeculativeConfig:
     """Speculative decoding in the vllm or loop engine, checked before use (rlvr.rollout.speculative)."""
+
     method: Literal["none", "ngram", "draft", "mtp"] = "none"
     """'ngram': prompt lookup, up to num_tokens draft tokens copied from the context (vLLM's, or rlvr's
     own with rejection sampling in the loop engine: rlvr.rollout.lookup). vLLM only: 'draft' (a small
@@ -60,13 +65,17 @@ class SpeculativeConfig:
         require(0 <= self.min_accept < 1, "min_accept", f"must be in [0, 1), got {self.min_accept}")
         require(self.patience >= 1, "patience", f"must be >= 1, got {self.patience}")
         require(self.check_prompts >= 1, "check_prompts", f"must be >= 1, got {self.check_prompts}")
-        require((self.method == "draft") == bool(self.draft_model), "draft_model",
-                "method 'draft' needs the draft model's directory, and only it takes one")
+        require(
+            (self.method == "draft") == bool(self.draft_model),
+            "draft_model",
+            "method 'draft' needs the draft model's directory, and only it takes one",
+        )
 
 
 @dataclass
 class AutoTemperatureConfig:
     """Raise the sampling temperature before RL until enough groups carry signal (rlvr.train.temperature)."""
+
     when: Literal["cold_start", "always", "never"] = "cold_start"
     """'cold_start': when RL starts from a cold-start checkpoint (`rlvr sft`, or the one `rlvr train` makes),
     whose policy is sharp enough that many groups score alike; 'always'; 'never': rollout.temperature as set."""
@@ -113,16 +122,29 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.group_size >= 2, "group_size", f"must be >= 2 (advantages compare completions within a group), got {self.group_size}")
+        require(
+            self.group_size >= 2,
+            "group_size",
+            f"must be >= 2 (advantages compare completions within a group), got {self.group_size}",
+        )
         require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         require(self.sync_every >= 1, "sync_every", f"must be >= 1, got {self.sync_every}")
         require(self.sync_timeout_s > 0, "sync_timeout_s", f"must be > 0, got {self.sync_timeout_s}")
-        require(self.vllm.sleep_level < 2 or self.sync_every == 1, "vllm.sleep_level",
-                "level 2 frees vLLM's weights after every rollout, so each step loads them: rollout.sync_every must be 1")
-        require(self.speculative.method == "none" or self.engine in ("vllm", "loop"), "speculative.method",
-                f"speculative decoding runs in the vllm and loop engines; rollout.engine={self.engine} has none "
-                "(set rollout.engine=loop or vllm, or rollout.speculative.method=none)")
-        require(self.speculative.method in ("none", "ngram") or self.engine == "vllm", "speculative.method",
-                f"'{self.speculative.method}' is vLLM's: set rollout.engine=vllm (the loop engine drafts by ngram only)")
+        require(
+            self.vllm.sleep_level < 2 or self.sync_every == 1,
+            "vllm.sleep_level",
+            "level 2 frees vLLM's weights after every rollout, so each step loads them: rollout.sync_every must be 1",
+        )
+        require(
+            self.speculative.method == "none" or self.engine in ("vllm", "loop"),
+            "speculative.method",
+            f"speculative decoding runs in the vllm and loop engines; rollout.engine={self.engine} has none "
+            "(set rollout.engine=loop or vllm, or rollout.speculative.method=none)",
+        )
+        require(
+            self.speculative.method in ("none", "ngram") or self.engine == "vllm",
+            "speculative.method",
+            f"'{self.speculative.method}' is vLLM's: set rollout.engine=vllm (the loop engine drafts by ngram only)",
+        )

@@ -45,12 +45,21 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         require(self.world_size >= 0, "world_size", f"must be >= 0, got {self.world_size}")
-        require(self.strategy == "fsdp" or self.world_size <= 1, "world_size",
-                f"{self.world_size} ranks need train.strategy=fsdp (the default 'single' is one process)")
-        require(not self.offload or self.strategy == "fsdp", "offload",
-                "offloads FSDP2's shards: it needs train.strategy=fsdp")
-        require(not (self.offload and self.device == "cpu"), "offload",
-                "moves the training state from the GPU to host memory; with train.device=cpu it is there already")
+        require(
+            self.strategy == "fsdp" or self.world_size <= 1,
+            "world_size",
+            f"{self.world_size} ranks need train.strategy=fsdp (the default 'single' is one process)",
+        )
+        require(
+            not self.offload or self.strategy == "fsdp",
+            "offload",
+            "offloads FSDP2's shards: it needs train.strategy=fsdp",
+        )
+        require(
+            not (self.offload and self.device == "cpu"),
+            "offload",
+            "moves the training state from the GPU to host memory; with train.device=cpu it is there already",
+        )
         require(self.steps >= 0, "steps", f"must be >= 0, got {self.steps}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")

@@ -94,8 +94,15 @@ class ToolUse(Environment):
     max_turns = 4
     settings_keys = frozenset()
 
-    def __init__(self, settings: dict[str, Any] | None = None, *, tools: dict | None = None, tool_format: str = "hermes",
-                 tool_timeout_s: float = 5.0, **context: Any) -> None:
+    def __init__(
+        self,
+        settings: dict[str, Any] | None = None,
+        *,
+        tools: dict | None = None,
+        tool_format: str = "hermes",
+        tool_timeout_s: float = 5.0,
+        **context: Any,
+    ) -> None:
         super().__init__(settings, **context)
         self._tools, self.tool_format, self.tool_timeout_s = dict(tools or {}), tool_format, tool_timeout_s
 
@@ -111,8 +118,15 @@ class ToolUse(Environment):
         for call in calls:
             result = run_tool(self._tools, call, self.tool_timeout_s)
             messages.append({"role": "tool", "name": call.name or "unknown", "content": result.content})
-            described.append({"name": call.name, "arguments": call.arguments, "ok": result.ok,
-                              "error": result.error, "timeout": result.timeout})
+            described.append(
+                {
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "ok": result.ok,
+                    "error": result.error,
+                    "timeout": result.timeout,
+                }
+            )
         return StepResult(messages, info={"tool_calls": described})
 
 
@@ -145,14 +159,20 @@ def schemas(tools: list) -> list[dict]:
 
 def register_env(name: str):
     """Class decorator: `@register_env("maze")` makes env.name=maze build this class."""
+
     def wrap(cls: type[Environment]) -> type[Environment]:
         ENVS[name] = cls
         return cls
+
     return wrap
 
 
-BUILT_IN = {"frozenlake": "rlvr.envs.gym", "breakout": "rlvr.envs.gym", "inverted_pendulum": "rlvr.envs.control",
-            "openenv": "rlvr.envs.openenv"}
+BUILT_IN = {
+    "frozenlake": "rlvr.envs.gym",
+    "breakout": "rlvr.envs.gym",
+    "inverted_pendulum": "rlvr.envs.control",
+    "openenv": "rlvr.envs.openenv",
+}
 """Environments registered when their module is imported (each needs a package of the envs extra)."""
 GAMES = ("frozenlake", "breakout", "inverted_pendulum")
 """Built-in environments whose episodes are the built-in task of the same name (rlvr.tasks.games)."""
@@ -171,8 +191,10 @@ def env_class(name: str) -> type[Environment]:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):
             raise ValueError(f"env.name {name!r}: {cls!r} is not a subclass of rlvr.envs.Environment")
         return cls
-    raise ValueError(f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | set(BUILT_IN)))}) "
-                     "nor an import path 'module:Class'")
+    raise ValueError(
+        f"env.name {name!r}: not a known environment ({', '.join(sorted(set(ENVS) | set(BUILT_IN)))}) "
+        "nor an import path 'module:Class'"
+    )
 
 
 def env_components(env: EnvConfig) -> dict[str, float]:
@@ -190,5 +212,16 @@ def episode_seed(problem: Problem) -> int:
     return zlib.crc32(problem.id.encode())
 
 
-__all__ = ["ENVS", "AgentProgram", "Environment", "SingleTurn", "StepResult", "ToolUse", "env_class", "env_components", "episode_seed",
-           "register_env", "schemas"]
+__all__ = [
+    "ENVS",
+    "AgentProgram",
+    "Environment",
+    "SingleTurn",
+    "StepResult",
+    "ToolUse",
+    "env_class",
+    "env_components",
+    "episode_seed",
+    "register_env",
+    "schemas",
+]

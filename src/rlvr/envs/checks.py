@@ -56,8 +56,12 @@ def open_env(envs: dict[int, Environment], key: int, factory, problem, seed: int
     except BaseException as exc:  # noqa: BLE001 - anything user code raises, SystemExit too
         return _raised("__init__", exc)
     if not isinstance(env, Environment):
-        return fault("__init__", "bad_result", "", f"the environment factory made a {type(env).__name__}, "
-                     "not an rlvr.envs.Environment")
+        return fault(
+            "__init__",
+            "bad_result",
+            "",
+            f"the environment factory made a {type(env).__name__}, not an rlvr.envs.Environment",
+        )
     envs[key] = env
     name = type(env).__name__
     try:
@@ -101,8 +105,10 @@ def _first(name: str, first: Any, limits: Limits) -> list[dict[str, Any]] | str:
         return safe_text(first, limits.message_chars)
     if isinstance(first, list):
         return _messages(f"{name}.reset", first, limits)
-    raise _Wrong(f"{name}.reset returned a {type(first).__name__}; return the first messages (a list of "
-                 "{'role', 'content'} dicts) or a text prompt (str)")
+    raise _Wrong(
+        f"{name}.reset returned a {type(first).__name__}; return the first messages (a list of "
+        "{'role', 'content'} dicts) or a text prompt (str)"
+    )
 
 
 def step_result(name: str, result: Any, limits: Limits) -> dict[str, Any]:
@@ -119,13 +125,19 @@ def step_result(name: str, result: Any, limits: Limits) -> dict[str, Any]:
     components = {}
     for cname, value in result.components.items():
         if not isinstance(cname, str) or isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise _Wrong(f"{where}: component {safe_text(cname, 64)!r} is {safe_text(repr(value), 64)}; components "
-                         "are str -> finite number")
+            raise _Wrong(
+                f"{where}: component {safe_text(cname, 64)!r} is {safe_text(repr(value), 64)}; components "
+                "are str -> finite number"
+            )
         if not math.isfinite(float(value)):
             raise _Wrong(f"{where}: component {cname!r} is {float(value)}; components are finite numbers")
         components[cname] = float(value)
-    return {"messages": messages, "components": components, "done": _bool(where, result.done),
-            "info": _info(where, result.info)}
+    return {
+        "messages": messages,
+        "components": components,
+        "done": _bool(where, result.done),
+        "info": _info(where, result.info),
+    }
 
 
 def _bool(where: str, done: Any) -> bool:
@@ -138,15 +150,23 @@ def _bool(where: str, done: Any) -> bool:
 
 def _messages(where: str, messages: Any, limits: Limits) -> list[dict[str, Any]]:
     if not isinstance(messages, list):
-        raise _Wrong(f"{where}: messages is a {type(messages).__name__}; it is a list of {{'role', 'content'}} dicts "
-                     "(or None)")
+        raise _Wrong(
+            f"{where}: messages is a {type(messages).__name__}; it is a list of {{'role', 'content'}} dicts (or None)"
+        )
     out = []
     for k, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise _Wrong(f"{where}: messages[{k}] is {safe_text(repr(m), 80)}; a message is {{'role': one of "
-                         f"{', '.join(ROLES)}, 'content': str}}")
-        out.append({str(k2): safe_text(v, limits.message_chars) for k2, v in m.items()
-                    if k2 in ("role", "content", "name", "tool_call_id")})
+            raise _Wrong(
+                f"{where}: messages[{k}] is {safe_text(repr(m), 80)}; a message is {{'role': one of "
+                f"{', '.join(ROLES)}, 'content': str}}"
+            )
+        out.append(
+            {
+                str(k2): safe_text(v, limits.message_chars)
+                for k2, v in m.items()
+                if k2 in ("role", "content", "name", "tool_call_id")
+            }
+        )
     return out
 
 
@@ -156,7 +176,9 @@ def _info(where: str, info: Any) -> dict[str, Any]:
     if "return" in info:
         value = info["return"]
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-            raise _Wrong(f"{where}: info['return'] is {safe_text(repr(value), 64)}; the episode's return is a finite number")
+            raise _Wrong(
+                f"{where}: info['return'] is {safe_text(repr(value), 64)}; the episode's return is a finite number"
+            )
     try:
         text = json.dumps(info, default=_plain, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:

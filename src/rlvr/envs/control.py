@@ -89,8 +89,16 @@ class InvertedPendulum(ContinuousGymEnv):
         obs, reward, terminated, truncated, _ = self.env.step(self.default_action if action is None else action)
         self.obs, self.total, self.steps = obs, self.total + float(reward), self.steps + 1
         self.success = not terminated and self.steps >= self.turns
-        components = {"balance": float(reward) / self.turns, "success": 1.0 if self.success else 0.0,
-                      "shaping": self.potential(obs) - before, "invalid_action": -1.0 if action is None else 0.0}
+        components = {
+            "balance": float(reward) / self.turns,
+            "success": 1.0 if self.success else 0.0,
+            "shaping": self.potential(obs) - before,
+            "invalid_action": -1.0 if action is None else 0.0,
+        }
         done = bool(terminated or truncated or self.steps >= self.turns)
-        return StepResult(None if done else [{"role": "user", "content": self.render(obs)}], components, done,
-                          {"success": self.success, "return": self.total})
+        return StepResult(
+            None if done else [{"role": "user", "content": self.render(obs)}],
+            components,
+            done,
+            {"success": self.success, "return": self.total},
+        )

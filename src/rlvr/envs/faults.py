@@ -52,9 +52,11 @@ def overran(traj, spec, host, method: str, waited_s: float) -> None:
     """An environment call past its deadline: the episode ends, marked; the host abandons it."""
     host.abandon(traj.handle)
     bound = spec.reset_timeout_s if method in ("reset", "close") else spec.step_timeout_s
-    why = (f"did not answer within {bound:g} s (env.{'reset' if method != 'step' else 'step'}_timeout_s)"
-           if waited_s >= bound - 1e-3 else
-           f"used up the episode's {spec.episode_timeout_s:g} s of environment time (env.episode_timeout_s)")
+    why = (
+        f"did not answer within {bound:g} s (env.{'reset' if method != 'step' else 'step'}_timeout_s)"
+        if waited_s >= bound - 1e-3
+        else f"used up the episode's {spec.episode_timeout_s:g} s of environment time (env.episode_timeout_s)"
+    )
     record_fault(traj, {"method": method, "kind": "timeout", "type": "", "message": why})
 
 
@@ -75,8 +77,12 @@ class FaultLedger:
             sig = None if fault is None else (fault["class"], fault["method"], fault["kind"], fault["type"])
             if sig is not None and sig not in self.logged:
                 self.logged.add(sig)
-                log.warning("environment failure (logged once per kind; every one is counted in "
-                            "rollout/env_error_frac): problem %s: %s", c.problem_id, c.env_info["error"])
+                log.warning(
+                    "environment failure (logged once per kind; every one is counted in "
+                    "rollout/env_error_frac): problem %s: %s",
+                    c.problem_id,
+                    c.env_info["error"],
+                )
             if self.seen < self.fail_fast:
                 self.seen += 1
                 if sig is None or (self.first is not None and sig != self.first[0]):
@@ -84,5 +90,7 @@ class FaultLedger:
                 elif self.first is None:
                     self.first = (sig, c.env_info["error"])
                 if self.seen == self.fail_fast and self.same:
-                    raise EnvironmentBroken(f"{self.first[1]} (on each of the first {self.fail_fast} episodes; "
-                                            "env.fail_fast=0 goes on regardless)")
+                    raise EnvironmentBroken(
+                        f"{self.first[1]} (on each of the first {self.fail_fast} episodes; "
+                        "env.fail_fast=0 goes on regardless)"
+                    )

@@ -94,8 +94,12 @@ class GymEnv(Environment):
         self.obs, self.total = obs, self.total + float(reward)
         self.success = self.success or self.succeeded(obs, float(reward), terminated)
         done = bool(terminated or truncated)
-        return StepResult(None if done else [{"role": "user", "content": self.render(obs)}], components, done,
-                          {"success": self.success, "return": self.total})
+        return StepResult(
+            None if done else [{"role": "user", "content": self.render(obs)}],
+            components,
+            done,
+            {"success": self.success, "return": self.total},
+        )
 
 
 def frozenlake_map(size: int, seed: int, p: float) -> list[str]:
@@ -114,8 +118,6 @@ def draw_lake(desc: list[str], pos: tuple[int, int]) -> str:
     right = desc[pos[0]][pos[1] + 1] if pos[1] + 1 < n else "#"
     down = desc[pos[0] + 1][pos[1]] if pos[0] + 1 < n else "#"
     return "\n".join("".join(r) for r in rows) + f"\n{right}{down}\n"
-
-
 
 
 @register_env("frozenlake")
@@ -168,9 +170,15 @@ class Breakout(GymEnv):
                 if env.unwrapped._frameskip == skip:
                     return _ALE_FREE.pop(k)
             import ale_py
+
             gym.register_envs(ale_py)
-            return gym.make("ALE/Breakout-v5", obs_type="ram", frameskip=skip, repeat_action_probability=0.0,
-                            full_action_space=False)
+            return gym.make(
+                "ALE/Breakout-v5",
+                obs_type="ram",
+                frameskip=skip,
+                repeat_action_probability=0.0,
+                full_action_space=False,
+            )
 
     def close(self) -> None:
         if self.env is not None:
@@ -206,8 +214,15 @@ class Breakout(GymEnv):
         lost = info["lives"] < self.lives
         self.obs, self.total = ram, self.total + float(reward)
         self.success = self.total > 0
-        components = {"brick": float(reward), "invalid_action": -1.0 if action is None else 0.0,
-                      "paddle": max(0.0, 1.0 - abs(bx - px) / self.WIDTH) / self.turns}
+        components = {
+            "brick": float(reward),
+            "invalid_action": -1.0 if action is None else 0.0,
+            "paddle": max(0.0, 1.0 - abs(bx - px) / self.WIDTH) / self.turns,
+        }
         done = bool(terminated or truncated or lost)
-        return StepResult(None if done else [{"role": "user", "content": self.render(ram)}], components, done,
-                          {"success": self.success, "return": self.total})
+        return StepResult(
+            None if done else [{"role": "user", "content": self.render(ram)}],
+            components,
+            done,
+            {"success": self.success, "return": self.total},
+        )

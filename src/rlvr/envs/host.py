@@ -130,8 +130,11 @@ class ProcessHost:
             except (CallFailed, FutureTimeout) as exc:
                 self._tainted.add(id(worker))
                 self._unloadable[factory_id] = fault(
-                    "__init__", getattr(exc, "kind", "timeout"), getattr(exc, "type_name", ""),
-                    f"the environment could not be loaded in a worker process: {exc or 'no answer'}")
+                    "__init__",
+                    getattr(exc, "kind", "timeout"),
+                    getattr(exc, "type_name", ""),
+                    f"the environment could not be loaded in a worker process: {exc or 'no answer'}",
+                )
                 return handle, _done(self._unloadable[factory_id])
         return handle, _resolved(worker.submit(_open_there, handle.key, factory_id, problem, seed, limits), "__init__")
 

@@ -35,8 +35,9 @@ class OpenEnv(Environment):
         super().__init__(settings, **context)
         for key in ("environment", "action"):
             if not isinstance(self.settings.get(key), str):
-                raise ConfigError(f"env.settings.{key}: env.name=openenv needs the OpenEnv {key} class as "
-                                  "'module:Class'")
+                raise ConfigError(
+                    f"env.settings.{key}: env.name=openenv needs the OpenEnv {key} class as 'module:Class'"
+                )
         self.env = import_object(self.settings["environment"], "env.settings.environment")()
         self.action = import_object(self.settings["action"], "env.settings.action")
         self.text_field = self.settings.get("text_field") or _text_field(self.action)
@@ -72,6 +73,8 @@ def _text_field(action: type) -> str:
     """The action's one text field (besides metadata), or a config error asking which."""
     names = [n for n, f in getattr(action, "model_fields", {}).items() if n != "metadata" and f.annotation is str]
     if len(names) != 1:
-        raise ConfigError(f"env.settings.text_field: {action.__name__} has {len(names)} text fields "
-                          f"({', '.join(names) or 'none'}); name the one the policy's turn fills")
+        raise ConfigError(
+            f"env.settings.text_field: {action.__name__} has {len(names)} text fields "
+            f"({', '.join(names) or 'none'}); name the one the policy's turn fills"
+        )
     return names[0]

@@ -40,8 +40,9 @@ TASK = "verifiers"
 RESERVED = frozenset({"format", "correct", "process", "agent"})
 """Component names rlvr computes itself."""
 """task.name=verifiers: the rows of the environment env.name=verifiers:<id> names."""
-POLICY_ERRORS = frozenset({"InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
-                           "ToolParseError"})
+POLICY_ERRORS = frozenset(
+    {"InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError", "ToolParseError"}
+)
 """verifiers errors that are the policy's doing (an empty or malformed reply, a context overrun): the
 episode is a sample, scored as its rubric scored it; any other error fails the episode (invalid, counted)."""
 
@@ -52,7 +53,7 @@ def is_verifiers(env_name: str) -> bool:
 
 def id_of(env_name: str) -> str:
     """The environment's id in env.name=verifiers:<id>."""
-    return env_name[len(PREFIX):]
+    return env_name[len(PREFIX) :]
 
 
 class Verifiers(AgentProgram):
@@ -124,13 +125,17 @@ def describe(env_id: str, args: str) -> dict[str, Any]:
     names = rubric._get_reward_func_names()  # a RubricGroup's too (the functions of its rubrics)
     taken = sorted(set(names) & RESERVED)
     if taken:
-        raise ValueError(f"its rubric's functions {taken} would replace rlvr's components of the same names; "
-                         "rename them")
-    grouped = [f.__name__ for f in rubric._get_reward_funcs() if hasattr(rubric, "_is_group_func")
-               and rubric._is_group_func(f)]
+        raise ValueError(
+            f"its rubric's functions {taken} would replace rlvr's components of the same names; rename them"
+        )
+    grouped = [
+        f.__name__ for f in rubric._get_reward_funcs() if hasattr(rubric, "_is_group_func") and rubric._is_group_func(f)
+    ]
     if grouped:
-        raise ValueError(f"its rubric scores whole groups ({', '.join(grouped)}), and rlvr runs its episodes one "
-                         "at a time: not built yet")
+        raise ValueError(
+            f"its rubric scores whole groups ({', '.join(grouped)}), and rlvr runs its episodes one "
+            "at a time: not built yet"
+        )
 
     def rows(dataset) -> list[dict[str, Any]] | None:
         return None if dataset is None else [json.loads(json.dumps(dict(r), default=str)) for r in dataset]
@@ -147,8 +152,10 @@ def description(env_name: str, settings: str) -> dict[str, Any]:
     try:
         return worker.submit(describe, name, settings).result(LOAD_TIMEOUT_S)
     except CallFailed as exc:
-        raise ConfigError(f"env.name: verifiers environment {name!r} did not load ({exc.kind}): {exc.type_name}: "
-                          f"{exc.message} (env.settings are its load_environment arguments)") from None
+        raise ConfigError(
+            f"env.name: verifiers environment {name!r} did not load ({exc.kind}): {exc.type_name}: "
+            f"{exc.message} (env.settings are its load_environment arguments)"
+        ) from None
     except TimeoutError:
         raise ConfigError(f"env.name: verifiers environment {name!r} did not load in {LOAD_TIMEOUT_S:g} s") from None
     finally:
@@ -178,9 +185,17 @@ def problems(env_cfg, chat: bool = True) -> tuple[list[Problem], list[Problem] |
 
 
 def _problems(name: str, chat: bool, rows: list[dict[str, Any]], split: str) -> list[Problem]:
-    return [Problem(id=f"{name}/{split}/{r.get('example_id', i)}", prompt=_prompt(r.get("prompt"), chat),
-                    answer=None if r.get("answer") is None else str(r["answer"]), source=SOURCE, verifier="env",
-                    metadata={"verifiers_row": r}) for i, r in enumerate(rows)]
+    return [
+        Problem(
+            id=f"{name}/{split}/{r.get('example_id', i)}",
+            prompt=_prompt(r.get("prompt"), chat),
+            answer=None if r.get("answer") is None else str(r["answer"]),
+            source=SOURCE,
+            verifier="env",
+            metadata={"verifiers_row": r},
+        )
+        for i, r in enumerate(rows)
+    ]
 
 
 def _prompt(prompt: Any, chat: bool) -> str | list[dict[str, Any]]:

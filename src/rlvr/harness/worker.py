@@ -67,9 +67,13 @@ class Worker:
         self.name = name
         ours, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # what the trainer imports
-        self._proc = subprocess.Popen([sys.executable, "-c", f"from rlvr.harness.worker import _serve; _serve({theirs.fileno()})"],
-                                      pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", f"from rlvr.harness.worker import _serve; _serve({theirs.fileno()})"],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         theirs.close()
         self._conn = Connection(ours.detach())
         self._pending: dict[int, Future] = {}
@@ -208,6 +212,7 @@ def _kill_all() -> None:
 
 
 # --- the worker's side ------------------------------------------------------------------------
+
 
 def _serve(fd: int) -> None:
     os.set_inheritable(fd, False)  # what user code starts does not hold the trainer's socket

@@ -57,8 +57,12 @@ class EndpointClient:
     def _one(self, message: str) -> str | JudgeError:
         import httpx
 
-        body = {"model": self.cfg.model, "messages": [{"role": "user", "content": message}],
-                "max_tokens": self.cfg.max_tokens, "temperature": self.cfg.temperature}
+        body = {
+            "model": self.cfg.model,
+            "messages": [{"role": "user", "content": message}],
+            "max_tokens": self.cfg.max_tokens,
+            "temperature": self.cfg.temperature,
+        }
         try:
             r = self.http.post("/chat/completions", json=body)
         except httpx.TimeoutException as exc:
@@ -98,8 +102,10 @@ class LocalClient:
         self.chat = getattr(tokenizer, "chat_template", None) is not None
 
     def complete(self, messages: list[str]) -> list[str | JudgeError]:
-        problems = [Problem(id=str(i), prompt=[{"role": "user", "content": m}] if self.chat else m)
-                    for i, m in enumerate(messages)]
+        problems = [
+            Problem(id=str(i), prompt=[{"role": "user", "content": m}] if self.chat else m)
+            for i, m in enumerate(messages)
+        ]
         try:
             return [c.text for c in self.engine.generate(problems, self.params)]
         except Exception as exc:  # noqa: BLE001 - the samples are invalid, the run goes on
@@ -139,8 +145,15 @@ class Judge:
         out: list[float | JudgeError | None] = [self.cache.get(k) for k in keys]
         self.counts["cache_hits"] += sum(v is not None for v in out)
         todo = [i for i, v in enumerate(out) if v is None]
-        messages = [fill(self.cfg.rubric, prompt=_prompt_text(problems[i].prompt), completion=texts[i],
-                         answer=str(problems[i].answer or "")) for i in todo]
+        messages = [
+            fill(
+                self.cfg.rubric,
+                prompt=_prompt_text(problems[i].prompt),
+                completion=texts[i],
+                answer=str(problems[i].answer or ""),
+            )
+            for i in todo
+        ]
         self.counts["calls"] += len(todo)
         self.replies = {}
         for i, reply in zip(todo, self.client.complete(messages) if todo else []):
@@ -157,8 +170,10 @@ class Judge:
         return out  # type: ignore[return-value]
 
     def metrics(self) -> dict[str, float]:
-        out = {f"judge/{self.name}/{k}": float(self.counts[k])
-               for k in ("calls", "failures", "timeouts", "parse_failures", "cache_hits")}
+        out = {
+            f"judge/{self.name}/{k}": float(self.counts[k])
+            for k in ("calls", "failures", "timeouts", "parse_failures", "cache_hits")
+        }
         self.counts.clear()
         return out
 

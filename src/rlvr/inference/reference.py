@@ -44,13 +44,16 @@ def check_teacher_tokenizer(name: str, teacher_tokenizer, tokenizer) -> None:
     """A ConfigError naming algo.distill.teacher unless the teacher's tokenizer is the policy's, token
     for token: a teacher scores the student's own tokens."""
     if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
-        raise ConfigError(f"algo.distill.teacher: {name!r} has another tokenizer than the policy "
-                          f"({len(teacher_tokenizer)} tokens against {len(tokenizer)}, or other ids); a teacher "
-                          "scores the student's own tokens, so it must share the policy's tokenizer")
+        raise ConfigError(
+            f"algo.distill.teacher: {name!r} has another tokenizer than the policy "
+            f"({len(teacher_tokenizer)} tokens against {len(tokenizer)}, or other ids); a teacher "
+            "scores the student's own tokens, so it must share the policy's tokenizer"
+        )
 
 
-def load_teacher(name: str, model_cfg: ModelConfig, temperature: float, tokenizer, device=None,
-                 path: str | None = None) -> ReferenceModel:
+def load_teacher(
+    name: str, model_cfg: ModelConfig, temperature: float, tokenizer, device=None, path: str | None = None
+) -> ReferenceModel:
     """The teacher `name` (algo.distill.teacher) as a frozen scorer at the sampling `temperature`,
     computing in model.dtype on `device` (the run's), from `path` (default: where the name resolves;
     an inference worker passes its node's copy); its tokenizer must be the policy's."""
@@ -59,5 +62,6 @@ def load_teacher(name: str, model_cfg: ModelConfig, temperature: float, tokenize
     except (OSError, ValueError) as exc:
         raise ConfigError(f"algo.distill.teacher: {name!r} does not load ({exc})") from None
     check_teacher_tokenizer(name, teacher_tokenizer, tokenizer)
-    return ReferenceModel(model if device is None else model.to(device), tokenizer.pad_token_id, temperature,
-                          model_cfg.dtype)
+    return ReferenceModel(
+        model if device is None else model.to(device), tokenizer.pad_token_id, temperature, model_cfg.dtype
+    )

@@ -44,8 +44,7 @@ def render_pair(tokenizer, prompt: str | list[Message], completion: str) -> str:
     the user's message, the completion as the assistant's turn), or concatenated without one."""
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        return tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": completion}],
-                                             tokenize=False)
+        return tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": completion}], tokenize=False)
     text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
     return text + completion
 
@@ -58,8 +57,9 @@ def load_reward_model(path: str, device: str = "cpu"):
     tokenizer.truncation_side = "left"  # a long prompt loses its start, never the completion's end
     model = _pretrained(AutoModelForSequenceClassification, str(path), dtype=torch.float32)
     if model.config.num_labels != 1:
-        raise ConfigError(f"{path}: a reward model has one output (num_labels=1), this one has "
-                          f"{model.config.num_labels}")
+        raise ConfigError(
+            f"{path}: a reward model has one output (num_labels=1), this one has {model.config.num_labels}"
+        )
     model.config.pad_token_id = tokenizer.pad_token_id  # the score is read at the last non-pad token
     return model.to(device).eval().requires_grad_(False), tokenizer
 
@@ -69,8 +69,14 @@ def score_texts(model, tokenizer, texts: Sequence[str], *, batch_size: int, max_
     """The model's scalar for each rendered text, in order."""
     out: list[float] = []
     for start in range(0, len(texts), batch_size):
-        enc = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True,
-                        max_length=max_length, add_special_tokens=False, return_tensors="pt").to(model.device)
+        enc = tokenizer(
+            list(texts[start : start + batch_size]),
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            add_special_tokens=False,
+            return_tensors="pt",
+        ).to(model.device)
         out += model(**enc).logits[:, 0].float().tolist()  # (B,)
     return out
 
@@ -87,11 +93,14 @@ class RewardModel:
         out: list[float | Exception] = []
         size = self.cfg.batch_size
         for start in range(0, len(texts), size):
-            rendered = [render_pair(self.tokenizer, p.prompt, t)
-                        for p, t in zip(problems[start:start + size], texts[start:start + size])]
+            rendered = [
+                render_pair(self.tokenizer, p.prompt, t)
+                for p, t in zip(problems[start : start + size], texts[start : start + size])
+            ]
             try:
-                out += score_texts(self.model, self.tokenizer, rendered, batch_size=size,
-                                   max_length=self.cfg.max_length)
+                out += score_texts(
+                    self.model, self.tokenizer, rendered, batch_size=size, max_length=self.cfg.max_length
+                )
             except Exception as exc:  # noqa: BLE001 - the batch's samples are invalid, the run goes on
                 out += [exc] * len(rendered)
         return out
@@ -125,8 +134,13 @@ class LearnedReward:
         rlvr.algos.decoupled_advantages)."""
         return {name: m.cfg.weight for name, m in self.models.items()}
 
-    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
-              env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
+    def score(
+        self,
+        problems: Sequence[Problem],
+        texts: Sequence[str],
+        group_ids: Sequence[Any] | None = None,
+        env: Sequence[EnvOutcome] | None = None,
+    ) -> list[RewardResult]:
         outcomes = {} if env is None else {"env": env}  # a rules scorer of a single-turn run may take no env=
         results = self.rules.score(problems, texts, group_ids=group_ids, **outcomes)
         for r in results:
@@ -192,8 +206,9 @@ def learned_components(reward: RewardConfig, device: str) -> dict[str, Any]:
     `reward.judges`, by component name."""
     from rlvr.inference.judge import Judge
 
-    out: dict[str, Any] = {name: RewardModel(name, m, device if m.device == "auto" else m.device)
-                           for name, m in reward.models.items()}
+    out: dict[str, Any] = {
+        name: RewardModel(name, m, device if m.device == "auto" else m.device) for name, m in reward.models.items()
+    }
     out.update({name: Judge(name, j, device) for name, j in reward.judges.items()})
     return out
 

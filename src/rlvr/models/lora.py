@@ -29,16 +29,18 @@ def apply_lora(model, *, r: int, alpha: float, dropout: float, target_modules: l
     """Wrap `model` with a fresh LoRA adapter; only the adapter's weights stay trainable."""
     peft = _peft()
     targets: str | list[str] = "all-linear" if target_modules == ["all-linear"] else list(target_modules)
-    config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
-                             bias="none", task_type="CAUSAL_LM")
+    config = peft.LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM"
+    )
     try:
         with warnings.catch_warnings():  # PEFT reads transformers' deprecated gradient-checkpointing property
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             wrapped = peft.get_peft_model(model, config)
     except ValueError as exc:  # PEFT names no module when none matched
         names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
-        raise ValueError(f"model.lora.target_modules={list(target_modules)}: {exc}. "
-                         f"Linear modules of this model: {names}") from None
+        raise ValueError(
+            f"model.lora.target_modules={list(target_modules)}: {exc}. Linear modules of this model: {names}"
+        ) from None
     # the run's starting point, for a rollback before the first checkpoint (a few MB at most)
     wrapped.rlvr_initial_adapter = {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(wrapped).items()}
     return wrapped

@@ -28,8 +28,9 @@ def load_policy(mcfg, start_path: str | Path, device=None):
         model = model.to(device)
     lcfg = mcfg.lora
     if lcfg.enabled:
-        model = lora.apply_lora(model, r=lcfg.r, alpha=lcfg.alpha, dropout=lcfg.dropout,
-                                target_modules=lcfg.target_modules)
+        model = lora.apply_lora(
+            model, r=lcfg.r, alpha=lcfg.alpha, dropout=lcfg.dropout, target_modules=lcfg.target_modules
+        )
     return model, tokenizer
 
 
@@ -54,8 +55,11 @@ def export_model(model, tokenizer, path: str | Path, *, max_new_tokens: int | No
     if max_new_tokens is not None and plain.generation_config is not None:
         plain.generation_config.max_new_tokens = int(max_new_tokens)
     # transformers >= 5 renamed gradient to activation checkpointing; the old property warns when read
-    checkpointing = (plain.is_activation_checkpointing if hasattr(type(plain), "is_activation_checkpointing")
-                     else plain.is_gradient_checkpointing)
+    checkpointing = (
+        plain.is_activation_checkpointing
+        if hasattr(type(plain), "is_activation_checkpointing")
+        else plain.is_gradient_checkpointing
+    )
     if checkpointing:
         (getattr(plain, "activation_checkpointing_disable", None) or plain.gradient_checkpointing_disable)()
     plain.config.use_cache = True

@@ -38,8 +38,9 @@ def build_tokenizer(code_chars: bool = False, tool_tags: bool = False) -> PreTra
     return fast
 
 
-def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, heads: int,
-                     max_positions: int = 256, seed: int = 0) -> LlamaForCausalLM:
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, heads: int, max_positions: int = 256, seed: int = 0
+) -> LlamaForCausalLM:
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
@@ -57,8 +58,9 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: in
     return LlamaForCausalLM(config)
 
 
-def save_tiny(path: Path, hidden: int, layers: int, heads: int, seed: int = 0, code_chars: bool = False,
-              tool_tags: bool = False) -> Path:
+def save_tiny(
+    path: Path, hidden: int, layers: int, heads: int, seed: int = 0, code_chars: bool = False, tool_tags: bool = False
+) -> Path:
     tokenizer = build_tokenizer(code_chars, tool_tags)
     model = build_tiny_model(tokenizer, hidden, layers, heads, seed=seed)
     model.save_pretrained(path)

@@ -24,8 +24,19 @@ from rlvr.config.ops import AlertsConfig
 
 MIN_HISTORY = 2  # steps of history before a reward or format level counts as "recent"
 MIN_HISTORY_THROUGHPUT = 5  # the first steps are warm-up (compilation, caches, worker start)
-RULES = ("nonfinite", "kl", "reward_collapse", "format_errors", "stuck_source", "zero_std", "invalid",
-         "eval_decline", "throughput", "reward_agreement", "weight_sync")
+RULES = (
+    "nonfinite",
+    "kl",
+    "reward_collapse",
+    "format_errors",
+    "stuck_source",
+    "zero_std",
+    "invalid",
+    "eval_decline",
+    "throughput",
+    "reward_agreement",
+    "weight_sync",
+)
 
 
 @dataclass
@@ -64,8 +75,11 @@ class AlertRules:
 
     # -- conditions: each returns (holds, value, message) -------------------------------------------
     def _nonfinite(self, m: dict[str, Any]):
-        bad = [k for k in ("actor/loss", "actor/grad_norm", "reward/mean") if (v := _num(m, k)) is not None
-               and not math.isfinite(v)]
+        bad = [
+            k
+            for k in ("actor/loss", "actor/grad_norm", "reward/mean")
+            if (v := _num(m, k)) is not None and not math.isfinite(v)
+        ]
         skipped = _num(m, "actor/skipped_updates") or 0.0
         if skipped:
             bad.append(f"{int(skipped)} skipped update(s)")
@@ -73,8 +87,11 @@ class AlertRules:
 
     def _kl(self, m: dict[str, Any]):
         kl = _num(m, "actor/kl")
-        return (self.cfg.kl_max > 0 and kl is not None and kl > self.cfg.kl_max), kl, \
-            f"KL to the reference {kl} above alerts.kl_max={self.cfg.kl_max}"
+        return (
+            (self.cfg.kl_max > 0 and kl is not None and kl > self.cfg.kl_max),
+            kl,
+            f"KL to the reference {kl} above alerts.kl_max={self.cfg.kl_max}",
+        )
 
     def _reward_collapse(self, m: dict[str, Any]):
         r = _num(m, "reward/mean")
@@ -82,46 +99,82 @@ class AlertRules:
             return False, r, ""
         avg = sum(self._reward) / len(self._reward)
         holds = avg >= self.cfg.reward_collapse_floor and r < self.cfg.reward_collapse_frac * avg
-        return holds, r, (f"reward mean {r:.3f} below {self.cfg.reward_collapse_frac:.0%} of its recent "
-                          f"average {avg:.3f} for {self.cfg.patience} steps")
+        return (
+            holds,
+            r,
+            (
+                f"reward mean {r:.3f} below {self.cfg.reward_collapse_frac:.0%} of its recent "
+                f"average {avg:.3f} for {self.cfg.patience} steps"
+            ),
+        )
 
     def _format_errors(self, m: dict[str, Any]):
         f = _num(m, "reward/format/mean")
         if f is None or len(self._format_err) < MIN_HISTORY or not self.cfg.format_error_jump:
             return False, None, ""
         err, avg = 1.0 - f, sum(self._format_err) / len(self._format_err)
-        return err > avg + self.cfg.format_error_jump, err, \
-            f"format-error rate {err:.0%} jumped above its recent average {avg:.0%}"
+        return (
+            err > avg + self.cfg.format_error_jump,
+            err,
+            f"format-error rate {err:.0%} jumped above its recent average {avg:.0%}",
+        )
 
     def _zero_std(self, m: dict[str, Any]):
         z = _num(m, "rollout/zero_std_frac")
-        return (self.cfg.zero_std_max > 0 and z is not None and z > self.cfg.zero_std_max), z, \
-            (f"{z:.0%} of groups have no reward variance (above alerts.zero_std_max={self.cfg.zero_std_max}) "
-             f"for {self.cfg.window} steps: little learning signal; try easier data or larger groups" if z is not None else "")
+        return (
+            (self.cfg.zero_std_max > 0 and z is not None and z > self.cfg.zero_std_max),
+            z,
+            (
+                f"{z:.0%} of groups have no reward variance (above alerts.zero_std_max={self.cfg.zero_std_max}) "
+                f"for {self.cfg.window} steps: little learning signal; try easier data or larger groups"
+                if z is not None
+                else ""
+            ),
+        )
 
     def _invalid(self, m: dict[str, Any]):
-        rates = {k: v for k in m if k == "reward/invalid_frac" or k.endswith("timeout_rate")
-                 if (v := _num(m, k)) is not None}
+        rates = {
+            k: v for k in m if k == "reward/invalid_frac" or k.endswith("timeout_rate") if (v := _num(m, k)) is not None
+        }
         worst = max(rates.items(), key=lambda kv: kv[1], default=(None, 0.0))
-        return (self.cfg.invalid_max > 0 and worst[1] > self.cfg.invalid_max), worst[1], \
-            f"{worst[0]} = {worst[1]:.1%} above alerts.invalid_max={self.cfg.invalid_max:.0%} (rewards erroring or timing out)"
+        return (
+            (self.cfg.invalid_max > 0 and worst[1] > self.cfg.invalid_max),
+            worst[1],
+            f"{worst[0]} = {worst[1]:.1%} above alerts.invalid_max={self.cfg.invalid_max:.0%} (rewards erroring or timing out)",
+        )
 
     def _reward_agreement(self, m: dict[str, Any]):
         a, floor = _num(m, "reward/agreement/mean"), self.cfg.reward_agreement_min
         if floor is None or a is None:
             return None  # off, or no pair of components varied this step: neither holds nor clears
-        pairs = sorted((v, k.rsplit("/", 1)[1]) for k in m if k.startswith("reward/agreement/") and "_vs_" in k
-                       if (v := _num(m, k)) is not None)
+        pairs = sorted(
+            (v, k.rsplit("/", 1)[1])
+            for k in m
+            if k.startswith("reward/agreement/") and "_vs_" in k
+            if (v := _num(m, k)) is not None
+        )
         worst = f" (lowest: {pairs[0][1].replace('_vs_', ' vs ')} {pairs[0][0]:+.2f})" if pairs else ""
-        return a < floor, a, (f"reward components disagree: reward/agreement/mean {a:+.2f} below "
-                              f"alerts.reward_agreement_min={floor:+.2f} for {self.cfg.patience} steps{worst}")
+        return (
+            a < floor,
+            a,
+            (
+                f"reward components disagree: reward/agreement/mean {a:+.2f} below "
+                f"alerts.reward_agreement_min={floor:+.2f} for {self.cfg.patience} steps{worst}"
+            ),
+        )
 
     def _weight_sync(self, m: dict[str, Any]):
         bad = _num(m, "sync/checksum_mismatch")
         if bad is None:
             return None  # no sync this step
-        return bad > 0, bad, (f"the weights a rollout engine holds after the sync ({m.get('sync/method')}) differ from "
-                              f"the trainer's (checksum, rlvr.rollout.sync): it would sample with weights that are not the policy's")
+        return (
+            bad > 0,
+            bad,
+            (
+                f"the weights a rollout engine holds after the sync ({m.get('sync/method')}) differ from "
+                f"the trainer's (checksum, rlvr.rollout.sync): it would sample with weights that are not the policy's"
+            ),
+        )
 
     def _eval_decline(self, m: dict[str, Any]):
         acc = _num(m, "eval/accuracy")
@@ -130,27 +183,47 @@ class AlertRules:
         evals = self._evals + [acc]
         n = self.cfg.eval_drops
         falling = len(evals) > n and all(evals[-i] < evals[-i - 1] for i in range(1, n + 1))
-        rose_before = any(b > a for a, b in zip(evals[: -n - 1], evals[1: -n]))
-        return falling and rose_before, acc, f"held-out accuracy fell {n} evaluations in a row after rising (now {acc:.1%})"
+        rose_before = any(b > a for a, b in zip(evals[: -n - 1], evals[1:-n]))
+        return (
+            falling and rose_before,
+            acc,
+            f"held-out accuracy fell {n} evaluations in a row after rising (now {acc:.1%})",
+        )
 
     def _throughput(self, m: dict[str, Any]):
         t = _num(m, "perf/rollout_tok_s")
         if t is None or len(self._tok_s) < MIN_HISTORY_THROUGHPUT or not self.cfg.throughput_drop_frac:
             return False, t, ""
         med = statistics.median(self._tok_s)
-        return t < self.cfg.throughput_drop_frac * med, t, \
-            f"rollout throughput {t:.0f} tok/s below {self.cfg.throughput_drop_frac:.0%} of its recent median {med:.0f}"
+        return (
+            t < self.cfg.throughput_drop_frac * med,
+            t,
+            f"rollout throughput {t:.0f} tok/s below {self.cfg.throughput_drop_frac:.0%} of its recent median {med:.0f}",
+        )
 
     # -----------------------------------------------------------------------------------------------
     def check(self, step: int, metrics: dict[str, Any], extra: list[tuple[str, str]] = ()) -> list[Alert]:
         """Alerts that start at this step. `extra`: (rule, message) pairs raised elsewhere
         (the reward monitor's stuck sources), sent through the same sinks."""
-        patience = {"reward_collapse": self.cfg.patience, "format_errors": self.cfg.patience,
-                    "throughput": self.cfg.patience, "zero_std": self.cfg.window, "reward_agreement": self.cfg.patience}
-        conditions = {"nonfinite": self._nonfinite, "kl": self._kl, "reward_collapse": self._reward_collapse,
-                      "format_errors": self._format_errors, "zero_std": self._zero_std, "invalid": self._invalid,
-                      "throughput": self._throughput, "eval_decline": self._eval_decline,
-                      "reward_agreement": self._reward_agreement, "weight_sync": self._weight_sync}
+        patience = {
+            "reward_collapse": self.cfg.patience,
+            "format_errors": self.cfg.patience,
+            "throughput": self.cfg.patience,
+            "zero_std": self.cfg.window,
+            "reward_agreement": self.cfg.patience,
+        }
+        conditions = {
+            "nonfinite": self._nonfinite,
+            "kl": self._kl,
+            "reward_collapse": self._reward_collapse,
+            "format_errors": self._format_errors,
+            "zero_std": self._zero_std,
+            "invalid": self._invalid,
+            "throughput": self._throughput,
+            "eval_decline": self._eval_decline,
+            "reward_agreement": self._reward_agreement,
+            "weight_sync": self._weight_sync,
+        }
         alerts = []
         for rule, condition in conditions.items():
             outcome = condition(metrics)
@@ -174,8 +247,10 @@ class AlertRules:
 
     def _remember(self, m: dict[str, Any]) -> None:
         # a window stays frozen while its rule's condition holds (see the module docstring)
-        for key, window, rule in (("reward/mean", self._reward, "reward_collapse"),
-                                  ("perf/rollout_tok_s", self._tok_s, "throughput")):
+        for key, window, rule in (
+            ("reward/mean", self._reward, "reward_collapse"),
+            ("perf/rollout_tok_s", self._tok_s, "throughput"),
+        ):
             v = _num(m, key)
             if v is not None and math.isfinite(v) and not self._streak.get(rule):
                 window.append(v)
@@ -187,8 +262,14 @@ class AlertRules:
             self._evals.append(acc)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"reward": list(self._reward), "format_err": list(self._format_err), "tok_s": list(self._tok_s),
-                "streak": dict(self._streak), "active": sorted(self._active), "evals": list(self._evals)}
+        return {
+            "reward": list(self._reward),
+            "format_err": list(self._format_err),
+            "tok_s": list(self._tok_s),
+            "streak": dict(self._streak),
+            "active": sorted(self._active),
+            "evals": list(self._evals),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         w = self.cfg.window

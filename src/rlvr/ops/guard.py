@@ -38,6 +38,7 @@ class RunDiverged(RuntimeError):
 @dataclass
 class Snapshot:
     """The state the run started from, in memory: the rollback target before the first checkpoint."""
+
     step: int
     model_dir: Path
     state: dict[str, Any]
@@ -47,16 +48,30 @@ class Snapshot:
 
 
 class RunGuard:
-    def __init__(self, alerts: AlertsConfig, rollback: RollbackConfig, log, ui, *, run_name: str, ckpt_dir: Path,
-                 seed: int, base_lr: float, inject_nan_at_step: int = 0):
+    def __init__(
+        self,
+        alerts: AlertsConfig,
+        rollback: RollbackConfig,
+        log,
+        ui,
+        *,
+        run_name: str,
+        ckpt_dir: Path,
+        seed: int,
+        base_lr: float,
+        inject_nan_at_step: int = 0,
+    ):
         """alerts, rollback: the sections; ckpt_dir: where rollbacks look for checkpoints; seed: the
         run's (the data order after a rollback is derived from it); base_lr: train.lr;
         inject_nan_at_step: debug.inject_nan_at_step (0: never)."""
         self.alerts, self.rollback, self.log, self.ui = alerts, rollback, log, ui
         self.run_name, self.seed, self.base_lr, self.inject_nan_at_step = run_name, seed, base_lr, inject_nan_at_step
         self.rules = AlertRules(alerts, set(rollback.rules) if rollback.enabled else set())
-        webhook = Webhook(alerts.webhook_url, timeout_s=alerts.webhook_timeout_s, backoff_s=alerts.webhook_backoff_s) \
-            if alerts.webhook_url else None
+        webhook = (
+            Webhook(alerts.webhook_url, timeout_s=alerts.webhook_timeout_s, backoff_s=alerts.webhook_backoff_s)
+            if alerts.webhook_url
+            else None
+        )
         self.notifier = Notifier(log, ui, webhook, run_name=run_name)
         self.ckpt_dir = Path(ckpt_dir)
         self.start: Snapshot | None = None
@@ -85,13 +100,16 @@ class RunGuard:
         """The sampler's seed: a new data order after each rollback."""
         return seed + 7919 * self.rollbacks
 
-    def roll_back(self, step: int, trigger: Alert, restore: Callable[[Any], int],
-                  weights: Callable[[], dict[str, torch.Tensor]]) -> int:
+    def roll_back(
+        self, step: int, trigger: Alert, restore: Callable[[Any], int], weights: Callable[[], dict[str, torch.Tensor]]
+    ) -> int:
         """Restore the last good state before `step`; returns the step training continues from.
         weights: the restored model's full state dict (for the event's digest)."""
         if self.rollbacks >= self.rollback.max_retries:
-            raise RunDiverged(f"step {step}: {trigger.message}; {self.rollbacks} rollback(s) already "
-                              f"(rollback.max_retries={self.rollback.max_retries}), giving up")
+            raise RunDiverged(
+                f"step {step}: {trigger.message}; {self.rollbacks} rollback(s) already "
+                f"(rollback.max_retries={self.rollback.max_retries}), giving up"
+            )
         skipped = []
         target = latest_valid(self.ckpt_dir, before=step, on_skip=lambda p, why: skipped.append(f"{p.name}: {why}"))
         target = target or self.start
@@ -102,26 +120,45 @@ class RunGuard:
         to = restore(target)
         self.log.rewind(to)
         record = self.log.event(
-            "rollback", step=step, to_step=to, rule=trigger.rule, reason=trigger.message,
-            checkpoint=str(getattr(target, "path", "start of run")), rollbacks=self.rollbacks,
-            lr_scale=self.lr_scale, data_seed=self.data_seed(self.seed), skipped_checkpoints=skipped,
-            weights_sha256=state_digest(weights()), base_lr=self.base_lr * self.lr_scale)
-        self.ui.warn(f"rolled back from step {step} to step {to} ({trigger.rule}); learning rate x{self.lr_scale:g}, "
-                     f"new data order; rollback {self.rollbacks}/{self.rollback.max_retries}")
+            "rollback",
+            step=step,
+            to_step=to,
+            rule=trigger.rule,
+            reason=trigger.message,
+            checkpoint=str(getattr(target, "path", "start of run")),
+            rollbacks=self.rollbacks,
+            lr_scale=self.lr_scale,
+            data_seed=self.data_seed(self.seed),
+            skipped_checkpoints=skipped,
+            weights_sha256=state_digest(weights()),
+            base_lr=self.base_lr * self.lr_scale,
+        )
+        self.ui.warn(
+            f"rolled back from step {step} to step {to} ({trigger.rule}); learning rate x{self.lr_scale:g}, "
+            f"new data order; rollback {self.rollbacks}/{self.rollback.max_retries}"
+        )
         if self.notifier.webhook is not None:
             self.notifier.webhook.post({"source": "rlvr", "run": self.run_name, **record})
         return to
 
     # -- state ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"rules": self.rules.state_dict(), "rollbacks": self.rollbacks, "lr_scale": self.lr_scale,
-                "fault_fired": self.fault_fired}
+        return {
+            "rules": self.rules.state_dict(),
+            "rollbacks": self.rollbacks,
+            "lr_scale": self.lr_scale,
+            "fault_fired": self.fault_fired,
+        }
 
     def load_state_dict(self, state: dict[str, Any], *, rules_only: bool = False) -> None:
         """`rules_only`: on a rollback keep the bookkeeping, restore only the rule windows."""
         self.rules.load_state_dict(state["rules"])
         if not rules_only:
-            self.rollbacks, self.lr_scale, self.fault_fired = state["rollbacks"], state["lr_scale"], state["fault_fired"]
+            self.rollbacks, self.lr_scale, self.fault_fired = (
+                state["rollbacks"],
+                state["lr_scale"],
+                state["fault_fired"],
+            )
 
     def close(self) -> None:
         self.notifier.close()

@@ -42,8 +42,12 @@ class Webhook:
     def post_now(self, payload: dict[str, Any]) -> tuple[bool, str]:
         """Send one payload on the calling thread: (delivered, status or error). One attempt."""
         body = json.dumps(payload, default=str).encode()
-        request = urllib.request.Request(self.url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json", "User-Agent": "rlvr-alerts"})
+        request = urllib.request.Request(
+            self.url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "rlvr-alerts"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return 200 <= response.status < 300, f"HTTP {response.status}"
@@ -94,5 +98,10 @@ class Notifier:
         if self.webhook is not None:
             self.webhook.close()
             if self.webhook.failed or self.webhook.dropped:
-                self.log.event("webhook", sent=self.webhook.sent, failed=self.webhook.failed,
-                               dropped=self.webhook.dropped, last_error=self.webhook.last_error)
+                self.log.event(
+                    "webhook",
+                    sent=self.webhook.sent,
+                    failed=self.webhook.failed,
+                    dropped=self.webhook.dropped,
+                    last_error=self.webhook.last_error,
+                )

@@ -39,26 +39,46 @@ def series(rows: Sequence[dict[str, Any]], key: str) -> tuple[list[int], list[fl
     return steps, [by_step[s] for s in steps]
 
 
-def default_specs(rows: Sequence[dict[str, Any]], max_new_tokens: int | None, beta: float | None = None
-                  ) -> list[PlotSpec]:
+def default_specs(
+    rows: Sequence[dict[str, Any]], max_new_tokens: int | None, beta: float | None = None
+) -> list[PlotSpec]:
     keys = {k for r in rows for k in r}
-    components = sorted(k for k in keys if re.fullmatch(r"reward/[^/]+/mean", k)
-                        and not k.startswith(("reward/source/", "reward/agreement/")))
+    components = sorted(
+        k
+        for k in keys
+        if re.fullmatch(r"reward/[^/]+/mean", k) and not k.startswith(("reward/source/", "reward/agreement/"))
+    )
     sources = sorted(k for k in keys if re.fullmatch(r"reward/source/[^/]+/mean", k))
     eval_sources = sorted(k for k in keys if re.fullmatch(r"eval/source/[^/]+/accuracy", k))
     specs = [
         PlotSpec("reward", "Reward: total and per component", ["reward/mean", *components], "reward"),
-        PlotSpec("accuracy", "Accuracy: held-out (greedy) and training (sampled)",
-                 ["eval/accuracy", *eval_sources, "reward/correct/mean"], "fraction correct"),
-        PlotSpec("kl", "KL to the reference (per token)" + (" - algo.beta=0: not computed" if beta == 0 else ""),
-                 ["actor/kl"], "KL"),
+        PlotSpec(
+            "accuracy",
+            "Accuracy: held-out (greedy) and training (sampled)",
+            ["eval/accuracy", *eval_sources, "reward/correct/mean"],
+            "fraction correct",
+        ),
+        PlotSpec(
+            "kl",
+            "KL to the reference (per token)" + (" - algo.beta=0: not computed" if beta == 0 else ""),
+            ["actor/kl"],
+            "KL",
+        ),
         PlotSpec("entropy", "Policy entropy (per token)", ["actor/entropy"], "nats"),
-        PlotSpec("length", "Completion length", ["rollout/len_mean", "rollout/len_p90"], "tokens",
-                 {"max_new_tokens": float(max_new_tokens)} if max_new_tokens else {}),
+        PlotSpec(
+            "length",
+            "Completion length",
+            ["rollout/len_mean", "rollout/len_p90"],
+            "tokens",
+            {"max_new_tokens": float(max_new_tokens)} if max_new_tokens else {},
+        ),
         PlotSpec("zero_std", "Groups with no reward variance", ["rollout/zero_std_frac"], "fraction of groups"),
-        PlotSpec("agreement", "Agreement between reward components (rank correlation over the batch)",
-                 ["reward/agreement/mean", *sorted(k for k in keys if k.startswith("reward/agreement/") and "_vs_" in k)],
-                 "Spearman rho"),
+        PlotSpec(
+            "agreement",
+            "Agreement between reward components (rank correlation over the batch)",
+            ["reward/agreement/mean", *sorted(k for k in keys if k.startswith("reward/agreement/") and "_vs_" in k)],
+            "Spearman rho",
+        ),
         PlotSpec("throughput", "Rollout throughput", ["perf/rollout_tok_s"], "tokens / s"),
         PlotSpec("sync", "Weight sync, trainer to rollout engine", ["sync/seconds"], "seconds"),
         PlotSpec("loss", "Policy loss and gradient norm", ["actor/loss", "actor/grad_norm"], ""),

@@ -25,9 +25,23 @@ from rlvr.ops.plots import default_specs, render_png, series
 from rlvr.runlog import read_jsonl
 
 MAX_SAMPLES = 2000  # newest rows shown in the table
-_EVENT_KINDS = ("alert", "rollback", "resume", "failed", "checkpoint_skipped", "fault_injected", "skipped_update",
-                "invalid_samples", "sampling_shortfall", "webhook", "worker_failed", "worker_restarted",
-                "worker_timeout", "trainer_restarted", "ahead_dropped")
+_EVENT_KINDS = (
+    "alert",
+    "rollback",
+    "resume",
+    "failed",
+    "checkpoint_skipped",
+    "fault_injected",
+    "skipped_update",
+    "invalid_samples",
+    "sampling_shortfall",
+    "webhook",
+    "worker_failed",
+    "worker_restarted",
+    "worker_timeout",
+    "trainer_restarted",
+    "ahead_dropped",
+)
 
 
 def recommended_length(rows: list[dict[str, Any]], max_new_tokens: int | None) -> dict[str, Any] | None:
@@ -39,8 +53,13 @@ def recommended_length(rows: list[dict[str, Any]], max_new_tokens: int | None) -
     value = int(math.ceil(1.2 * statistics.median(recent)))
     _, trunc = series(rows, "rollout/truncated_frac")
     truncated = statistics.mean(trunc[-10:]) if trunc else 0.0
-    return {"tokens": value, "p90": statistics.median(recent), "truncated_frac": truncated,
-            "max_new_tokens": max_new_tokens, "steps": len(recent)}
+    return {
+        "tokens": value,
+        "p90": statistics.median(recent),
+        "truncated_frac": truncated,
+        "max_new_tokens": max_new_tokens,
+        "steps": len(recent),
+    }
 
 
 def _esc(value: Any) -> str:
@@ -62,14 +81,23 @@ def sync_summary(rows: list[dict[str, Any]]) -> str | None:
     mb = statistics.median(r.get("sync/bytes", 0.0) for r in syncs) / 2**20
     s = statistics.median(r.get("sync/seconds", 0.0) for r in syncs)
     bad = sum(r.get("sync/checksum_mismatch", 0.0) for r in syncs)
-    return (f"{len(syncs)} x {'/'.join(methods)}, {mb:,.1f} MiB in {s:.3f} s each (median); "
-            f"{bad:.0f} checksum mismatch{'es' if bad != 1 else ''}")
+    return (
+        f"{len(syncs)} x {'/'.join(methods)}, {mb:,.1f} MiB in {s:.3f} s each (median); "
+        f"{bad:.0f} checksum mismatch{'es' if bad != 1 else ''}"
+    )
 
 
-def _headline(summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int, n_rollbacks: int,
-              sync: str | None = None) -> str:
-    cells = [("status", summary.get("status", "running or killed")), ("steps", summary.get("steps", "?")),
-             ("wall time", f"{summary['wall_time_s']:.0f} s" if isinstance(summary.get("wall_time_s"), (int, float)) else "?")]
+def _headline(
+    summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int, n_rollbacks: int, sync: str | None = None
+) -> str:
+    cells = [
+        ("status", summary.get("status", "running or killed")),
+        ("steps", summary.get("steps", "?")),
+        (
+            "wall time",
+            f"{summary['wall_time_s']:.0f} s" if isinstance(summary.get("wall_time_s"), (int, float)) else "?",
+        ),
+    ]
     before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
     if before.get("accuracy") is not None:
         acc = f"{before['accuracy']:.1%}"
@@ -83,8 +111,10 @@ def _headline(summary: dict[str, Any], rec: dict[str, Any] | None, n_alerts: int
         cells.append(("weight sync", sync))
     if rec:
         cells.append(("recommended max_new_tokens", rec["tokens"]))
-    return "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v if k == "held-out accuracy" else _esc(v)}</div></div>'
-                   for k, v in cells)
+    return "".join(
+        f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{v if k == "held-out accuracy" else _esc(v)}</div></div>'
+        for k, v in cells
+    )
 
 
 def _timeline(events: list[dict[str, Any]]) -> str:
@@ -96,12 +126,16 @@ def _timeline(events: list[dict[str, Any]]) -> str:
         if e["kind"] == "rollback":
             detail = f"to step {e.get('to_step')}: {detail} (lr x{e.get('lr_scale')})"
         cls = {"rollback": "bad", "failed": "bad", "alert": "warn"}.get(e["kind"], "")
-        rows.append(f'<tr class="{cls}"><td>{_esc(e.get("step"))}</td><td>{_esc(e["kind"])}</td>'
-                    f'<td>{_esc(e.get("rule") or e.get("severity") or "")}</td><td>{_esc(detail)}</td></tr>')
+        rows.append(
+            f'<tr class="{cls}"><td>{_esc(e.get("step"))}</td><td>{_esc(e["kind"])}</td>'
+            f"<td>{_esc(e.get('rule') or e.get('severity') or '')}</td><td>{_esc(detail)}</td></tr>"
+        )
     if not rows:
         return "<p>No alerts, rollbacks or resumes.</p>"
-    return ('<table class="events"><thead><tr><th>step</th><th>event</th><th>rule</th><th>detail</th></tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>')
+    return (
+        '<table class="events"><thead><tr><th>step</th><th>event</th><th>rule</th><th>detail</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _trajectory(turns: list[dict[str, Any]]) -> str:
@@ -109,9 +143,11 @@ def _trajectory(turns: list[dict[str, Any]]) -> str:
     parts = []
     for t in turns:
         if t.get("role") == "assistant":
-            calls = "".join(f'<div class="call">&#8594; {_esc(c.get("name"))}({_esc(c.get("arguments"))})'
-                            f'{"" if c.get("ok") else " failed: " + _esc(c.get("error") or "")}</div>'
-                            for c in t.get("tool_calls", []))
+            calls = "".join(
+                f'<div class="call">&#8594; {_esc(c.get("name"))}({_esc(c.get("arguments"))})'
+                f"{'' if c.get('ok') else ' failed: ' + _esc(c.get('error') or '')}</div>"
+                for c in t.get("tool_calls", [])
+            )
             parts.append(f'<div class="turn">{_esc(t.get("text", ""))}{calls}</div>')
         else:
             parts.append(f'<div class="env">{_esc(t.get("text", ""))}</div>')
@@ -128,21 +164,26 @@ def _samples(samples: list[dict[str, Any]]) -> str:
     for s in samples:
         comp = s.get("components") or {}
         cells = "".join(f"<td>{_esc(_fmt(comp.get(c, '')))}</td>" for c in components)
-        flags = "" if s.get("valid", True) else f' invalid: {_esc(s.get("error") or "")}'
+        flags = "" if s.get("valid", True) else f" invalid: {_esc(s.get('error') or '')}"
         text = _trajectory(s["turns"]) if s.get("turns") else _esc(s.get("completion", ""))
         rows.append(
             f'<tr data-step="{_esc(s.get("step"))}"><td>{_esc(s.get("step"))}</td><td>{_esc(s.get("source", ""))}</td>'
             f'<td class="txt">{_esc(s.get("prompt", ""))}</td><td class="txt">{text}</td>'
-            f'<td>{_esc(s.get("answer", ""))}</td><td>{_esc(_fmt(s.get("reward", "")))}</td>{cells}'
-            f'<td>{_esc(_fmt(s.get("advantage", "")))}</td><td>{_esc(s.get("finish_reason", ""))}{flags}</td></tr>')
+            f"<td>{_esc(s.get('answer', ''))}</td><td>{_esc(_fmt(s.get('reward', '')))}</td>{cells}"
+            f"<td>{_esc(_fmt(s.get('advantage', '')))}</td><td>{_esc(s.get('finish_reason', ''))}{flags}</td></tr>"
+        )
     steps = sorted({s.get("step") for s in samples if s.get("step") is not None})
-    options = '<option value="">all steps</option>' + "".join(f'<option value="{st}">step {st}</option>' for st in steps)
-    return (f'<div class="filters"><label>step <select id="stepFilter">{options}</select></label> '
-            '<label>search <input id="textFilter" type="search" placeholder="prompt, completion, answer"></label> '
-            '<span id="sampleCount"></span></div>'
-            '<div class="scroll"><table id="samples"><thead><tr><th>step</th><th>source</th><th>prompt</th>'
-            f'<th>completion</th><th>answer</th><th>reward</th>{head}<th>advantage</th><th>finish</th></tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+    options = '<option value="">all steps</option>' + "".join(
+        f'<option value="{st}">step {st}</option>' for st in steps
+    )
+    return (
+        f'<div class="filters"><label>step <select id="stepFilter">{options}</select></label> '
+        '<label>search <input id="textFilter" type="search" placeholder="prompt, completion, answer"></label> '
+        '<span id="sampleCount"></span></div>'
+        '<div class="scroll"><table id="samples"><thead><tr><th>step</th><th>source</th><th>prompt</th>'
+        f"<th>completion</th><th>answer</th><th>reward</th>{head}<th>advantage</th><th>finish</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 _CSS = """
@@ -199,18 +240,25 @@ def build_report(run_dir: Path) -> tuple[str, dict[str, bytes]]:
             continue
         plots[spec.name] = png
         data = base64.b64encode(png).decode()
-        figures.append(f'<figure id="plot-{spec.name}"><img class="plot" alt="{_esc(spec.title)}" '
-                       f'src="data:image/png;base64,{data}"></figure>')
+        figures.append(
+            f'<figure id="plot-{spec.name}"><img class="plot" alt="{_esc(spec.title)}" '
+            f'src="data:image/png;base64,{data}"></figure>'
+        )
 
     n_alerts = sum(e.get("kind") == "alert" for e in events)
     n_rollbacks = sum(e.get("kind") == "rollback" for e in events)
     rec_html = "<p>No rollout steps logged yet.</p>"
     if rec:
-        trunc = (f" {rec['truncated_frac']:.0%} of recent completions were cut at max_new_tokens={rec['max_new_tokens']}, "
-                 "so the true length is longer: raise rollout.max_new_tokens before trusting this figure."
-                 if rec["truncated_frac"] > 0.01 else "")
-        rec_html = (f'<p class="note">Use <b>max_new_tokens = {rec["tokens"]}</b> for inference: 1.2 &times; the P90 '
-                    f'completion length ({rec["p90"]:.0f} tokens, median over the last {rec["steps"]} steps).{_esc(trunc)}</p>')
+        trunc = (
+            f" {rec['truncated_frac']:.0%} of recent completions were cut at max_new_tokens={rec['max_new_tokens']}, "
+            "so the true length is longer: raise rollout.max_new_tokens before trusting this figure."
+            if rec["truncated_frac"] > 0.01
+            else ""
+        )
+        rec_html = (
+            f'<p class="note">Use <b>max_new_tokens = {rec["tokens"]}</b> for inference: 1.2 &times; the P90 '
+            f"completion length ({rec['p90']:.0f} tokens, median over the last {rec['steps']} steps).{_esc(trunc)}</p>"
+        )
     name = config.get("run", {}).get("name") if isinstance(config.get("run"), dict) else None
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

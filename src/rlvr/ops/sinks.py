@@ -23,8 +23,11 @@ from rlvr.configlib import ConfigError
 
 
 def _finite(values: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in values.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 class TensorBoardSink:
@@ -63,8 +66,13 @@ class WandbSink:
         import wandb
 
         self._wandb = wandb
-        self._run = wandb.init(project=project, name=Path(run_dir).name, dir=str(run_dir), config=config,
-                               resume="allow" if resume else None)
+        self._run = wandb.init(
+            project=project,
+            name=Path(run_dir).name,
+            dir=str(run_dir),
+            config=config,
+            resume="allow" if resume else None,
+        )
         # rows are plotted against the training step, logged as a metric: W&B's own step only grows, so
         # the rows after a rollback or a resume (a step seen before) are kept, not dropped
         self._run.define_metric(STEP_KEY)
@@ -94,7 +102,7 @@ class MLflowSink:
         self._run = mlflow.start_run(run_name=run_name)
         params = [(k, str(v)[:250]) for k, v in _flatten(config).items()]
         for start in range(0, len(params), 100):  # every key, in the batches of 100 MLflow takes
-            mlflow.log_params(dict(params[start:start + 100]))
+            mlflow.log_params(dict(params[start : start + 100]))
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         # MLflow metric names allow / but not every character; keep them readable
@@ -171,7 +179,8 @@ class PrometheusSink:
         elif kind not in ("placement", "worker_failed", "worker_timeout", "worker_restarted"):
             return
         replica = self._pools.setdefault(e["module"], {}).setdefault(
-            str(e["replica"]), {"state": "up", "restarts": 0, "failures": 0, "timeouts": 0})
+            str(e["replica"]), {"state": "up", "restarts": 0, "failures": 0, "timeouts": 0}
+        )
         if kind == "placement":
             replica.update(state="up", pid=e.get("pid"), device=e.get("device"))
         elif kind == "worker_failed":
@@ -193,8 +202,9 @@ class PrometheusSink:
             pools = json.loads(json.dumps(self._pools))
         dead = sorted(f"{m}/{r}" for m, reps in pools.items() for r, rep in reps.items() if rep["state"] == "dead")
         ok = self._status != "failed" and age <= self._stale_s and not dead
-        status = ("failed" if self._status == "failed" else "stale" if age > self._stale_s else
-                  "degraded" if dead else "ok")
+        status = (
+            "failed" if self._status == "failed" else "stale" if age > self._stale_s else "degraded" if dead else "ok"
+        )
         out = {"status": status, "step": self._last_step, "seconds_since_step": round(age, 1)}
         if pools:  # a Ray run: every pool's replicas (rlvr.deploy.ray)
             out["pools"] = pools
@@ -248,24 +258,30 @@ def build_sinks(log: LogConfig, run_dir: Path, config: dict, *, resume_step: int
         try:
             sinks.append(WandbSink(log.wandb_project, run_dir, config, resume=resume_step is not None))
         except ImportError:
-            raise ConfigError("log.wandb_project: wandb is not installed: pip install 'rlvr[tracking]' (or wandb), "
-                              "or unset log.wandb_project") from None
+            raise ConfigError(
+                "log.wandb_project: wandb is not installed: pip install 'rlvr[tracking]' (or wandb), "
+                "or unset log.wandb_project"
+            ) from None
         except Exception as exc:
             raise _refused("log.wandb_project", exc) from None
     if log.mlflow_tracking_uri:
         try:
             sinks.append(MLflowSink(log.mlflow_tracking_uri, log.mlflow_experiment, Path(run_dir).name, config))
         except ImportError:
-            raise ConfigError("log.mlflow_tracking_uri: mlflow is not installed: pip install 'rlvr[tracking]' (or "
-                              "mlflow), or unset log.mlflow_tracking_uri") from None
+            raise ConfigError(
+                "log.mlflow_tracking_uri: mlflow is not installed: pip install 'rlvr[tracking]' (or "
+                "mlflow), or unset log.mlflow_tracking_uri"
+            ) from None
         except Exception as exc:
             raise _refused("log.mlflow_tracking_uri", exc) from None
     if log.prometheus_port is not None:
         try:
             sink = PrometheusSink(log.prometheus_host, log.prometheus_port, log.healthz_stale_s)
         except OSError as exc:
-            raise ConfigError(f"log.prometheus_port: cannot listen on {log.prometheus_host}:{log.prometheus_port} "
-                              f"({exc.strerror or exc}); choose a free port, or 0 for any") from None
+            raise ConfigError(
+                f"log.prometheus_port: cannot listen on {log.prometheus_host}:{log.prometheus_port} "
+                f"({exc.strerror or exc}); choose a free port, or 0 for any"
+            ) from None
         ui.print(f"Prometheus metrics on http://{log.prometheus_host}:{sink.port}/metrics (health: /healthz)")
         sinks.append(sink)
     return sinks

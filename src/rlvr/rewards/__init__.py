@@ -19,5 +19,19 @@ from rlvr.config.reward import FormatConfig, MathConfig, MonitorConfig, RewardCo
 from rlvr.rewards.monitor import RewardMonitor, reward_metrics
 from rlvr.rewards.scorer import ComponentScorer, EnvOutcome, Scorer
 
-__all__ = ["VERIFIERS", "env_kwargs", "env_outcomes", "ComponentScorer", "EnvOutcome", "FormatConfig", "MathConfig", "MonitorConfig",
-           "Reward", "RewardConfig", "RewardMonitor", "Scorer", "build_reward", "reward_metrics"]
+__all__ = [
+    "VERIFIERS",
+    "env_kwargs",
+    "env_outcomes",
+    "ComponentScorer",
+    "EnvOutcome",
+    "FormatConfig",
+    "MathConfig",
+    "MonitorConfig",
+    "Reward",
+    "RewardConfig",
+    "RewardMonitor",
+    "Scorer",
+    "build_reward",
+    "reward_metrics",
+]

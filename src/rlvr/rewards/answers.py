@@ -86,7 +86,6 @@ class Context:
     """The prompt itself, which is what makes two contexts the same."""
 
 
-
 # --- relations, hedges, separators ----------------------------------------------------------
 
 _RELATION_RE = re.compile(
@@ -95,14 +94,19 @@ _RELATION_RE = re.compile(
     r"|[<>≠≤≥≦≧≨≩≪≫≮≯≰≱≲≳⩽⩾∈∉⊂⊃⊆⊇¬]|!=|=/="
     r"|(?<![A-Za-z])(?:not|isn't|aren't|never|neither|nor|except|unequal|less|more|greater|fewer|smaller|larger"
     r"|bigger|least|most|exceeds?|over|under|above|below|beyond|excluding|without|cannot|can't)(?![A-Za-z])"
-    r"|不|非|没|無|无|大于|小于|多于|少于|超过|以上|以下|至少|至多|最多|最少|低于|高于|除了", re.IGNORECASE)
+    r"|不|非|没|無|无|大于|小于|多于|少于|超过|以上|以下|至少|至多|最多|最少|低于|高于|除了",
+    re.IGNORECASE,
+)
 _HEDGE_RE = re.compile(
     r"(?<![A-Za-z])(?:one of|either|maybe|perhaps|possibly|probably|likely|guess|depending|unsure)(?![A-Za-z])"
-    r"|可能|也许|或许|大概|之一", re.IGNORECASE)
+    r"|可能|也许|或许|大概|之一",
+    re.IGNORECASE,
+)
 _INTERVAL_RE = re.compile(r"\\cup|\\cap|\\infty|\\emptyset|\\varnothing")
 _SPLIT_TOKEN_RE = re.compile(
     r"\\[{}]|\\[A-Za-z]+|\\.|[()\[\]{}]|[,;、]|[~–—]|(?<![A-Za-z])(?:or|and|to)(?![A-Za-z])|或者|以及|或|和|与|及|至|到",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _SEP_COMMANDS = {"\\sim", "\\lor", "\\vee", "\\land", "\\wedge", "\\to"}
 _OPEN, _CLOSE = {"(", "[", "{", "\\{"}, {")", "]", "}", "\\}"}
 
@@ -120,7 +124,7 @@ def split_candidates(s: str) -> list[str] | None:
         elif tok in _CLOSE:
             depth = max(0, depth - 1)
         elif depth == 0 and (tok[0] != "\\" or tok in _SEP_COMMANDS):
-            parts.append(s[start:m.start()])
+            parts.append(s[start : m.start()])
             start = m.end()
     parts.append(s[start:])
     return [p.strip() for p in parts if p.strip()]
@@ -157,7 +161,9 @@ def _expand_pm(part: str) -> list[str] | None:
 
 _APPROX_RE = re.compile(
     r"\\approx(?![a-zA-Z])|≈|\\simeq(?![a-zA-Z])|≃|\\sim(?![a-zA-Z])|约为|大约|约|(?<![A-Za-z])(?:approximately|approx\.?"
-    r"|about|around|roughly|nearly|almost)(?![A-Za-z])", re.IGNORECASE)
+    r"|about|around|roughly|nearly|almost)(?![A-Za-z])",
+    re.IGNORECASE,
+)
 _VAR_RE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?$")
 
 
@@ -172,34 +178,195 @@ def stated_decimals(text: str) -> int | None:
 
 # --- quantities: value, unit, scale, label -------------------------------------------------
 
-_TEXT_CMD_RE = re.compile(r"\\(?:text|mathrm|textrm|mbox|textit|mathit|operatorname|textnormal|mathsf|textsf|rm"
-                          r"|textbf|textup|emph)\s*\{")
+_TEXT_CMD_RE = re.compile(
+    r"\\(?:text|mathrm|textrm|mbox|textit|mathit|operatorname|textnormal|mathsf|textsf|rm"
+    r"|textbf|textup|emph)\s*\{"
+)
 _PERCENT_RE = re.compile(r"(?:\\%|%|‰)$")
 _CURRENCY_RE = re.compile(r"^(-?)\s*(\\\$|\$|US\$|¥|€|£)\s*")
 _QTY_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\\.|[A-Za-zµμΩ]+|[\u3400-\u9fff]+|\d+|\s+|.", re.DOTALL)
 _UNIT_CHAR_RE = re.compile(r"[A-Za-zµμΩ°\u3400-\u9fff]")
 _WORDISH = re.compile(r"^(?:[A-Za-zµμΩ]+|[\u3400-\u9fff]+)$")
 _UNIT_JOINERS = {"/", "*", "\\cdot", ".", "°", "-"}
-_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10 ** 6, "billion": 10 ** 9, "trillion": 10 ** 12,
-                "dozen": 12, "thousands": 1000, "millions": 10 ** 6, "billions": 10 ** 9, "hundreds": 100}
-_CJK_SCALE = {"十": 10, "百": 100, "千": 1000, "万": 10 ** 4, "亿": 10 ** 8, "兆": 10 ** 12}
+_SCALE_WORDS = {
+    "hundred": 100,
+    "thousand": 1000,
+    "million": 10**6,
+    "billion": 10**9,
+    "trillion": 10**12,
+    "dozen": 12,
+    "thousands": 1000,
+    "millions": 10**6,
+    "billions": 10**9,
+    "hundreds": 100,
+}
+_CJK_SCALE = {"十": 10, "百": 100, "千": 1000, "万": 10**4, "亿": 10**8, "兆": 10**12}
 _CLASSIFIERS = set("个只本人名件条张辆棵头块次份位朵支匹间座颗把根台双岁页道题分盒箱瓶杯袋包枝粒片首部架艘层")
-_MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "lg", "exp", "sqrt", "det", "gcd", "lcm",
-               "mod", "max", "min", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "pi", "infty", "inf"}
+_MATH_WORDS = {
+    "sin",
+    "cos",
+    "tan",
+    "cot",
+    "sec",
+    "csc",
+    "log",
+    "ln",
+    "lg",
+    "exp",
+    "sqrt",
+    "det",
+    "gcd",
+    "lcm",
+    "mod",
+    "max",
+    "min",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "pi",
+    "infty",
+    "inf",
+}
 _COUNT_WORDS = {"unit", "units", "square units", "sq units", "square unit"}
 _STOP_LABELS = {
-    "twice", "double", "triple", "quadruple", "factorial", "reciprocal", "inverse", "dozens", "gross", "score",
-    "scores", "lakh", "lakhs", "crore", "crores", "bn", "mn", "ish", "excluded", "excluding", "alternatively",
-    "approx", "approximately", "about", "around", "nearly", "roughly", "almost", "pct", "percentage", "permille",
-    "basis", "ppm", "ppb", "grand", "cubic", "square", "degrees", "radians", "times", "fold", "power", "root",
-    "roots", "else", "otherwise", "instead", "also", "too", "respectively",
-    "is", "are", "was", "were", "be", "been", "not", "no", "none", "wrong", "incorrect", "false", "true", "right",
-    "correct", "maybe", "perhaps", "possibly", "probably", "likely", "or", "and", "but", "either", "neither",
-    "nor", "than", "more", "less", "fewer", "least", "most", "at", "over", "under", "above", "below", "exactly",
-    "only", "just", "the", "a", "an", "of", "to", "in", "on", "for", "by", "per", "squared", "cubed",
-    "half", "halves", "third", "thirds", "quarter", "quarters", "tenth", "tenths", "hundredth", "hundredths",
-    "thousandth", "thousandths", "negative", "minus", "plus", "percent", "point", "answer", "final", "total",
-    "each", "all", "some", "any", "every", "other", "another", "what", "how", "many", "much", "which"}
+    "twice",
+    "double",
+    "triple",
+    "quadruple",
+    "factorial",
+    "reciprocal",
+    "inverse",
+    "dozens",
+    "gross",
+    "score",
+    "scores",
+    "lakh",
+    "lakhs",
+    "crore",
+    "crores",
+    "bn",
+    "mn",
+    "ish",
+    "excluded",
+    "excluding",
+    "alternatively",
+    "approx",
+    "approximately",
+    "about",
+    "around",
+    "nearly",
+    "roughly",
+    "almost",
+    "pct",
+    "percentage",
+    "permille",
+    "basis",
+    "ppm",
+    "ppb",
+    "grand",
+    "cubic",
+    "square",
+    "degrees",
+    "radians",
+    "times",
+    "fold",
+    "power",
+    "root",
+    "roots",
+    "else",
+    "otherwise",
+    "instead",
+    "also",
+    "too",
+    "respectively",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "not",
+    "no",
+    "none",
+    "wrong",
+    "incorrect",
+    "false",
+    "true",
+    "right",
+    "correct",
+    "maybe",
+    "perhaps",
+    "possibly",
+    "probably",
+    "likely",
+    "or",
+    "and",
+    "but",
+    "either",
+    "neither",
+    "nor",
+    "than",
+    "more",
+    "less",
+    "fewer",
+    "least",
+    "most",
+    "at",
+    "over",
+    "under",
+    "above",
+    "below",
+    "exactly",
+    "only",
+    "just",
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "on",
+    "for",
+    "by",
+    "per",
+    "squared",
+    "cubed",
+    "half",
+    "halves",
+    "third",
+    "thirds",
+    "quarter",
+    "quarters",
+    "tenth",
+    "tenths",
+    "hundredth",
+    "hundredths",
+    "thousandth",
+    "thousandths",
+    "negative",
+    "minus",
+    "plus",
+    "percent",
+    "point",
+    "answer",
+    "final",
+    "total",
+    "each",
+    "all",
+    "some",
+    "any",
+    "every",
+    "other",
+    "another",
+    "what",
+    "how",
+    "many",
+    "much",
+    "which",
+}
 _LHS_RE = re.compile(r"^(?:[A-Za-z][A-Za-z ]*[A-Za-z]|[\u3400-\u9fff]+|(?:m\s*)?\\angle\s*[A-Z]{1,3})\s*=\s*(?=\S)")
 _UNBRACED_ROOT_RE = re.compile(r"\\sqrt\s*\\")
 """`\\sqrt\\sqrt 2`: a root of a command without braces, which math-verify reads as 2."""
@@ -224,8 +391,10 @@ def _too_large(text: str) -> bool:
         for base in reversed(nums[:-1]):
             if base > 1 and value * math.log10(base) > MAX_POWER_DIGITS:
                 return True
-            value = base ** value if base > 1 else base
+            value = base**value if base > 1 else base
     return False
+
+
 _COMMANDS_RE = re.compile(r"\\(?:begin|end)\{[A-Za-z*]+\}|\\[A-Za-z]+")
 
 
@@ -269,7 +438,7 @@ def _flatten_text(s: str) -> tuple[str, bool]:
         close = pairs.get(m.end() - 1)
         if close is None:
             continue
-        out += [s[i:m.start()], " ", s[m.end():close - 1]]
+        out += [s[i : m.start()], " ", s[m.end() : close - 1]]
         i = close
     out.append(s[i:])
     flat = "".join(out)
@@ -345,13 +514,13 @@ def _quantity(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | st
     unit = None
     m = _PERCENT_RE.search(part)
     if m:
-        unit, part = parse_unit(m.group()), part[:m.start()].strip()
+        unit, part = parse_unit(m.group()), part[: m.start()].strip()
     m = _CURRENCY_RE.match(part)
     if m and unit is None:
-        unit, part = parse_unit(m.group(2)), m.group(1) + part[m.end():]
+        unit, part = parse_unit(m.group(2)), m.group(1) + part[m.end() :]
     value, suffix = _split_suffix(part)
     if suffix and unit is None and _value_end_ok(value):
-        glued = not (spaced or part[len(value):len(value) + 1].isspace())
+        glued = not (spaced or part[len(value) : len(value) + 1].isspace())
         got = _read_suffix(value, suffix, ctx, trusted, glued, spaced)
         if isinstance(got, str):
             return got
@@ -360,8 +529,9 @@ def _quantity(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | st
     return _checked(Cand(part, unit), trusted)
 
 
-def _read_suffix(value: str, suffix: str, ctx: Context, trusted: bool, glued: bool,
-                 in_text: bool = False) -> Cand | str | None:
+def _read_suffix(
+    value: str, suffix: str, ctx: Context, trusted: bool, glued: bool, in_text: bool = False
+) -> Cand | str | None:
     """What trails a number: scale words, then a unit or a count label. None: it is mathematics
     (`2x`, `3 y`), not a quantity; WORDS: words that are neither. A label is a word the prompt
     uses, or (`in_text`: written in `\\text{}`) a short noun phrase that says nothing more
@@ -394,9 +564,18 @@ def _noun_phrase(rest: str, alpha: list[str]) -> bool:
     number states (`is`, `not`, `more`, `twice`, `fifths`, `maybe`, ...: _STOP_LABELS)."""
     if rest.lower() in _COUNT_WORDS:
         return True
-    return 1 <= len(alpha) <= 3 and " ".join(alpha) == rest and not names_a_unit(rest) and all(
-        len(w) > 1 and w.lower() not in _STOP_LABELS and w.lower() not in _SCALE_WORDS
-        and not w.lower().endswith(("th", "ths")) for w in alpha)
+    return (
+        1 <= len(alpha) <= 3
+        and " ".join(alpha) == rest
+        and not names_a_unit(rest)
+        and all(
+            len(w) > 1
+            and w.lower() not in _STOP_LABELS
+            and w.lower() not in _SCALE_WORDS
+            and not w.lower().endswith(("th", "ths"))
+            for w in alpha
+        )
+    )
 
 
 def _checked(c: Cand, trusted: bool) -> Cand | str:
@@ -408,7 +587,9 @@ def _checked(c: Cand, trusted: bool) -> Cand | str:
     if not text or _LONG_DIGITS_RE.search(text) or _too_large(text) or _UNBRACED_ROOT_RE.search(text):
         return PARSE_FAILED
     digits = bool(re.search(r"\d", text))
-    if digits and not trusted and _SPACED_DIGITS_RE.search(_ENVIRONMENT_RE.sub(" ", text)):  # `12 15`: two answers, a product, or one number?
+    if (
+        digits and not trusted and _SPACED_DIGITS_RE.search(_ENVIRONMENT_RE.sub(" ", text))
+    ):  # `12 15`: two answers, a product, or one number?
         return PARSE_FAILED
     words = any(w.lower() not in _MATH_WORDS for w in _WORD_RE.findall(_COMMANDS_RE.sub(" ", text)))
     if words and digits and not trusted:
@@ -427,6 +608,7 @@ def text_key(text: str) -> str:
 
 # --- the whole answer ----------------------------------------------------------------------
 
+
 def analyse(answer: str, ctx: Context = Context(), *, trusted: bool = False) -> Parsed:
     """The candidates `answer` states, or the flag that keeps it from scoring. `trusted` (a gold
     answer): words after a number are labels, and an approximation marker sets the precision."""
@@ -435,8 +617,10 @@ def analyse(answer: str, ctx: Context = Context(), *, trusted: bool = False) -> 
 
 # Forms nothing below can change, read at once: a plain number, fraction or radical, `x = number`,
 # a percentage, a pair in brackets (a tuple or an interval: a gold interval may meet an inequality).
-_PLAIN_RE = re.compile(r"(?:[a-z] ?= ?)?-?(?:\d{1,30}(?:\.\d{1,30})?|\\frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}/\d{1,30}"
-                       r"|\d{0,30}\\sqrt\{\d{1,30}\})")
+_PLAIN_RE = re.compile(
+    r"(?:[a-z] ?= ?)?-?(?:\d{1,30}(?:\.\d{1,30})?|\\frac\{\d{1,30}\}\{\d{1,30}\}|\d{1,30}/\d{1,30}"
+    r"|\d{0,30}\\sqrt\{\d{1,30}\})"
+)
 _PLAIN_PERCENT_RE = re.compile(r"(-?\d{1,30}(?:\.\d{1,30})?) ?\\%")
 _PLAIN_PAIR_RE = re.compile(r"[(\[]-?\d{1,30}(?:\.\d{1,30})?, ?-?\d{1,30}(?:\.\d{1,30})?[)\]]")
 
@@ -485,7 +669,7 @@ def _candidate(part: str, ctx: Context, trusted: bool, spaced: bool) -> Cand | s
     m = _APPROX_RE.search(part)
     if m is None:
         return _quantity(part, ctx, trusted, spaced)
-    a, b = part[:m.start()].strip().rstrip("=").strip(), part[m.end():].strip()
+    a, b = part[: m.start()].strip().rstrip("=").strip(), part[m.end() :].strip()
     if not b:
         return PARSE_FAILED
     approx = _quantity(b, ctx, trusted, spaced)

@@ -9,10 +9,34 @@ import unicodedata
 
 from rlvr.rewards.extract import brace_pairs, clean_answer, find_boxed
 
-_CHAR_MAP = str.maketrans({
-    "²": "^2", "³": "^3", "¹": "^1", "⁄": "/", "−": "-", "‐": "-", "×": "\\times ", "÷": "\\div ", "·": "\\cdot ",
-    "√": "\\sqrt", "π": "\\pi ", "∞": "\\infty ", "∅": "\\emptyset ", "±": "\\pm ", "∓": "\\mp ", "∶": ":",
-    "\u200b": "", "\u200c": "", "\u200d": "", "\u200e": "", "\u200f": "", "\u2060": "", "\ufeff": "", "\u00ad": ""})
+_CHAR_MAP = str.maketrans(
+    {
+        "²": "^2",
+        "³": "^3",
+        "¹": "^1",
+        "⁄": "/",
+        "−": "-",
+        "‐": "-",
+        "×": "\\times ",
+        "÷": "\\div ",
+        "·": "\\cdot ",
+        "√": "\\sqrt",
+        "π": "\\pi ",
+        "∞": "\\infty ",
+        "∅": "\\emptyset ",
+        "±": "\\pm ",
+        "∓": "\\mp ",
+        "∶": ":",
+        "\u200b": "",
+        "\u200c": "",
+        "\u200d": "",
+        "\u200e": "",
+        "\u200f": "",
+        "\u2060": "",
+        "\ufeff": "",
+        "\u00ad": "",
+    }
+)
 _LATEX_SUBS = [
     (re.compile(r",\\!\s*(?=\d{3}(?!\d))"), ","),  # `11,\! 111,\! 100`: MATH's thousands
     (re.compile(r"\\varnothing(?![a-zA-Z])"), "\\\\emptyset "),
@@ -20,14 +44,21 @@ _LATEX_SUBS = [
     (re.compile(r"(?:\\left)?[\[(]\s*\\begin\{array\}\{[lcr| ]*\}"), "\\\\begin{pmatrix}"),
     (re.compile(r"\\end\{array\}\s*(?:\\right)?[\])]"), "\\\\end{pmatrix}"),
     (re.compile(r"\\(begin|end)\{[bB]?matrix\}"), r"\\\1{pmatrix}"),  # not vmatrix: a determinant
-    (re.compile(r"\\!|\\left(?![a-zA-Z])\.?|\\right(?![a-zA-Z])\.?|\\[bB]ig+[lr]?(?![a-zA-Z])|\\displaystyle|\\limits"), ""),
+    (
+        re.compile(
+            r"\\!|\\left(?![a-zA-Z])\.?|\\right(?![a-zA-Z])\.?|\\[bB]ig+[lr]?(?![a-zA-Z])|\\displaystyle|\\limits"
+        ),
+        "",
+    ),
     (re.compile(r"\\[dt]frac(?![a-zA-Z])"), "\\\\frac"),
     (re.compile(r"\{,\}"), ","),
     (re.compile(r"\^\{?\\circ\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])"), "°"),
 ]
 _SPACING_RE = re.compile(r"\\\\|\\(?:,|;|:| )|\\q?quad(?![a-zA-Z])")  # `\\` (a matrix's new row) stays
-_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:,|\\,)\d{3})+(?![\d,])(?!\.\d*,)"
-                           r"|(?<![\d.,] )(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,]| \d)")  # 12,345 12\,345 12 345
+_THOUSANDS_RE = re.compile(
+    r"(?<![\d.,])\d{1,3}(?:(?:,|\\,)\d{3})+(?![\d,])(?!\.\d*,)"
+    r"|(?<![\d.,] )(?<![\d.,])\d{1,3}(?: \d{3})+(?![\d.,]| \d)"
+)  # 12,345 12\,345 12 345
 _SCI_RE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 # `~` is LaTeX's unbreakable space before a unit (`5~\text{cm}`); between two values it is a range (`2~3`)
 _TILDE_SPACE_RE = re.compile(r"~(?=\s*(?:[A-Za-z°]|\\(?:text|mathrm|textrm|mbox|operatorname)(?![A-Za-z])))")
@@ -49,11 +80,17 @@ def _program_to_latex(s: str) -> str:
         close = pairs.get(m.end() - 1)
         if close is None:
             continue
-        arg = s[m.end():close - 1]
+        arg = s[m.end() : close - 1]
         name = m.group(1)
-        out.append(s[i:m.start()])
-        out.append({"sqrt": f"\\sqrt{{{arg}}}", "cbrt": f"\\sqrt[3]{{{arg}}}", "exp": f"e^{{{arg}}}",
-                    "abs": f"\\left|{arg}\\right|"}[name])
+        out.append(s[i : m.start()])
+        out.append(
+            {
+                "sqrt": f"\\sqrt{{{arg}}}",
+                "cbrt": f"\\sqrt[3]{{{arg}}}",
+                "exp": f"e^{{{arg}}}",
+                "abs": f"\\left|{arg}\\right|",
+            }[name]
+        )
         i = close
     out.append(s[i:])
     s = "".join(out)
@@ -87,10 +124,10 @@ def _drop_invisible(s: str) -> str:
         close = pairs.get(m.end() - 1)
         if m.start() < i or close is None:
             continue
-        out.append(s[i:m.start()])
+        out.append(s[i : m.start()])
         i = close
-        if m.group(1) in ("textcolor", "colorbox") and s[i:i + 1] == "{" and i in pairs:
-            out.append(s[i + 1:pairs[i] - 1])
+        if m.group(1) in ("textcolor", "colorbox") and s[i : i + 1] == "{" and i in pairs:
+            out.append(s[i + 1 : pairs[i] - 1])
             i = pairs[i]
     out.append(s[i:])
     return "".join(out)
@@ -119,12 +156,25 @@ def _assignments_as_tuples(s: str) -> str:
 
 def _thousands(s: str, m: re.Match) -> str:
     """`12,345` -> `12345`, except a pair in brackets (`(12,102)`: an interval's ends)."""
-    if m.start() > 0 and s[m.start() - 1] in "([" and s[m.end():m.end() + 1] in (")", "]"):
+    if m.start() > 0 and s[m.start() - 1] in "([" and s[m.end() : m.end() + 1] in (")", "]"):
         return m.group(0)
     return re.sub(r"\\,|[, ]", "", m.group(0))
 
 
-_CJK_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CJK_DIGITS = {
+    "零": 0,
+    "〇": 0,
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+}
 _CJK_UNITS = {"十": 10, "百": 100, "千": 1000}
 _CJK_NUMERAL = "[零〇一二两三四五六七八九十百千万亿]+"
 _CJK_PERCENT_RE = re.compile(rf"(百|千)分之\s*(-?\d+(?:\.\d+)?|{_CJK_NUMERAL})")
@@ -134,7 +184,7 @@ _CJK_WHOLE_RE = re.compile(rf"(负)?({_CJK_NUMERAL})")
 def cjk_number(text: str) -> int | None:
     """`二十` -> 20, `三千零五` -> 3005, `一亿二千万` -> 120000000; None when `text` is not one numeral
     (`二三`, `二十三十`: digits or places that repeat or rise within a group)."""
-    groups = {"亿": 10 ** 8, "万": 10 ** 4}
+    groups = {"亿": 10**8, "万": 10**4}
     total, section, digit, last_place, last_group = 0, 0, None, None, None
     for ch in text:
         if ch in "零〇" and digit is None:  # `三千零五`: a place left empty
@@ -161,7 +211,11 @@ def cjk_number(text: str) -> int | None:
 def _cjk_numerals(s: str) -> str:
     """A whole answer written in Chinese numerals, or a percent after 百分之, in digits."""
     m = _CJK_WHOLE_RE.fullmatch(s.strip())
-    if m and (m.group(2)[0] == "十" or set(m.group(2)) & set(_CJK_DIGITS)) and (n := cjk_number(m.group(2))) is not None:
+    if (
+        m
+        and (m.group(2)[0] == "十" or set(m.group(2)) & set(_CJK_DIGITS))
+        and (n := cjk_number(m.group(2))) is not None
+    ):
         return f"-{n}" if m.group(1) else str(n)
     return _CJK_PERCENT_RE.sub(lambda m: _as_digits(m.group(2)) + ("\\%" if m.group(1) == "百" else "‰"), s)
 

@@ -57,7 +57,9 @@ def env_outcomes(completions: Sequence[Any]) -> list[EnvOutcome] | None:
     """Each trajectory's environment outcome, for `Reward.score(env=...)`; None when no environment
     reported anything (single-turn episodes), so nothing more travels."""
     out = [(c.env_components, c.env_info) for c in completions]
-    multi = any(comp or info or c.finish_reason in ("env_done", "max_turns") for c, (comp, info) in zip(completions, out))
+    multi = any(
+        comp or info or c.finish_reason in ("env_done", "max_turns") for c, (comp, info) in zip(completions, out)
+    )
     return out if multi else None
 
 
@@ -95,12 +97,17 @@ class Reward:
         known = {"format", "correct", "process"} | set(self.env_components)
         unknown = sorted(set(self.weights) - known)
         if unknown:
-            raise ValueError(f"reward.weights: unknown component(s) {unknown}; the components are {', '.join(sorted(known))}")
+            raise ValueError(
+                f"reward.weights: unknown component(s) {unknown}; the components are {', '.join(sorted(known))}"
+            )
         self.format = FormatCheck(cfg.format)
         self._verifiers: dict[str, Verifier] = {}
         try:
-            self._process_scorer = None if cfg.process.scorer == "arithmetic" else \
-                import_object(cfg.process.scorer, "reward.process.scorer")
+            self._process_scorer = (
+                None
+                if cfg.process.scorer == "arithmetic"
+                else import_object(cfg.process.scorer, "reward.process.scorer")
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -108,18 +115,21 @@ class Reward:
         if name not in self._verifiers:
             if name not in VERIFIERS:
                 self._verifiers[name] = _Unavailable(
-                    f"unknown verifier {name!r}; known verifiers: {', '.join(sorted(VERIFIERS))}")
+                    f"unknown verifier {name!r}; known verifiers: {', '.join(sorted(VERIFIERS))}"
+                )
             else:
                 try:
                     self._verifiers[name] = VERIFIERS[name](self.cfg)
                 except ImportError as exc:
                     self._verifiers[name] = _Unavailable(
                         f"verifier {name!r} is not available ({exc}); "
-                        f"{'the code sandbox (rlvr.sandbox.verifier) is not installed' if name == 'code' else ''}")
+                        f"{'the code sandbox (rlvr.sandbox.verifier) is not installed' if name == 'code' else ''}"
+                    )
         return self._verifiers[name]
 
-    def _outcomes(self, problems: Sequence[Problem], texts: Sequence[str],
-                  env: Sequence[EnvOutcome] | None) -> list[RewardResult]:
+    def _outcomes(
+        self, problems: Sequence[Problem], texts: Sequence[str], env: Sequence[EnvOutcome] | None
+    ) -> list[RewardResult]:
         by_verifier: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(problems):
             by_verifier[p.verifier].append(i)
@@ -133,14 +143,21 @@ class Reward:
                 if len(res) != len(idx):
                     raise RuntimeError(f"verifier {name!r} returned {len(res)} results for {len(idx)} texts")
             except Exception as exc:  # a verifier bug must not stop training: mark the samples
-                res = [RewardResult.invalid(f"verifier {name!r} failed: {type(exc).__name__}: {exc}",
-                                            {"correct": 0.0}) for _ in idx]
+                res = [
+                    RewardResult.invalid(f"verifier {name!r} failed: {type(exc).__name__}: {exc}", {"correct": 0.0})
+                    for _ in idx
+                ]
             for i, r in zip(idx, res):
                 out[i] = r
         return [r if r is not None else RewardResult.invalid("not scored") for r in out]
 
-    def score(self, problems: Sequence[Problem], texts: Sequence[str],
-              group_ids: Sequence[Any] | None = None, env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
+    def score(
+        self,
+        problems: Sequence[Problem],
+        texts: Sequence[str],
+        group_ids: Sequence[Any] | None = None,
+        env: Sequence[EnvOutcome] | None = None,
+    ) -> list[RewardResult]:
         """One result per text, same order. `group_ids` is needed only for cfg.normalize ==
         'group'; without it each problem id is its own group. `env`: each text's episode outcome
         (env_outcomes), for the environment's components and verifier 'env'."""
@@ -152,7 +169,8 @@ class Reward:
                 r.components["format"] = self.format(text, problem.verifier)
                 if "process" in self.weights:
                     r.components["process"], r.info["process_checked"] = process_score(
-                        text, problem, self._process_scorer, self.cfg.process.aggregate)
+                        text, problem, self._process_scorer, self.cfg.process.aggregate
+                    )
             except Exception as exc:
                 r.valid, r.error = False, f"format check failed: {type(exc).__name__}: {exc}"
             r.components.setdefault("correct", 0.0)
@@ -172,8 +190,9 @@ class Reward:
 
     def _normalize(self, results: list[RewardResult], groups: list[Any]) -> None:
         valid = [r.valid for r in results]
-        normed = {name: standardize([r.components.get(name, 0.0) for r in results], groups, valid)
-                  for name in self.weights}
+        normed = {
+            name: standardize([r.components.get(name, 0.0) for r in results], groups, valid) for name in self.weights
+        }
         for i, r in enumerate(results):
             if r.valid:
                 r.info["normalized"] = {name: normed[name][i] for name in self.weights}

@@ -84,10 +84,17 @@ def numeric_eq(a: Basic, b: Basic, float_rounding: int = 6, numeric_precision: i
 
 
 def compare_relational(gold: Relational, pred: Relational, float_rounding: int, numeric_precision: int) -> bool:
-    if isinstance(gold, Relational) and isinstance(pred, Relational) \
-            and not gold.free_symbols and not pred.free_symbols:
-        return type(gold) is type(pred) and grader.sympy_expr_eq(gold.lhs, pred.lhs, float_rounding, numeric_precision) \
+    if (
+        isinstance(gold, Relational)
+        and isinstance(pred, Relational)
+        and not gold.free_symbols
+        and not pred.free_symbols
+    ):
+        return (
+            type(gold) is type(pred)
+            and grader.sympy_expr_eq(gold.lhs, pred.lhs, float_rounding, numeric_precision)
             and grader.sympy_expr_eq(gold.rhs, pred.rhs, float_rounding, numeric_precision)
+        )
     return _original_compare_relational(gold, pred, float_rounding, numeric_precision)
 
 
@@ -101,12 +108,24 @@ def compare_symbols(gold: Basic, pred: Basic) -> bool:
 
 
 def install() -> None:
-    missing = [n for n in ("sympy_numeric_eq", "sympy_compare_relational", "sympy_compare_symbols",
-                           "get_pct_val", "safe_sympy_doit", "sympy_expr_eq", "sympy_symbolic_eq")
-               if not hasattr(grader, n)]
+    missing = [
+        n
+        for n in (
+            "sympy_numeric_eq",
+            "sympy_compare_relational",
+            "sympy_compare_symbols",
+            "get_pct_val",
+            "safe_sympy_doit",
+            "sympy_expr_eq",
+            "sympy_symbolic_eq",
+        )
+        if not hasattr(grader, n)
+    ]
     if missing:
-        raise ImportError(f"math-verify {getattr(__import__('math_verify'), '__version__', '?')} lacks "
-                          f"{missing}; rlvr.rewards needs math-verify 0.9.x (see pyproject.toml)")
+        raise ImportError(
+            f"math-verify {getattr(__import__('math_verify'), '__version__', '?')} lacks "
+            f"{missing}; rlvr.rewards needs math-verify 0.9.x (see pyproject.toml)"
+        )
     grader.sympy_numeric_eq = numeric_eq
     grader.sympy_compare_relational = compare_relational
     grader.sympy_compare_symbols = compare_symbols
@@ -187,8 +206,12 @@ def polynomial_verdict(gold: Basic, pred: Basic) -> bool | None:
     expanded difference is 0 or it is not); None for anything else, which math-verify decides.
     Expanding is milliseconds where math-verify's simplify takes tens (`(x+459)^2` against
     `x^2 + 918x + 210681`)."""
-    if not isinstance(gold, sympy.Expr) or not isinstance(pred, sympy.Expr) or isinstance(gold, Relational) \
-            or isinstance(pred, Relational):
+    if (
+        not isinstance(gold, sympy.Expr)
+        or not isinstance(pred, sympy.Expr)
+        or isinstance(gold, Relational)
+        or isinstance(pred, Relational)
+    ):
         return None
     symbols = gold.free_symbols | pred.free_symbols
     if not symbols or gold.has(Float, sympy.UnevaluatedExpr) or pred.has(Float, sympy.UnevaluatedExpr):
@@ -204,8 +227,9 @@ def polynomial_verdict(gold: Basic, pred: Basic) -> bool | None:
     return expanded == 0
 
 
-def judge_sample(gold: Parsed, pred: Parsed, rel_tol: float, abs_tol: float,
-                 conversions: tuple = (), fast: bool = True) -> tuple[bool, str | None]:
+def judge_sample(
+    gold: Parsed, pred: Parsed, rel_tol: float, abs_tol: float, conversions: tuple = (), fast: bool = True
+) -> tuple[bool, str | None]:
     """The verdict on one completion (rlvr.rewards.answers.judge with math-verify behind the fast
     path): (correct, flag). `conversions` are the unit conversions it needs, computed by the caller;
     `fast=False` skips the fast path (to test that the two agree)."""

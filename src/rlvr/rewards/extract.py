@@ -53,7 +53,7 @@ def brace_pairs(text: str) -> dict[int, int]:
 
 def match_brace(text: str, start: int) -> int | None:
     """Index just past the brace group opening at text[start] == '{', or None if unbalanced."""
-    if text[start:start + 1] != "{":
+    if text[start : start + 1] != "{":
         return None
     end = brace_pairs(text[start:]).get(0)
     return None if end is None else start + end
@@ -95,7 +95,7 @@ def find_boxed(text: str, *, max_len: int | None = None, max_hits: int | None = 
             end = _match_from(text, i, max_len)
             if end is None:
                 return found, True
-            found.append(text[i + 1:end - 1])
+            found.append(text[i + 1 : end - 1])
             outer_end = end
         elif i < len(text) and m.group(0) != m.group(0).rstrip():
             tok = _TEX_TOKEN_RE.match(text, i)  # `\boxed 5`: TeX takes the next token as the argument
@@ -113,7 +113,9 @@ def find_boxed(text: str, *, max_len: int | None = None, max_hits: int | None = 
 _ANSWER_LINE_RE = re.compile(
     r"^[ \t>*#-]{0,16}(?:final answer|answer)(?:\*\*)?\s*(?:is\s*)?[:：][\s*]*"
     r"|(?P<sentence>the (?:final )?answer is)[:：]?\s*"
-    r"|(?:最终答案|答案)(?:是|为|[:：])[:：]?[ \t]*", re.IGNORECASE | re.MULTILINE)
+    r"|(?:最终答案|答案)(?:是|为|[:：])[:：]?[ \t]*",
+    re.IGNORECASE | re.MULTILINE,
+)
 _SENTENCE_END_RE = re.compile(r"\.\s|。")
 _BLANKS_RE = re.compile(r"\s*")
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
@@ -132,7 +134,7 @@ def _answer_tags(text: str, max_hits: int) -> list[str]:
         close = _CLOSE_TAG_RE.search(text, m.end())
         if close is None:
             break
-        out.append(text[m.end():close.start()])
+        out.append(text[m.end() : close.start()])
         pos = close.end()
     return out
 
@@ -173,7 +175,7 @@ def _gsm8k(text: str, max_hits: int) -> list[str]:
         line_start = text.rfind("\n", max(0, pos - 17), pos) + 1
         if (line_start > 0 or pos <= 16) and not text[line_start:pos].strip(" \t"):
             m = _BLANKS_RE.match(text, pos + 4)
-            value = text[m.end():_line_end(text, m.end())].strip()
+            value = text[m.end() : _line_end(text, m.end())].strip()
             if value:
                 out.append(value)
         pos = text.find("####", pos + 4)
@@ -225,15 +227,17 @@ def extract(text: str, policies: list[str], max_chars: int = 10000) -> Extractio
 # --- the wrapping around an answer --------------------------------------------------------
 
 _WRAPPERS = ("\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\boldsymbol", "\\bm", "\\mbox", "\\textnormal")
-_PREFIX_RE = re.compile(r"^(?:the (?:final )?answer is|final answer\s*[:：]|answer\s*[:：]|(?:最终答案|答案)(?:是|为)?[:：]?)\s*",
-                        re.IGNORECASE)
+_PREFIX_RE = re.compile(
+    r"^(?:the (?:final )?answer is|final answer\s*[:：]|answer\s*[:：]|(?:最终答案|答案)(?:是|为)?[:：]?)\s*",
+    re.IGNORECASE,
+)
 
 
 def _unwrap_command(s: str) -> str:
     """`\\text{...}` (and the like) around the whole answer -> its content."""
     for cmd in _WRAPPERS:
         if s.startswith(cmd + "{") and s.endswith("}") and match_brace(s, len(cmd)) == len(s):
-            return s[len(cmd) + 1:-1]
+            return s[len(cmd) + 1 : -1]
     return s
 
 
@@ -253,7 +257,7 @@ def clean_answer(ans: str) -> str:
                 s = s[2:-2].strip()
         s = _PREFIX_RE.sub("", s)
         if s.startswith("\\displaystyle"):
-            s = s[len("\\displaystyle"):].strip()
+            s = s[len("\\displaystyle") :].strip()
         if s.startswith(("\\boxed", "\\fbox")) and s.endswith("}"):
             boxes, broken = find_boxed(s)
             if len(boxes) == 1 and not broken and s.find("{") >= 0 and match_brace(s, s.find("{")) == len(s):

@@ -21,16 +21,19 @@ from rlvr.rewards.answers import Cand, text_key
 from rlvr.rewards.tolerance import Tolerance, numbers_equal
 from rlvr.rewards.units import IDENTITY, PERCENT_LIKE, Plan, plans
 
-_NUM_RE = re.compile(r"^(-?)(?:(\d{1,1000})(\.\d{1,1000})?|(\d{1,1000})/(\d{1,1000})|\\[dt]?frac\{(\d{1,1000})\}\{(\d{1,1000})\}"
-                     r"|\.(\d{1,1000}))$")
+_NUM_RE = re.compile(
+    r"^(-?)(?:(\d{1,1000})(\.\d{1,1000})?|(\d{1,1000})/(\d{1,1000})|\\[dt]?frac\{(\d{1,1000})\}\{(\d{1,1000})\}"
+    r"|\.(\d{1,1000}))$"
+)
 _ASSIGN_RE = re.compile(r"^([a-zA-Z])=(.+)$")
 _SET_RE = re.compile(r"^\\\{(.*)\\\}$")
 _SEQ_RE = re.compile(r"^([(\[])(.*,.*)([)\]])$")
 _RADICAL_RE = re.compile(
-    r"^(-?)(?:(\d*)\\sqrt\{(\d+)\}(?:/(\d+))?"            # c\sqrt{n}, c\sqrt{n}/d
-    r"|\\[dt]?frac\{(\d*)\\sqrt\{(\d+)\}\}\{(\d+)\}"    # \frac{c\sqrt{n}}{d}
-    r"|\\[dt]?frac\{(\d+)\}\{\\sqrt\{(\d+)\}\})$")      # \frac{c}{\sqrt{n}}
-_MAX_RADICAND = 10 ** 8  # square-free reduction by trial division stays cheap
+    r"^(-?)(?:(\d*)\\sqrt\{(\d+)\}(?:/(\d+))?"  # c\sqrt{n}, c\sqrt{n}/d
+    r"|\\[dt]?frac\{(\d*)\\sqrt\{(\d+)\}\}\{(\d+)\}"  # \frac{c\sqrt{n}}{d}
+    r"|\\[dt]?frac\{(\d+)\}\{\\sqrt\{(\d+)\}\})$"
+)  # \frac{c}{\sqrt{n}}
+_MAX_RADICAND = 10**8  # square-free reduction by trial division stays cheap
 
 Number = tuple[Fraction, str]  # (value, kind for numbers_equal)
 Radical = tuple[Fraction, int]  # q * sqrt(m), m > 1 square-free
@@ -68,7 +71,7 @@ def radical(s: str) -> Radical | Fraction | None:
 def _approx(r: Radical) -> Fraction:
     """q * sqrt(m) to 50 digits, for comparison with a decimal."""
     q, m = r
-    return q * Fraction(isqrt(m * 10 ** 100), 10 ** 50)
+    return q * Fraction(isqrt(m * 10**100), 10**50)
 
 
 def plain_number(s: str) -> Number | None:
@@ -153,8 +156,11 @@ def _value_equal(g: object, p: object, tol: Tolerance) -> bool:
     if g_rad and p_rad:
         return g[1] == p[1]  # type: ignore[index]  # canonical forms: exact
     r, n = (g[1], p) if g_rad else (p[1], g)  # type: ignore[index]
-    return numbers_equal(_approx(r), "irr", n[0], n[1], tol) if g_rad else \
-        numbers_equal(n[0], n[1], _approx(r), "irr", tol)  # type: ignore[index]
+    return (
+        numbers_equal(_approx(r), "irr", n[0], n[1], tol)
+        if g_rad
+        else numbers_equal(n[0], n[1], _approx(r), "irr", tol)
+    )  # type: ignore[index]
 
 
 _BASED_RE = re.compile(r"^([0-9A-Za-z]+)_\{?(\d+)\}?$")
@@ -180,8 +186,12 @@ def fast_equal(gold: str, pred: str, tol: Tolerance, plan: Plan = IDENTITY) -> b
     the subscript)."""
     gb, pb = (_based(gold), _based(pred)) if "_" in gold or "_" in pred else (None, None)
     if gb is not None or pb is not None:
-        same_base = _BASED_RE.match(gold.replace(" ", "")) and _BASED_RE.match(pred.replace(" ", "")) and \
-            int(_BASED_RE.match(gold.replace(" ", "")).group(2)) == int(_BASED_RE.match(pred.replace(" ", "")).group(2))
+        same_base = (
+            _BASED_RE.match(gold.replace(" ", ""))
+            and _BASED_RE.match(pred.replace(" ", ""))
+            and int(_BASED_RE.match(gold.replace(" ", "")).group(2))
+            == int(_BASED_RE.match(pred.replace(" ", "")).group(2))
+        )
         return bool(same_base and gb == pb and gb != -1 and plan == IDENTITY)
     g, p = _parse(gold), _parse(pred)
     if g is None or p is None:

@@ -33,7 +33,8 @@ _JOINING_COMMANDS = re.compile(
     r"dot|ddot|prime|circ|degree|angle|triangle|infty|pi|e|i|mathbf|mathit|boldsymbol|operatorname|approx|"
     r"le|ge|leq|geq|ne|neq|lt|gt|equiv|cong|propto|begin|end|"
     r"alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|rho|"
-    r"sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)$")
+    r"sigma|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Pi|Sigma|Phi|Psi|Omega)$"
+)
 """Commands that build one expression from what stands beside them (operators, functions, accents,
 variables). Any other command joins nothing (`17 \\star 23`, `17 \\Rightarrow 23`): several values."""
 
@@ -42,8 +43,10 @@ def several_values(part: str) -> bool:
     """Whether `part` (one candidate, top-level separators split off) states two or more values."""
     numbers = list(_NUMBER_RE.finditer(part))
     spans = [m.span() for m in _ENVIRONMENT_RE.finditer(part)] if "\\begin" in part else []
-    return any(not _joined(part[a.end():b.start()], any(s <= a.end() and b.start() <= e for s, e in spans))
-               for a, b in zip(numbers, numbers[1:]))
+    return any(
+        not _joined(part[a.end() : b.start()], any(s <= a.end() and b.start() <= e for s, e in spans))
+        for a, b in zip(numbers, numbers[1:])
+    )
 
 
 def _joined(gap: str, in_environment: bool) -> bool:

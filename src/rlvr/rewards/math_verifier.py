@@ -29,8 +29,14 @@ TOO_LONG = "too_long"
 
 
 def _outcome(correct: bool, flag: str | None, answers: list[str], policy: str | None, path: str) -> RewardResult:
-    info = {"parse_failed": flag == PARSE_FAILED, "flag": flag, "answer": answers[0] if answers else None,
-            "extracted": answers, "policy": policy, "path": path}
+    info = {
+        "parse_failed": flag == PARSE_FAILED,
+        "flag": flag,
+        "answer": answers[0] if answers else None,
+        "extracted": answers,
+        "policy": policy,
+        "path": path,
+    }
     value = 1.0 if correct else 0.0
     return RewardResult(total=value, components={"correct": value}, info=info)
 
@@ -38,8 +44,10 @@ def _outcome(correct: bool, flag: str | None, answers: list[str], policy: str | 
 def _conversions(gold: Parsed, pred: Parsed) -> tuple:
     """Every unit conversion judging `pred` against `gold` can ask for, computed here so the
     workers never load the unit registry."""
+
     def units(cands: Sequence[Cand]) -> set[str]:
         return {u for c in cands for u in (c.unit, c.approx.unit if c.approx else None) if u}
+
     pred_units, gold_units = units(pred.cands), units(gold.cands)
     pairs = {(p, g) for p in pred_units for g in gold_units | pred_units if p != g}
     return tuple(sorted(((p, g), conversion(p, g)) for p, g in pairs))
@@ -81,8 +89,10 @@ class MathVerifier:
         ctx = context_of(problem.prompt)
         gold = self.gold(str(problem.answer), ctx)
         if gold.flag is not None:
-            return RewardResult.invalid(f"problem {problem.id!r}: gold answer {problem.answer!r} "
-                                        f"cannot be graded ({gold.flag})", {"correct": 0.0})
+            return RewardResult.invalid(
+                f"problem {problem.id!r}: gold answer {problem.answer!r} cannot be graded ({gold.flag})",
+                {"correct": 0.0},
+            )
         if len(text) > cfg.max_chars:
             return _outcome(False, TOO_LONG, [], None, "extract")
         ex = extract(text, cfg.extract, cfg.max_answer_chars)
@@ -92,8 +102,9 @@ class MathVerifier:
         flagged = next((p.flag for p in parsed if p.flag is not None), None)
         if flagged is not None:
             return _outcome(False, flagged, ex.answers, ex.policy, "extract")
-        pred = Parsed(tuple(dict.fromkeys(c for p in parsed for c in p.cands)),
-                      relation=any(p.relation for p in parsed))
+        pred = Parsed(
+            tuple(dict.fromkeys(c for p in parsed for c in p.cands)), relation=any(p.relation for p in parsed)
+        )
         ok, flag = judge(gold, pred, lambda g, p: cand_equal(g, p, cfg.rel_tol, cfg.abs_tol))
         if ok is not None:
             return _outcome(ok, flag, ex.answers, ex.policy, "fast")
@@ -111,8 +122,9 @@ class MathVerifier:
             try:
                 got = self._judge_here(problem, text)
             except Exception as exc:  # one sample's failure marks that sample, not the batch
-                results[i] = RewardResult.invalid(f"math verification failed: {type(exc).__name__}: {exc}",
-                                                  {"correct": 0.0})
+                results[i] = RewardResult.invalid(
+                    f"math verification failed: {type(exc).__name__}: {exc}", {"correct": 0.0}
+                )
                 continue
             spent = time.perf_counter() - start
             if isinstance(got, RewardResult):
@@ -132,8 +144,9 @@ class MathVerifier:
         r.info.update({"timeout": True, "verify_s": round(seconds, 4)})
         return r
 
-    def _verify_slow(self, problems: Sequence[Problem], slow: list[_Pending],
-                     results: list[RewardResult | None]) -> None:
+    def _verify_slow(
+        self, problems: Sequence[Problem], slow: list[_Pending], results: list[RewardResult | None]
+    ) -> None:
         # A group of G completions often repeats the same answer: verify each distinct
         # (gold, answer) once, within the smallest budget any of them has left.
         budget: dict[tuple, float] = {}

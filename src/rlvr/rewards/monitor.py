@@ -55,7 +55,7 @@ def _ranks(values: list[float]) -> list[float]:
         j = i
         while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
             j += 1
-        for k in order[i:j + 1]:
+        for k in order[i : j + 1]:
             ranks[k] = (i + j) / 2 + 1
         i = j + 1
     return ranks
@@ -81,7 +81,7 @@ def agreement(results: Sequence[RewardResult]) -> dict[str, float]:
     names = sorted({c for r in valid for c in r.components})
     out: dict[str, float] = {}
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             both = [r for r in valid if a in r.components and b in r.components]
             rho = spearman([r.components[a] for r in both], [r.components[b] for r in both]) if len(both) > 1 else None
             if rho is not None:
@@ -136,19 +136,26 @@ class RewardMonitor:
             self._zero_run[source] += 1
             others = [s for s, v in correct.items() if s != source and v > 0]
             self._others_scored[source] = self._others_scored[source] or bool(others)
-            if (self._zero_run[source] >= self.stuck_steps and self._others_scored[source]
-                    and source not in self._alerted):
+            if (
+                self._zero_run[source] >= self.stuck_steps
+                and self._others_scored[source]
+                and source not in self._alerted
+            ):
                 self._alerted.add(source)
                 parse = metrics.get(f"reward/source/{source}/parse_failed_frac", 0.0)
                 alerts.append(
                     f"step {step}: source '{source}' has outcome reward 0 for {self._zero_run[source]} "
                     f"consecutive steps while other sources score (parse failures {parse:.0%}); "
-                    f"check its gold answers against the verifier: rlvr data audit <file>")
+                    f"check its gold answers against the verifier: rlvr data audit <file>"
+                )
         return alerts
 
     def state_dict(self) -> dict:
-        return {"zero_run": dict(self._zero_run), "others_scored": dict(self._others_scored),
-                "alerted": sorted(self._alerted)}
+        return {
+            "zero_run": dict(self._zero_run),
+            "others_scored": dict(self._others_scored),
+            "alerted": sorted(self._alerted),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._zero_run = defaultdict(int, state.get("zero_run", {}))

@@ -51,11 +51,13 @@ def _worker_main(conn_in: Connection, conn: Connection, memory_mb: int) -> None:
     if memory_mb > 0:
         try:
             import resource
+
             limit = memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         except (ImportError, ValueError, OSError):
             pass  # not every platform lets us; the wall-clock limit still holds
     from rlvr.rewards import equivalence  # the slow import, done once per worker
+
     equivalence.install()
     functions = {"judge_sample": equivalence.judge_sample}
     conn.send(("ready",))
@@ -82,8 +84,9 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
         env["PYTHONHASHSEED"] = "0"  # same set iteration order in every worker: same sympy path
         code = f"from rlvr.rewards.pool import _worker_entry; _worker_entry({int(memory_mb)})"
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, close_fds=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self.conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
@@ -150,8 +153,10 @@ class VerifyPool:
         try:
             w.ready = w.conn.recv() == ("ready",)
         except (EOFError, OSError):
-            raise RuntimeError("a verification worker died while starting (its traceback, if any, is on "
-                               "stderr; is reward.math.worker_memory_mb too small?)") from None
+            raise RuntimeError(
+                "a verification worker died while starting (its traceback, if any, is on "
+                "stderr; is reward.math.worker_memory_mb too small?)"
+            ) from None
 
     def run(self, name: str, tasks: list[tuple], budgets: list[float] | None = None) -> list[Outcome]:
         """Run `name(*args)` for every args tuple; one Outcome per task, same order.
@@ -186,8 +191,7 @@ class VerifyPool:
             if starting and not busy and now > startup_deadline:
                 raise RuntimeError(f"verification workers did not start within {_STARTUP_S:.0f} s")
             deadlines = [start + kill_after[i] for i, start in busy.values()] or [startup_deadline]
-            ready = wait([w.conn for w in busy] + [w.conn for w in starting],
-                         timeout=max(0.0, min(deadlines) - now))
+            ready = wait([w.conn for w in busy] + [w.conn for w in starting], timeout=max(0.0, min(deadlines) - now))
             now = time.monotonic()
             for w in starting:
                 if w.conn in ready:
@@ -203,12 +207,16 @@ class VerifyPool:
                         results[i] = Outcome("error", error="verification worker crashed", seconds=now - start)
                         self._replace(w)
                         continue
-                    results[i] = (Outcome("ok", payload, seconds=now - start) if status == "ok"
-                                  else Outcome("error", error=payload, seconds=now - start))
+                    results[i] = (
+                        Outcome("ok", payload, seconds=now - start)
+                        if status == "ok"
+                        else Outcome("error", error=payload, seconds=now - start)
+                    )
                 elif now - start >= kill_after[i]:
                     del busy[w]
-                    results[i] = Outcome("timeout", error=f"verification exceeded {self.timeout_s:g} s",
-                                         seconds=now - start)
+                    results[i] = Outcome(
+                        "timeout", error=f"verification exceeded {self.timeout_s:g} s", seconds=now - start
+                    )
                     self._replace(w)
         return [r for r in results if r is not None]
 
@@ -224,4 +232,3 @@ class VerifyPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -70,14 +70,15 @@ def _columns(numbers: list[str]) -> set[tuple[str, str]]:
     whole = [n for n in dict.fromkeys(numbers) if n.isdigit()]
     out = set()
     for i, a in enumerate(whole):
-        for b in whole[i + 1:]:
+        for b in whole[i + 1 :]:
             width = max(len(a), len(b))
             out |= {tuple(sorted(p)) for p in zip(a.zfill(width), b.zfill(width))}
     return out
 
 
-def _grounded(operands: list[str], wholes: set[str], carries: set[str], columns: set[tuple[str, str]],
-              prompt_digits: set[str]) -> bool:
+def _grounded(
+    operands: list[str], wholes: set[str], carries: set[str], columns: set[tuple[str, str]], prompt_digits: set[str]
+) -> bool:
     """Whether a step works on this problem: its operands are quantities of the prompt or results of
     earlier steps, or the two digits one column of the prompt's numbers holds (with carries from
     earlier results), or a number of the prompt times one digit of another (a partial product)."""
@@ -88,8 +89,9 @@ def _grounded(operands: list[str], wholes: set[str], carries: set[str], columns:
         return True
     if len(operands) <= MAX_COLUMN_OPERANDS:  # a column's two digits, the rest carries
         for i, j in itertools.combinations(range(len(operands)), 2):
-            if tuple(sorted((operands[i], operands[j]))) in columns and \
-                    all(x in carries for k, x in enumerate(operands) if k not in (i, j)):
+            if tuple(sorted((operands[i], operands[j]))) in columns and all(
+                x in carries for k, x in enumerate(operands) if k not in (i, j)
+            ):
                 return True
     return len(operands) == 2 and any(x in wholes for x in operands) and any(x in prompt_digits for x in operands)
 

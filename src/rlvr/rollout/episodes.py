@@ -94,6 +94,7 @@ SINGLE_TURN = EpisodeSpec(make_env=_single_turn, host=ThreadHost(inline=True))
 
 # --- rendering ---------------------------------------------------------------------------------
 
+
 class Renderer:
     """Token ids of prompts and of what environments say, for one tokenizer."""
 
@@ -121,8 +122,10 @@ class Renderer:
         if isinstance(first, str):  # a text prompt is fed as it is: the task's format teaches its tools
             return self.tokenizer(first, add_special_tokens=False).input_ids
         if not self.chat:
-            raise ConfigError("the prompt is chat messages but the model's tokenizer has no chat template; use a "
-                              "chat model, or data.chat=false to feed text prompts as they are")
+            raise ConfigError(
+                "the prompt is chat messages but the model's tokenizer has no chat template; use a "
+                "chat model, or data.chat=false to feed text prompts as they are"
+            )
         messages = list(first) if not tools or self.supports_tools else with_tools_described(list(first), tools)
         return self._template(messages, tools, True)
 
@@ -135,18 +138,22 @@ class Renderer:
         base_msgs = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
         base = self._template(base_msgs, tools, False)
         full = self._template(base_msgs + [dict(m) for m in messages], tools, True)
-        if full[:len(base)] != base:
-            raise ValueError("the chat template renders an earlier turn differently once more messages follow; "
-                             "trajectories cannot be token-exact with it")
-        return self.after_eos(base) + full[len(base):]
+        if full[: len(base)] != base:
+            raise ValueError(
+                "the chat template renders an earlier turn differently once more messages follow; "
+                "trajectories cannot be token-exact with it"
+            )
+        return self.after_eos(base) + full[len(base) :]
 
     def after_eos(self, base: list[int]) -> list[int]:
         """What the template puts after an assistant turn's end-of-sequence token (ChatML: a newline)."""
         eos = self.tokenizer.eos_token_id
         if eos not in base:
-            raise ValueError(f"the chat template does not close an assistant turn with the eos token "
-                             f"{self.tokenizer.eos_token!r}, where sampling stops; trajectories cannot be token-exact")
-        return base[len(base) - base[::-1].index(eos):]
+            raise ValueError(
+                f"the chat template does not close an assistant turn with the eos token "
+                f"{self.tokenizer.eos_token!r}, where sampling stops; trajectories cannot be token-exact"
+            )
+        return base[len(base) - base[::-1].index(eos) :]
 
 
 def _text_of(message: Message) -> str:
@@ -169,11 +176,14 @@ def describe_tools(tools: list) -> str:
     import json
 
     lines = "\n".join(json.dumps(s) for s in schemas(tools))
-    return ("You may call tools. For each call write <tool_call>{\"name\": <name>, \"arguments\": <arguments as "
-            f"JSON>}}</tool_call>; the result comes back in <tool_response></tool_response>.\n<tools>\n{lines}\n</tools>\n")
+    return (
+        'You may call tools. For each call write <tool_call>{"name": <name>, "arguments": <arguments as '
+        f"JSON>}}</tool_call>; the result comes back in <tool_response></tool_response>.\n<tools>\n{lines}\n</tools>\n"
+    )
 
 
 # --- the episodes --------------------------------------------------------------------------------
+
 
 @dataclass
 class _Trajectory:
@@ -214,8 +224,9 @@ class _Trajectory:
         return self.prompt_ids + self.tokens[start:], start
 
 
-def run_episodes(engine: TokenSampler, problems: Sequence[Problem], params, spec: EpisodeSpec, *,
-                 group_offset: int = 0) -> list[Completion]:
+def run_episodes(
+    engine: TokenSampler, problems: Sequence[Problem], params, spec: EpisodeSpec, *, group_offset: int = 0
+) -> list[Completion]:
     """G trajectories per problem (1 when greedy), group after group: problem i's get group id
     group_offset + i. Every environment call is bounded in time and contained (rlvr.envs.host): an
     episode whose environment fails, overruns or answers with the wrong shape ends, marked (its
@@ -279,8 +290,9 @@ def _step(spec: EpisodeSpec, traj: _Trajectory) -> tuple[cf.Future, float, float
     return spec.host.step(traj.handle, traj.assistant_turns[-1].text, spec.limits), now + max(0.0, left), now
 
 
-def _wait_all(futures: dict[int, cf.Future], trajs: list[_Trajectory], spec: EpisodeSpec, method: str,
-              timeout_s: float) -> dict[int, dict]:
+def _wait_all(
+    futures: dict[int, cf.Future], trajs: list[_Trajectory], spec: EpisodeSpec, method: str, timeout_s: float
+) -> dict[int, dict]:
     """The outcomes of calls made together, within one deadline; those that overran are marked. Each
     episode is charged its own call's time."""
     t0 = time.monotonic()
@@ -324,16 +336,19 @@ def _close_all(trajs: list[_Trajectory], spec: EpisodeSpec) -> None:
             record_fault(trajs[t_id], outcome["fault"])
 
 
-def _sample(engine: TokenSampler, contexts: Sequence[Sequence[int]], params, group_size: int,
-            spec: EpisodeSpec) -> list[Versioned]:
+def _sample(
+    engine: TokenSampler, contexts: Sequence[Sequence[int]], params, group_size: int, spec: EpisodeSpec
+) -> list[Versioned]:
     """`engine.sample`, each token with the version that sampled it. With partial rollouts, rows the
     engine stopped for new weights are sampled on with them, from where they stopped, until they
     finish; their behaviour log-probs are each token's own (the update corrects every token for the
     policy that sampled it)."""
     if spec.new_weights is not None and spec.new_weights.arrived.is_set():  # arrived before this turn
         spec.new_weights.take()
-    out = [(ids, logps, finish, [engine.version] * len(ids))
-           for ids, logps, finish in engine.sample(contexts, params, group_size)]
+    out = [
+        (ids, logps, finish, [engine.version] * len(ids))
+        for ids, logps, finish in engine.sample(contexts, params, group_size)
+    ]
     while spec.new_weights is not None and any(s[2] == "interrupted" for s in out):
         spec.new_weights.take()
         by_left: dict[int, list[int]] = {}  # rows stopped together have the same budget left
@@ -341,8 +356,9 @@ def _sample(engine: TokenSampler, contexts: Sequence[Sequence[int]], params, gro
             if finish == "interrupted":
                 by_left.setdefault(params.max_new_tokens - len(ids), []).append(k)
         for left, rows in sorted(by_left.items()):
-            more = engine.sample([[*contexts[k // group_size], *out[k][0]] for k in rows],
-                                 _turn_params(params, spec, left), 1)
+            more = engine.sample(
+                [[*contexts[k // group_size], *out[k][0]] for k in rows], _turn_params(params, spec, left), 1
+            )
             for k, (ids, logps, finish) in zip(rows, more):
                 done, done_logps, _, versions = out[k]
                 out[k] = (done + ids, done_logps + logps, finish, versions + [engine.version] * len(ids))
@@ -356,8 +372,9 @@ def _record_turn(traj: _Trajectory, sample: Versioned, context_start: int, token
     traj.logprobs += logps
     traj.mask += [1] * len(ids)
     traj.versions += versions
-    traj.turns.append(Turn("assistant", start, len(traj.tokens), tokenizer.decode(ids, skip_special_tokens=True),
-                           context_start))
+    traj.turns.append(
+        Turn("assistant", start, len(traj.tokens), tokenizer.decode(ids, skip_special_tokens=True), context_start)
+    )
     if finish == "length" and traj.finish is None:  # cut at its budget: the environment never sees a truncated turn
         traj.finish = "length"
 
@@ -379,11 +396,13 @@ def _turn_params(params, spec: EpisodeSpec, remaining: int | None = None):
     if remaining is None or remaining >= params.max_new_tokens:
         return params
     import dataclasses
+
     return dataclasses.replace(params, max_new_tokens=remaining)
 
 
-def _next_turns(engine: TokenSampler, trajs: list[_Trajectory], params, spec: EpisodeSpec, budget: int,
-                limit: int) -> None:
+def _next_turns(
+    engine: TokenSampler, trajs: list[_Trajectory], params, spec: EpisodeSpec, budget: int, limit: int
+) -> None:
     """Sample the next turn of every trajectory in `trajs` together (those with the same token budget
     left in one call; usually all). A trajectory whose context leaves the model no position for a
     token ends with finish reason 'length'."""
@@ -425,8 +444,15 @@ def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: Epis
     try:
         appended = renderer.continuation(messages, traj.tools, traj.chat)
     except Exception as exc:
-        record_fault(traj, {"method": "step", "kind": "bad_result", "type": "",
-                            "message": f"its message could not be rendered: {type(exc).__name__}: {exc}"[:2000]})
+        record_fault(
+            traj,
+            {
+                "method": "step",
+                "kind": "bad_result",
+                "type": "",
+                "message": f"its message could not be rendered: {type(exc).__name__}: {exc}"[:2000],
+            },
+        )
         return False
     if len(traj.tokens) + len(appended) >= budget:
         traj.finish = "length"  # no room left for another turn
@@ -437,18 +463,28 @@ def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: Epis
     traj.mask += [0] * len(appended)
     traj.versions += traj.versions[-1:] * len(appended)
     text = renderer.tokenizer.decode(appended, skip_special_tokens=False)
-    traj.turns.append(Turn("env", start, len(traj.tokens), text,
-                           info={"components": dict(components), "messages": messages}))
+    traj.turns.append(
+        Turn("env", start, len(traj.tokens), text, info={"components": dict(components), "messages": messages})
+    )
     return True
 
 
 def _completion(traj: _Trajectory, engine: TokenSampler) -> Completion:
     one_turn = all(traj.mask)
     sampled_by = {v for v, m in zip(traj.versions, traj.mask) if m}
-    return Completion(problem_id=traj.problem.id, group_id=traj.group, index=traj.index,
-                      text=traj.assistant_turns[-1].text, prompt_ids=traj.prompt_ids, token_ids=traj.tokens,
-                      logprobs=traj.logprobs, finish_reason=traj.finish or "stop",  # type: ignore[arg-type]
-                      policy_version=min(sampled_by, default=engine.version),
-                      token_versions=traj.versions if len(sampled_by) > 1 else None,
-                      loss_mask=None if one_turn else traj.mask, turns=traj.turns,
-                      env_components=traj.components, env_info=traj.info)
+    return Completion(
+        problem_id=traj.problem.id,
+        group_id=traj.group,
+        index=traj.index,
+        text=traj.assistant_turns[-1].text,
+        prompt_ids=traj.prompt_ids,
+        token_ids=traj.tokens,
+        logprobs=traj.logprobs,
+        finish_reason=traj.finish or "stop",  # type: ignore[arg-type]
+        policy_version=min(sampled_by, default=engine.version),
+        token_versions=traj.versions if len(sampled_by) > 1 else None,
+        loss_mask=None if one_turn else traj.mask,
+        turns=traj.turns,
+        env_components=traj.components,
+        env_info=traj.info,
+    )

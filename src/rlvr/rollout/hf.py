@@ -24,7 +24,7 @@ class HFEngine(ModelEngine):
         rows = [(i, j) for i in range(len(contexts)) for j in range(group_size)]  # group after group
         out: list[Sample] = []
         for start in range(0, len(rows), self.max_rows):
-            out.extend(self._generate_chunk(contexts, rows[start:start + self.max_rows], params))
+            out.extend(self._generate_chunk(contexts, rows[start : start + self.max_rows], params))
         return out
 
     def _generate_chunk(self, prompts, rows, params: SamplingParams) -> list[Sample]:
@@ -32,23 +32,40 @@ class HFEngine(ModelEngine):
         eos_id = tok.eos_token_id
         input_ids, attention_mask = left_pad([prompts[i] for i, _ in rows], tok.pad_token_id)  # (B, P)
         input_ids, attention_mask = input_ids.to(self.model.device), attention_mask.to(self.model.device)
-        kwargs = dict(do_sample=False) if params.greedy else dict(
-            do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        kwargs = (
+            dict(do_sample=False)
+            if params.greedy
+            else dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        )
         new_weights = self.episodes.new_weights
         if new_weights is not None:
             kwargs["stopping_criteria"] = _stop_when(new_weights.arrived)
-        gen = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                  max_new_tokens=params.max_new_tokens, eos_token_id=eos_id,
-                                  pad_token_id=tok.pad_token_id, output_logits=True, return_dict_in_generate=True,
-                                  **kwargs)
-        new = gen.sequences[:, input_ids.shape[1]:]  # (B, T)
+        gen = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=eos_id,
+            pad_token_id=tok.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+            **kwargs,
+        )
+        new = gen.sequences[:, input_ids.shape[1] :]  # (B, T)
         temp = 1.0 if params.greedy else params.temperature
         # one step at a time: a (B, V) fp32 slice instead of (B, T, V) copies of every logit
-        logp = torch.stack([torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
-                            for t, step in enumerate(gen.logits)], dim=1)  # (B, T)
+        logp = torch.stack(
+            [
+                torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
+                for t, step in enumerate(gen.logits)
+            ],
+            dim=1,
+        )  # (B, T)
         samples: list[Sample] = []
-        cut_short = (new_weights is not None and new_weights.arrived.is_set()  # stopped for new weights
-                     and new.shape[1] < params.max_new_tokens)
+        cut_short = (
+            new_weights is not None
+            and new_weights.arrived.is_set()  # stopped for new weights
+            and new.shape[1] < params.max_new_tokens
+        )
         for row in range(len(rows)):
             ids = new[row].tolist()
             finish = "interrupted" if cut_short else "length"

@@ -32,8 +32,8 @@ def lookup_draft(context: Sequence[int], k: int, lookup_max: int) -> list[int] |
     for n in range(min(lookup_max, len(context) - 1), 0, -1):
         tail = list(context[-n:])
         for start in range(len(context) - n - 1, -1, -1):
-            if list(context[start:start + n]) == tail:
-                follow = list(context[start + n:start + n + k])
+            if list(context[start : start + n]) == tail:
+                follow = list(context[start + n : start + n + k])
                 return (follow + follow[-1:] * k)[:k]
     return None
 
@@ -84,10 +84,21 @@ def _logp_of(logits: torch.Tensor, tokens: torch.Tensor, temp: float) -> torch.T
 
 
 @torch.no_grad()
-def decode_speculative(model, prompts: Sequence[Sequence[int]], group_size: int, *, max_new_tokens: int,
-                       temperature: float, top_p: float, greedy: bool, eos_id: int, pad_id: int, draft_tokens: int,
-                       lookup_max: int = 4, propose: Callable[[list[int], int], list[int] | None] | None = None
-                       ) -> tuple[list[tuple[list[int], list[float], str]], dict[str, float]]:
+def decode_speculative(
+    model,
+    prompts: Sequence[Sequence[int]],
+    group_size: int,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    greedy: bool,
+    eos_id: int,
+    pad_id: int,
+    draft_tokens: int,
+    lookup_max: int = 4,
+    propose: Callable[[list[int], int], list[int] | None] | None = None,
+) -> tuple[list[tuple[list[int], list[float], str]], dict[str, float]]:
     """`decode`'s output (token ids, behaviour log-probs, finish reason per sample), and the draft
     statistics: accept_rate (accepted / proposed drafts), accept_len (tokens per row per forward).
     propose(context, k): k draft tokens or None (default: prompt lookup, `lookup_draft`)."""
@@ -114,13 +125,20 @@ def decode_speculative(model, prompts: Sequence[Sequence[int]], group_size: int,
         # k drafts per row, fewer near the budget: m drafts + the next token must fit
         room = min(max_new_tokens - len(rows.tokens[int(r)]) for r in rows.active)
         k = max(0, min(draft_tokens, room - 1))
-        drafts = [propose(rows.contexts[int(r)], k) or [int(pending[a])] * k
-                  for a, r in enumerate(rows.active)] if k else [[] for _ in range(n)]
+        drafts = (
+            [propose(rows.contexts[int(r)], k) or [int(pending[a])] * k for a, r in enumerate(rows.active)]
+            if k
+            else [[] for _ in range(n)]
+        )
         d = torch.tensor(drafts, dtype=torch.long).view(n, k)  # (R, k)
         rows.mask = torch.cat([rows.mask, rows.mask.new_ones(n, k + 1)], dim=-1)  # (R, L + k + 1)
-        out = model(input_ids=torch.cat([pending[:, None], d], dim=1), attention_mask=rows.mask,
-                    position_ids=rows.next_pos[:, None] + torch.arange(k + 1)[None, :], use_cache=True,
-                    **{cache_arg: cache})
+        out = model(
+            input_ids=torch.cat([pending[:, None], d], dim=1),
+            attention_mask=rows.mask,
+            position_ids=rows.next_pos[:, None] + torch.arange(k + 1)[None, :],
+            use_cache=True,
+            **{cache_arg: cache},
+        )
         cache = cache_of(out)
         step_logits = out.logits.float()  # (R, k + 1, V): position j predicts the token after input j
         probs = processed_probs(step_logits, temperature, top_p)
@@ -131,7 +149,12 @@ def decode_speculative(model, prompts: Sequence[Sequence[int]], group_size: int,
             ok = torch.rand(n, k) < probs[:, :k].gather(-1, d[..., None]).squeeze(-1)  # (R, k): accept w.p. p(d)
         n_ok = ok.long().cumprod(dim=1).sum(dim=1)  # (R,) drafts accepted before the first rejection
         m = int(n_ok.min()) if k else 0
-        proposed, accepted, verified, emitted = proposed + n * k, accepted + int(n_ok.sum()), verified + n, emitted + n * (m + 1)
+        proposed, accepted, verified, emitted = (
+            proposed + n * k,
+            accepted + int(n_ok.sum()),
+            verified + n,
+            emitted + n * (m + 1),
+        )
         for j in range(m):  # drafts every row accepted
             lp = _logp_of(step_logits[:, j], d[:, j], temp)  # (R,)
             for a in range(n):
@@ -140,8 +163,11 @@ def decode_speculative(model, prompts: Sequence[Sequence[int]], group_size: int,
         target = probs[:, m]  # (R, V)
         if m < k:
             residual = target.scatter(-1, d[:, m, None], 0.0)  # (R, V): p without the rejected draft
-            redraw = residual.argmax(-1) if greedy else torch.multinomial(
-                residual / residual.sum(-1, keepdim=True).clamp(min=1e-30), 1).squeeze(-1)
+            redraw = (
+                residual.argmax(-1)
+                if greedy
+                else torch.multinomial(residual / residual.sum(-1, keepdim=True).clamp(min=1e-30), 1).squeeze(-1)
+            )
             pending = torch.where(n_ok == m, redraw, d[:, m])  # (R,)
         else:
             pending = target.argmax(-1) if greedy else torch.multinomial(target, 1).squeeze(-1)  # (R,)

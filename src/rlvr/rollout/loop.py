@@ -17,8 +17,10 @@ class LoopEngine(ModelEngine):
 
     def __init__(self, model, tokenizer, *, draft_tokens: int = 0, lookup_max: int = 4, **kwargs) -> None:
         if not supports_loop(model):
-            raise ConfigError(f"rollout.engine: 'loop' needs a decoder-only model whose KV cache can be "
-                              f"repeated and row-selected; {type(model).__name__} cannot: use rollout.engine=hf")
+            raise ConfigError(
+                f"rollout.engine: 'loop' needs a decoder-only model whose KV cache can be "
+                f"repeated and row-selected; {type(model).__name__} cannot: use rollout.engine=hf"
+            )
         super().__init__(model, tokenizer, **kwargs)
         self.draft_tokens, self.lookup_max = draft_tokens, lookup_max
         self.speculative_stats: dict[str, float] = {}
@@ -33,15 +35,31 @@ class LoopEngine(ModelEngine):
         per_chunk = max(1, self.max_rows // g)  # whole groups per chunk
         for start in range(0, len(contexts), per_chunk):
             idx = list(range(start, min(start + per_chunk, len(contexts))))
-            kwargs = dict(max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-                          greedy=params.greedy, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
+            kwargs = dict(
+                max_new_tokens=params.max_new_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                greedy=params.greedy,
+                eos_id=self.tokenizer.eos_token_id,
+                pad_id=self.tokenizer.pad_token_id,
+            )
             if self.draft_tokens:
                 samples, self.speculative_stats = decode_speculative(
-                    self.model, [contexts[i] for i in idx], g, draft_tokens=self.draft_tokens,
-                    lookup_max=self.lookup_max, **kwargs)
+                    self.model,
+                    [contexts[i] for i in idx],
+                    g,
+                    draft_tokens=self.draft_tokens,
+                    lookup_max=self.lookup_max,
+                    **kwargs,
+                )
             else:
                 new_weights = self.episodes.new_weights  # partial rollouts: stop for them between steps
-                samples = decode(self.model, [contexts[i] for i in idx], g,
-                                 stop=new_weights.arrived if new_weights else None, **kwargs)
+                samples = decode(
+                    self.model,
+                    [contexts[i] for i in idx],
+                    g,
+                    stop=new_weights.arrived if new_weights else None,
+                    **kwargs,
+                )
             out.extend(samples)
         return out

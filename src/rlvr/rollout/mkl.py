@@ -69,8 +69,9 @@ class PackedWeight:
         """Pack `weight` (N, K) into the buffer (in place: the buffer's memory serves again)."""
         if weight.shape != (self.n, self.k) or weight.dtype != torch.float32 or not weight.is_contiguous():
             raise ValueError(f"PackedWeight({self.n}, {self.k}): weight {tuple(weight.shape)} {weight.dtype}")
-        self.lib.cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS, ROWS, self.n, self.k, 1.0, weight.data_ptr(), self.k,
-                                  self.buffer.data_ptr())
+        self.lib.cblas_sgemm_pack(
+            ROW_MAJOR, B_MATRIX, TRANS, ROWS, self.n, self.k, 1.0, weight.data_ptr(), self.k, self.buffer.data_ptr()
+        )
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """x (M, K) contiguous fp32 @ weight^T -> (M, N); added into `out` (M, N) where given (returned)."""
@@ -81,7 +82,19 @@ class PackedWeight:
             raise ValueError(f"PackedWeight({self.n}, {self.k}): output {tuple(out.shape)}, ({m}, {self.n}) contiguous")
         y = x.new_empty(m, self.n) if out is None else out
         if m:
-            self.lib.cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, m, self.n, self.k, x.data_ptr(), self.k,
-                                         self.buffer.data_ptr(), self.k, 0.0 if out is None else 1.0, y.data_ptr(),
-                                         self.n)
+            self.lib.cblas_sgemm_compute(
+                ROW_MAJOR,
+                NO_TRANS,
+                PACKED,
+                m,
+                self.n,
+                self.k,
+                x.data_ptr(),
+                self.k,
+                self.buffer.data_ptr(),
+                self.k,
+                0.0 if out is None else 1.0,
+                y.data_ptr(),
+                self.n,
+            )
         return y

@@ -77,8 +77,9 @@ def build(flags: list[str], out_dir: Path | None = None) -> Path:
     if not path.exists():
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:  # built aside, then renamed: processes may race
-            subprocess.run([*cmd, str(SOURCE), "-lm", "-o", f"{tmp}/lib.so"], check=True, capture_output=True,
-                           text=True)
+            subprocess.run(
+                [*cmd, str(SOURCE), "-lm", "-o", f"{tmp}/lib.so"], check=True, capture_output=True, text=True
+            )
             os.replace(f"{tmp}/lib.so", path)
     return path
 
@@ -94,8 +95,35 @@ def load(path: Path) -> ctypes.CDLL:
     lib.rlvr_layer_op.argtypes = [ptr, i, i, ptr, f, i, ptr, i]
     lib.rlvr_layer_op.restype = i
     lib.rlvr_sample.argtypes = [ptr, i, i, f, ptr, ptr, ptr, i]
-    lib.rlvr_decode_attention.argtypes = [ptr, long, ptr, long, ptr, long, ptr, ptr, i, i, i, i, f, ptr, ptr, long, i,
-                                          i, ptr, ptr, ptr, i, ptr, ptr, ptr, ptr, i]
+    lib.rlvr_decode_attention.argtypes = [
+        ptr,
+        long,
+        ptr,
+        long,
+        ptr,
+        long,
+        ptr,
+        ptr,
+        i,
+        i,
+        i,
+        i,
+        f,
+        ptr,
+        ptr,
+        long,
+        i,
+        i,
+        ptr,
+        ptr,
+        ptr,
+        i,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+        i,
+    ]
     lib.rlvr_decode_attention.restype = i
     return lib
 
@@ -119,8 +147,9 @@ class SkinnyWeight:
     """Weights (N_i, K) side by side (N = sum N_i) and an optional bias (N,), fp32, packed for `lib`;
     called on x (M, K) -> (M, N)."""
 
-    def __init__(self, weights: torch.Tensor | Sequence[torch.Tensor], bias: torch.Tensor | None,
-                 lib: ctypes.CDLL) -> None:
+    def __init__(
+        self, weights: torch.Tensor | Sequence[torch.Tensor], bias: torch.Tensor | None, lib: ctypes.CDLL
+    ) -> None:
         weights = [weights] if isinstance(weights, torch.Tensor) else list(weights)
         self.lib, self.width = lib, lib.rlvr_skinny_panel_width()
         self.n, self.k = sum(w.shape[0] for w in weights), weights[0].shape[1]
@@ -142,8 +171,13 @@ class SkinnyWeight:
         self.bias = None if bias is None else bias.detach().float().contiguous()
         self.bias_ptr = None if self.bias is None else self.bias.data_ptr()
 
-    def __call__(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
-                 residual: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        x: torch.Tensor,
+        norm: tuple[torch.Tensor, float] | None = None,
+        glu: bool = False,
+        residual: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """f(x) @ W^T + b (+ residual, in place: returns it), f: RMSNorm with norm = (weight, eps), the
         gated unit silu(x[:, :K]) * x[:, K:] where glu (x (M, 2K)), else nothing."""
         if not x.is_contiguous():
@@ -155,20 +189,42 @@ class SkinnyWeight:
             x, norm, glu = torch_layer_op(x, norm, glu), None, False
         y = residual if residual is not None else x.new_empty(m, self.n)
         norm_w = None if norm is None else norm[0] if norm[0].is_contiguous() else norm[0].contiguous()
-        rc = self.lib.rlvr_skinny_linear(x.data_ptr(), m, self.k, self.packed_ptr, self.n, self.bias_ptr,
-                                         None if norm_w is None else norm_w.data_ptr(),
-                                         0.0 if norm is None else norm[1],
-                                         glu, None if residual is None else residual.data_ptr(), y.data_ptr(),
-                                         torch.get_num_threads())
+        rc = self.lib.rlvr_skinny_linear(
+            x.data_ptr(),
+            m,
+            self.k,
+            self.packed_ptr,
+            self.n,
+            self.bias_ptr,
+            None if norm_w is None else norm_w.data_ptr(),
+            0.0 if norm is None else norm[1],
+            glu,
+            None if residual is None else residual.data_ptr(),
+            y.data_ptr(),
+            torch.get_num_threads(),
+        )
         if rc != 0:
             raise MemoryError(f"SkinnyWeight: no memory for the ({m}, {self.k}) input of the product")
         return y
 
 
-def decode_attention(lib: ctypes.CDLL, qkv: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor,
-                     k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int, cache_of: torch.Tensor,
-                     prompt_k: torch.Tensor, prompt_v: torch.Tensor, prompt_mask: torch.Tensor,
-                     prompt_of: torch.Tensor, scale: float, scratch: torch.Tensor) -> torch.Tensor:
+def decode_attention(
+    lib: ctypes.CDLL,
+    qkv: torch.Tensor,
+    heads: int,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot: int,
+    cache_of: torch.Tensor,
+    prompt_k: torch.Tensor,
+    prompt_v: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    prompt_of: torch.Tensor,
+    scale: float,
+    scratch: torch.Tensor,
+) -> torch.Tensor:
     """A decode step's attention (R, Hq, D), fp32. qkv (R, Hq + 2 Hkv, D) contiguous: each row's `heads`
     queries, then its new keys and values, queries and keys before the rotary embedding (rotated here
     by cos, sin (R, D), rotate-half form); the new keys and values are written into the caches (cache
@@ -183,13 +239,38 @@ def decode_attention(lib: ctypes.CDLL, qkv: torch.Tensor, heads: int, cos: torch
     out = qkv.new_empty(rows, heads, d)
     row, at = qkv.stride(0), qkv.data_ptr()
     rc = lib.rlvr_decode_attention(
-        at, row, at + heads * d * 4, row, at + (heads + hkv) * d * 4, row, cos.data_ptr(), sin.data_ptr(), rows,
-        heads, hkv, d, scale, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0), max_new, slot,
-        cache_of.data_ptr(), prompt_k.data_ptr(), prompt_v.data_ptr(), prompt_k.shape[2], prompt_mask.data_ptr(),
-        prompt_of.data_ptr(), out.data_ptr(), scratch.data_ptr(), len(scratch))
+        at,
+        row,
+        at + heads * d * 4,
+        row,
+        at + (heads + hkv) * d * 4,
+        row,
+        cos.data_ptr(),
+        sin.data_ptr(),
+        rows,
+        heads,
+        hkv,
+        d,
+        scale,
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        k_cache.stride(0),
+        max_new,
+        slot,
+        cache_of.data_ptr(),
+        prompt_k.data_ptr(),
+        prompt_v.data_ptr(),
+        prompt_k.shape[2],
+        prompt_mask.data_ptr(),
+        prompt_of.data_ptr(),
+        out.data_ptr(),
+        scratch.data_ptr(),
+        len(scratch),
+    )
     if rc != 0:
-        raise ValueError(f"decode_attention: unsupported shape (D={d}, Hq={heads}, Hkv={hkv}, "
-                         f"slot {slot} of {max_new})")
+        raise ValueError(
+            f"decode_attention: unsupported shape (D={d}, Hq={heads}, Hkv={hkv}, slot {slot} of {max_new})"
+        )
     return out
 
 
@@ -202,8 +283,9 @@ def attention_supported(head_dim: int, heads: int, kv_heads: int) -> bool:
     return head_dim % 16 == 0 and head_dim <= 256 and heads % kv_heads == 0 and heads // kv_heads <= 16
 
 
-def layer_op(lib: ctypes.CDLL | None, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None,
-             glu: bool = False) -> torch.Tensor:
+def layer_op(
+    lib: ctypes.CDLL | None, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None, glu: bool = False
+) -> torch.Tensor:
     """The op a Llama layer puts before a product, fp32: RMSNorm of x (M, K) with norm = (weight, eps),
     as LlamaRMSNorm, or the gated unit silu(x[:, :K]) * x[:, K:] of x (M, 2K). rlvr's kernel where
     `lib` is given and K is a multiple of 16 (one pass, vectorised exp), else torch's ops."""
@@ -213,8 +295,16 @@ def layer_op(lib: ctypes.CDLL | None, x: torch.Tensor, norm: tuple[torch.Tensor,
     x = x.contiguous()
     out = x.new_empty(len(x), k)
     norm_w = None if norm is None else norm[0].detach().contiguous()
-    lib.rlvr_layer_op(x.data_ptr(), len(x), k, None if norm_w is None else norm_w.data_ptr(),
-                      0.0 if norm is None else norm[1], int(glu), out.data_ptr(), torch.get_num_threads())
+    lib.rlvr_layer_op(
+        x.data_ptr(),
+        len(x),
+        k,
+        None if norm_w is None else norm_w.data_ptr(),
+        0.0 if norm is None else norm[1],
+        int(glu),
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
     return out
 
 
@@ -225,8 +315,9 @@ def torch_layer_op(x: torch.Tensor, norm: tuple[torch.Tensor, float] | None, glu
     return F.silu(gate) * up
 
 
-def sample(lib: ctypes.CDLL, logits: torch.Tensor, temperature: float, u: torch.Tensor
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def sample(
+    lib: ctypes.CDLL, logits: torch.Tensor, temperature: float, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row of softmax(logits / temperature) (R, V) fp32, by inverse CDF with the row's
     uniform u (R,) in [0, 1), and its log-prob: (R,) int64, (R,) fp32. One pass for the maximum, one
     over exp for the sum and part of one to find the token, where torch's log_softmax, exp, cumsum,
@@ -234,6 +325,7 @@ def sample(lib: ctypes.CDLL, logits: torch.Tensor, temperature: float, u: torch.
     logits, u = logits.contiguous(), u.contiguous().float()
     rows, v = logits.shape
     tok, logp = torch.empty(rows, dtype=torch.long), torch.empty(rows)
-    lib.rlvr_sample(logits.data_ptr(), rows, v, temperature, u.data_ptr(), tok.data_ptr(), logp.data_ptr(),
-                    torch.get_num_threads())
+    lib.rlvr_sample(
+        logits.data_ptr(), rows, v, temperature, u.data_ptr(), tok.data_ptr(), logp.data_ptr(), torch.get_num_threads()
+    )
     return tok, logp

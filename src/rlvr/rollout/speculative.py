@@ -50,13 +50,24 @@ def verdict(plain: SampleStats, speculative: SampleStats, tolerance: float) -> s
     allowed = 3 * max(plain.implausible / max(plain.tokens, 1), 1e-3) * speculative.tokens + 3
     if gap <= tolerance and speculative.implausible <= allowed:
         return None
-    return (f"mean sampled-token log-prob {speculative.mean_logp:.3f} with it vs {plain.mean_logp:.3f} without "
-            f"(tolerance {tolerance:g}); {speculative.implausible} of {speculative.tokens} tokens below "
-            f"{IMPLAUSIBLE_LOGP:g} vs {plain.implausible} of {plain.tokens}")
+    return (
+        f"mean sampled-token log-prob {speculative.mean_logp:.3f} with it vs {plain.mean_logp:.3f} without "
+        f"(tolerance {tolerance:g}); {speculative.implausible} of {speculative.tokens} tokens below "
+        f"{IMPLAUSIBLE_LOGP:g} vs {plain.implausible} of {plain.tokens}"
+    )
 
 
-def check_speculative(engine: RolloutEngine, reference: RolloutEngine, model, tokenizer,
-                      problems: Sequence[Problem], params: SamplingParams, *, method: str, tolerance: float) -> dict:
+def check_speculative(
+    engine: RolloutEngine,
+    reference: RolloutEngine,
+    model,
+    tokenizer,
+    problems: Sequence[Problem],
+    params: SamplingParams,
+    *,
+    method: str,
+    tolerance: float,
+) -> dict:
     """Sample `problems` with the speculative `engine` and with `reference` (plain decoding of the
     same weights), score both with `model`; raise a ConfigError naming rollout.speculative.method
     when they disagree. Returns both stats for the run's events. The torch RNG is left as it was."""
@@ -68,7 +79,9 @@ def check_speculative(engine: RolloutEngine, reference: RolloutEngine, model, to
         torch.set_rng_state(rng)
     problem = verdict(plain, spec, tolerance)
     if problem is not None:
-        raise ConfigError(f"rollout.speculative.method: {method!r} changes the sampling distribution on this "
-                          f"build: {problem}. Training on it would optimise corrupted samples; use "
-                          f"rollout.speculative.method=none")
+        raise ConfigError(
+            f"rollout.speculative.method: {method!r} changes the sampling distribution on this "
+            f"build: {problem}. Training on it would optimise corrupted samples; use "
+            f"rollout.speculative.method=none"
+        )
     return {"speculative": vars(spec), "plain": vars(plain)}

@@ -87,8 +87,13 @@ class HFStepper:
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(tokens), 1)], dim=-1)  # (R, L + 1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.next_pos[:, None],
-                         use_cache=True, **{self.arg: self.cache})
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=self.next_pos[:, None],
+            use_cache=True,
+            **{self.arg: self.cache},
+        )
         self.cache, self.next_pos = cache_of(out), self.next_pos + 1
         return out.logits[:, -1].float()  # (R, V)
 
@@ -107,8 +112,14 @@ an evaluation's decodes need no packing at all. It holds a copy of the weights w
 
 def _skinny_weight(layers: Sequence[nn.Linear], bias: torch.Tensor | None, lib) -> native.SkinnyWeight:
     shapes = tuple((id(lin), lin.weight.shape) for lin in layers)
-    values = tuple((lin.weight.data_ptr(), lin.weight._version,
-                    None if lin.bias is None else (lin.bias.data_ptr(), lin.bias._version)) for lin in layers)
+    values = tuple(
+        (
+            lin.weight.data_ptr(),
+            lin.weight._version,
+            None if lin.bias is None else (lin.bias.data_ptr(), lin.bias._version),
+        )
+        for lin in layers
+    )
     cached_shapes, cached_values, weight = _SKINNY.get(layers[0], (None, None, None))
     if weight is None or cached_shapes != shapes or weight.lib is not lib:
         weight = native.SkinnyWeight([lin.weight for lin in layers], bias, lib)
@@ -163,9 +174,16 @@ class _Linear:
 
     def __init__(self, *layers: nn.Linear, rows: int | None = None) -> None:
         biases = [layer.bias for layer in layers]
-        self.bias = None if all(b is None for b in biases) else torch.cat(
-            [b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
-             for b, layer in zip(biases, layers)])
+        self.bias = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [
+                    b.detach() if b is not None else layer.weight.new_zeros(layer.out_features)
+                    for b, layer in zip(biases, layers)
+                ]
+            )
+        )
         fp32 = layers[0].weight.dtype == torch.float32
         lib = native.library() if fp32 and rows is not None and rows <= native.SKINNY_ROWS else None
         self.skinny = _skinny_weight(layers, self.bias, lib) if lib is not None else None
@@ -174,8 +192,14 @@ class _Linear:
             self.weight, self.packed = _mkl_weight(layers)  # (N, K): a copy only if several; MKL's packing
         self.ops = native.library() if fp32 else None  # rlvr's RMSNorm and gated unit, where it builds
 
-    def __call__(self, x: torch.Tensor, norm: nn.Module | None = None, eps: float = 0.0, glu: bool = False,
-                 residual: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        x: torch.Tensor,
+        norm: nn.Module | None = None,
+        eps: float = 0.0,
+        glu: bool = False,
+        residual: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """f(x) @ W^T + b, x (M, K) contiguous, f: the RMSNorm `norm` (eps), the gated unit
         silu(x[:, :K]) * x[:, K:] where glu, else nothing; plus `residual`, in place (returned). The
         skinny GEMM does f and the sum in the same call as the product."""
@@ -208,8 +232,9 @@ class LlamaStepper:
             return False
         if getattr(cfg, "pretraining_tp", 1) != 1 or getattr(cfg, "use_sliding_window", False):
             return False
-        return all(type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(
-            ("_proj", "lm_head")))  # adapters (LoRA) and quantized layers go through the model's forward
+        return all(
+            type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(("_proj", "lm_head"))
+        )  # adapters (LoRA) and quantized layers go through the model's forward
 
     def __init__(self, model, max_new_tokens: int, rows: int | None = None) -> None:
         """`rows`: how many rows the decode starts with, where known (at most native.SKINNY_ROWS: that GEMM)."""
@@ -224,8 +249,10 @@ class LlamaStepper:
         # q, k, v as one product (one rotary call on q and k together), gate and up as one. This call's
         # weights (a stepper lives for one decode call).
         layers = self.body.layers
-        self.qkv = [_Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, rows=rows)
-                    for layer in layers]
+        self.qkv = [
+            _Linear(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, rows=rows)
+            for layer in layers
+        ]
         self.o = [_Linear(layer.self_attn.o_proj, rows=rows) for layer in layers]
         self.gate_up = [_Linear(layer.mlp.gate_proj, layer.mlp.up_proj, rows=rows) for layer in layers]
         self.down = [_Linear(layer.mlp.down_proj, rows=rows) for layer in layers]
@@ -235,8 +262,9 @@ class LlamaStepper:
         """RMSNorm of x (N, H), as LlamaRMSNorm computes it."""
         return F.rms_norm(x, x.shape[-1:], norm.weight, self.eps)
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, attend,
-                 real: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, attend, real: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Hidden state of each row's last position (R, H), ids and positions (R, S). attend(i, qkv, cos,
         sin) takes layer i's queries, keys and values (R, S, Hq + 2 Hkv, D) before the rotary embedding
         (cos, sin (R, S, D)), stores its keys and values and returns the attention output (R, Hq, S, D).
@@ -267,11 +295,12 @@ class LlamaStepper:
         hq, hkv, half = self.heads, self.kv_heads, self.head_dim // 2
         qk = qkv[:, :, : hq + hkv]  # (R, S, Hq + Hkv, D)
         qk = qk * cos[:, :, None] + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin[:, :, None]
-        return qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2), qkv[:, :, hq + hkv:].transpose(1, 2)
+        return qk[:, :, :hq].transpose(1, 2), qk[:, :, hq:].transpose(1, 2), qkv[:, :, hq + hkv :].transpose(1, 2)
 
     def _prompt_attend(self, rows: int, start: int, mask: torch.Tensor):
         """Prefill: layer i's new keys and values into slots [start, start + S) of the first `rows` prompt
         rows, and attention over slots [0, start + S) of those rows under `mask` (rows, 1, S, start + S)."""
+
         def attend(i, qkv, cos, sin):
             q, k_new, v_new = self._rotated(qkv, cos, sin)
             end = start + k_new.shape[2]
@@ -281,6 +310,7 @@ class LlamaStepper:
             if self.heads != self.kv_heads:
                 k, v = (t.repeat_interleave(self.heads // self.kv_heads, 1) for t in (k, v))
             return F.scaled_dot_product_attention(q.contiguous(), k, v, attn_mask=mask, scale=self.scale)
+
         return attend
 
     def _step_attend(self, i, qkv, cos, sin):
@@ -292,9 +322,23 @@ class LlamaStepper:
         r, hq, hkv, d = len(qkv), self.heads, self.kv_heads, self.head_dim
         if self.native is not None:
             cache_of = self.live if self.live is not None else self.cache_rows[:r]  # (R,) each row's cache row
-            o = native.decode_attention(self.native, qkv.view(r, hq + 2 * hkv, d), hq, cos.view(r, d), sin.view(r, d),
-                                        self.k[i], self.v[i], self.generated, cache_of, self.prompt_k[i],
-                                        self.prompt_v[i], self.prompt_mask, self.prompt_of, self.scale, self.scratch)
+            o = native.decode_attention(
+                self.native,
+                qkv.view(r, hq + 2 * hkv, d),
+                hq,
+                cos.view(r, d),
+                sin.view(r, d),
+                self.k[i],
+                self.v[i],
+                self.generated,
+                cache_of,
+                self.prompt_k[i],
+                self.prompt_v[i],
+                self.prompt_mask,
+                self.prompt_of,
+                self.scale,
+                self.scratch,
+            )
             return o.view(r, hq, 1, d)
         q, k_new, v_new = self._rotated(qkv, cos, sin)
         g = self.heads // hkv
@@ -307,7 +351,7 @@ class LlamaStepper:
             k[live, :, t], v[live, :, t] = k_new[:, :, 0], v_new[:, :, 0]
             q_rows = q.new_zeros(len(k), hkv, g, d)
             q_rows[live] = q
-        own, own_lse = _flash(q_rows, k[:, :, :t + 1], v[:, :, :t + 1], None, self.scale)  # (cache rows, Hkv, g, D)
+        own, own_lse = _flash(q_rows, k[:, :, : t + 1], v[:, :, : t + 1], None, self.scale)  # (cache rows, Hkv, g, D)
         if live is not None:
             own, own_lse = own[live], own_lse[live]
         b, group = len(self.prompt_k[i]), self.group
@@ -342,8 +386,11 @@ class LlamaStepper:
         self.prompt_v = [torch.zeros(size, dtype=self.dtype) for _ in self.body.layers]
         valid = torch.cat([torch.ones(b, c, dtype=torch.bool), mask.bool()], dim=1)  # (B, c + S): a real token
         if c:  # the prefix into row 0's slots [0, c), then copied to the other rows
-            self._forward(torch.tensor([list(prompts[0][:c])]), torch.arange(c)[None],
-                          self._prompt_attend(1, 0, torch.ones(c, c, dtype=torch.bool).tril()[None, None]))
+            self._forward(
+                torch.tensor([list(prompts[0][:c])]),
+                torch.arange(c)[None],
+                self._prompt_attend(1, 0, torch.ones(c, c, dtype=torch.bool).tril()[None, None]),
+            )
             for t in self.prompt_k + self.prompt_v:
                 t[1:, :, :c] = t[:1, :, :c]
         positions = c + (mask.cumsum(-1) - 1).clamp(min=0)  # (B, S): padding does not shift positions
@@ -353,7 +400,8 @@ class LlamaStepper:
         attend = torch.cat([attend.new_ones(b, 1, n, c), attend], dim=-1)  # (B, 1, S, c + S): the prefix for all
         logits = self._logits(self._forward(ids, positions, self._prompt_attend(b, c, attend), mask.bool()))
         self.prompt_mask = torch.zeros(b, 1, 1, c + n, dtype=self.dtype).masked_fill_(
-            ~valid[:, None, None], float("-inf"))  # (B, 1, 1, c + S): what a decode step reads
+            ~valid[:, None, None], float("-inf")
+        )  # (B, 1, 1, c + S): what a decode step reads
         self.prompt_next_pos = c + mask.sum(-1)  # (B,)
         self.repeat(1)
         return logits

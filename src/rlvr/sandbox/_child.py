@@ -25,12 +25,51 @@ except OSError:
 # A syscall filter (libseccomp) on top of the namespaces: kernel interfaces a test program never
 # needs and sandbox escapes use. Everything else is allowed; these fail with EPERM.
 DENIED_SYSCALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot", "unshare",
-    "setns", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree", "bpf", "perf_event_open",
-    "keyctl", "add_key", "request_key", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
-    "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl", "open_by_handle_at",
-    "name_to_handle_at", "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init", "syslog",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "vhangup",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "fanotify_init",
+    "syslog",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "iopl",
+    "ioperm",
+    "vhangup",
 )
 NEW_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 AF_UNIX = 1
@@ -40,16 +79,25 @@ EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
 
 
 class _ArgCmp(ctypes.Structure):  # struct scmp_arg_cmp
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
-                ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 if libseccomp is not None:  # signatures, once per process (the forked children inherit them)
     libseccomp.seccomp_init.restype = ctypes.c_void_p
     libseccomp.seccomp_init.argtypes = [ctypes.c_uint32]
     libseccomp.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    libseccomp.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                                  ctypes.POINTER(_ArgCmp)]
+    libseccomp.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
     libseccomp.seccomp_load.argtypes = [ctypes.c_void_p]
     libseccomp.seccomp_release.argtypes = [ctypes.c_void_p]
 
@@ -100,8 +148,11 @@ def dumps(x):
     if t is int:
         return int.__repr__(x)
     if t is float:
-        return float.__repr__(x) if x == x and x not in (float("inf"), float("-inf")) else \
-            ("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity"))
+        return (
+            float.__repr__(x)
+            if x == x and x not in (float("inf"), float("-inf"))
+            else ("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity"))
+        )
     if t is str:
         return _json.encode_basestring_ascii(x)
     if t in (set, frozenset):
@@ -119,12 +170,12 @@ def dumps(x):
 
 def drop_capabilities():
     """Root of a user namespace keeps its capabilities there; give them all up."""
+
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
     if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
@@ -141,9 +192,14 @@ def enter_child(req, stdin_fd, out_fd, err_fd, *pipes):
     os.closerange(len(wanted), 1 << 16)
     os.chdir(req["workdir"])
     lim = req["limits"]
-    for res, value in ((resource.RLIMIT_CPU, lim["cpu_s"]), (resource.RLIMIT_AS, lim["as_bytes"]),
-                       (resource.RLIMIT_FSIZE, lim["fsize_bytes"]), (resource.RLIMIT_NOFILE, lim["nofile"]),
-                       (resource.RLIMIT_NPROC, lim["nproc"]), (resource.RLIMIT_CORE, 0)):
+    for res, value in (
+        (resource.RLIMIT_CPU, lim["cpu_s"]),
+        (resource.RLIMIT_AS, lim["as_bytes"]),
+        (resource.RLIMIT_FSIZE, lim["fsize_bytes"]),
+        (resource.RLIMIT_NOFILE, lim["nofile"]),
+        (resource.RLIMIT_NPROC, lim["nproc"]),
+        (resource.RLIMIT_CORE, 0),
+    ):
         resource.setrlimit(res, (value, value))  # soft = hard: the program cannot raise them
     os.nice(10)  # the trainer shares these cores
     _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)  # Python ignores it; past the file-size limit, stop
@@ -164,19 +220,20 @@ def enter_child(req, stdin_fd, out_fd, err_fd, *pipes):
     os.environ.update(env)
     sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
     sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace",
-                                       buffering=1, closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
     sys.argv = ["solution.py"]
     sys.path[:] = req["sys_path"]  # -S skipped site; give the program the interpreter's usual path
 
 
 def _print_exc():
     import traceback  # imports `re`: pay for it only when there is a traceback to print
+
     traceback.print_exc()
 
 
 def _describe_exc():
     import traceback
+
     return "".join(traceback.format_exception_only(*sys.exc_info()[:2])).strip()[-500:]
 
 
@@ -186,6 +243,7 @@ def run_child(req, start):
 
     def _exit(code=None):
         raise SystemExit(code)
+
     builtins.exit = builtins.quit = _exit  # normally added by `site`
     nonce, res_fd = req["nonce"], 3
 
@@ -261,7 +319,9 @@ def plain(x, depth=0):
         return t(plain(v, depth + 1) for v in x)
     if t is dict:
         return {plain(k, depth + 1): plain(v, depth + 1) for k, v in x.items()}
-    raise TypeError(f"result of type {t.__name__} is not plain data (int, float, str, bool, None, list, tuple, dict, set)")
+    raise TypeError(
+        f"result of type {t.__name__} is not plain data (int, float, str, bool, None, list, tuple, dict, set)"
+    )
 
 
 def probe_child(req):
@@ -277,6 +337,7 @@ def probe_child(req):
     with open("/proc/self/status") as f:
         facts["seccomp"] = next((ln.split()[1] for ln in f if ln.startswith("Seccomp:")), "?")  # 2 = filter
     import socket
+
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(2)
@@ -298,6 +359,8 @@ def probe_child(req):
     facts["writes"] = writes
     with open("/proc/self/mountinfo") as f:
         facts["mounts"] = [(p[4], "ro" if "ro" in p[5].split(",") else "rw") for p in (ln.split() for ln in f)]
-    facts["limits"] = {name: resource.getrlimit(getattr(resource, name)) for name in
-                       ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE")}
+    facts["limits"] = {
+        name: resource.getrlimit(getattr(resource, name))
+        for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE")
+    }
     return facts

@@ -44,6 +44,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I left the script's folder out
 from _checker import run_assert  # noqa: E402
 from _child import dumps, enter_child, probe_child, run_child  # noqa: E402
+
 del sys.path[0]
 
 SIGNAL_NAMES = {getattr(_signal, n): n for n in dir(_signal) if n.startswith("SIG") and not n.startswith("SIG_")}
@@ -73,8 +74,12 @@ def _kept_flags(path):
     # In a user namespace the flags of an inherited mount are locked; a remount
     # that drops one of them fails, so carry them over.
     f = os.statvfs(path).f_flag
-    return ((MS_NOEXEC if f & os.ST_NOEXEC else 0) | (MS_NOATIME if f & os.ST_NOATIME else 0)
-            | (MS_NODIRATIME if f & os.ST_NODIRATIME else 0) | (MS_RELATIME if f & os.ST_RELATIME else 0))
+    return (
+        (MS_NOEXEC if f & os.ST_NOEXEC else 0)
+        | (MS_NOATIME if f & os.ST_NOATIME else 0)
+        | (MS_NODIRATIME if f & os.ST_NODIRATIME else 0)
+        | (MS_RELATIME if f & os.ST_RELATIME else 0)
+    )
 
 
 def _under(path, roots):
@@ -127,12 +132,21 @@ def build_root(req):
         os.symlink(dest, new + path)
     for d in ("proc", WORKDIR[1:], "tmp", "dev/shm", PRIVATE[1:]):
         os.makedirs(f"{new}/{d}", exist_ok=True)
-    for name, dest in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                       ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, dest in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(dest, f"{new}/dev/{name}")
     mount("proc", f"{new}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    mount("tmpfs", new + PRIVATE, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          f"size={2 * req['limits']['fsize_bytes'] + (1 << 20)},mode=0700")
+    mount(
+        "tmpfs",
+        new + PRIVATE,
+        "tmpfs",
+        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        f"size={2 * req['limits']['fsize_bytes'] + (1 << 20)},mode=0700",
+    )
     os.chdir(new)
     nr = PIVOT_ROOT_NR.get(os.uname().machine)
     if nr is None:
@@ -147,8 +161,11 @@ def fresh_dirs(req):
     """Fresh, empty /work (owned by the sandbox uid), /tmp and /dev/shm for every spawn."""
     if req["isolate"]:
         size = req["tmpfs_mb"]
-        for path, opts in ((WORKDIR, f"mode=0700,uid={req['uid'] or 0},gid={req['gid'] or 0}"),
-                           ("/tmp", "mode=1777"), ("/dev/shm", "mode=1777")):
+        for path, opts in (
+            (WORKDIR, f"mode=0700,uid={req['uid'] or 0},gid={req['gid'] or 0}"),
+            ("/tmp", "mode=1777"),
+            ("/dev/shm", "mode=1777"),
+        ):
             if os.path.ismount(path):
                 umount(path)
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size}m,nr_inodes=16384,{opts}")
@@ -158,6 +175,7 @@ def fresh_dirs(req):
             _read_only(path)
     else:  # no mount namespace: a host directory the executor created and will delete
         import shutil
+
         shutil.rmtree(req["workdir"], ignore_errors=True)
         os.mkdir(req["workdir"], 0o700)
         if req["uid"] is not None:
@@ -338,8 +356,17 @@ def outcome(req, why, status, cpu_s, lines, elapsed):
         st, reason = "ok", ""
     out, out_trunc = read_capped(f"{req['private_dir']}/out", req["max_output_bytes"])
     err, err_trunc = read_capped(f"{req['private_dir']}/err", req["max_output_bytes"])
-    return {"status": st, "reason": reason, "exit_code": exit_code, "signal": sig, "time_s": round(elapsed, 4),
-            "cpu_s": round(cpu_s, 4), "stdout": out, "stderr": err[-4000:], "truncated": out_trunc or err_trunc}
+    return {
+        "status": st,
+        "reason": reason,
+        "exit_code": exit_code,
+        "signal": sig,
+        "time_s": round(elapsed, 4),
+        "cpu_s": round(cpu_s, 4),
+        "stdout": out,
+        "stderr": err[-4000:],
+        "truncated": out_trunc or err_trunc,
+    }
 
 
 def supervise(req):
@@ -367,7 +394,7 @@ def supervise(req):
         pid, r = spawn(req, i, stdin_text)
         why, status, cpu_s, lines = watch(req, pid, r, on_progress)
         res = outcome(req, why, status, cpu_s, lines, time.monotonic() - t0)
-        res["lines"] = [ln for ln in lines if ln.startswith(nonce + " ")][:n + 1]
+        res["lines"] = [ln for ln in lines if ln.startswith(nonce + " ")][: n + 1]
         if mode in ("program", "probe"):
             cases[i] = res
             i += 1
@@ -395,8 +422,10 @@ def supervise(req):
             if req["stop_on_failure"]:
                 break
         i = j + 1
-    return {"ok": True, "cases": [c if c is not None else {"status": "skipped", "reason": "not_run", "skipped": True}
-                                  for c in cases]}
+    return {
+        "ok": True,
+        "cases": [c if c is not None else {"status": "skipped", "reason": "not_run", "skipped": True} for c in cases],
+    }
 
 
 def main():
@@ -417,7 +446,7 @@ def main():
         reply = {"ok": False, "error": f"{stage}: {type(exc).__name__}: {exc}"}
     data = memoryview(dumps(reply).encode())
     while data:
-        data = data[os.write(1, data):]
+        data = data[os.write(1, data) :]
     os._exit(0)  # skip interpreter teardown: the host is waiting, and pid 1's exit ends the namespace
 
 

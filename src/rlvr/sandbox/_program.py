@@ -36,8 +36,11 @@ def encode(x, depth=0):
     if t is int:
         return int.__repr__(x)
     if t is float:
-        return float.__repr__(x) if x == x and x not in (float("inf"), float("-inf")) else \
-            ("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity"))
+        return (
+            float.__repr__(x)
+            if x == x and x not in (float("inf"), float("-inf"))
+            else ("NaN" if x != x else ("Infinity" if x > 0 else "-Infinity"))
+        )
     if t is str:
         return _json.encode_basestring_ascii(x)
     if t is list:
@@ -45,10 +48,14 @@ def encode(x, depth=0):
     if t in (tuple, set, frozenset):
         return '{"' + t.__name__ + '":[' + ",".join(encode(v, depth + 1) for v in x) + "]}"
     if t is dict:
-        return '{"dict":[' + ",".join("[" + encode(k, depth + 1) + "," + encode(v, depth + 1) + "]"
-                                      for k, v in x.items()) + "]}"
-    raise TypeError(f"a value of type {t.__name__} is not plain data (int, float, str, bool, None, list, tuple, "
-                    "dict, set)")
+        return (
+            '{"dict":['
+            + ",".join("[" + encode(k, depth + 1) + "," + encode(v, depth + 1) + "]" for k, v in x.items())
+            + "]}"
+        )
+    raise TypeError(
+        f"a value of type {t.__name__} is not plain data (int, float, str, bool, None, list, tuple, dict, set)"
+    )
 
 
 def decode(x, depth=0):
@@ -59,7 +66,7 @@ def decode(x, depth=0):
     if type(x) is list:
         return [decode(v, depth + 1) for v in x]
     if type(x) is dict and len(x) == 1:
-        (tag, items), = x.items()
+        ((tag, items),) = x.items()
         if type(items) is list:
             if tag == "tuple":
                 return tuple(decode(v, depth + 1) for v in items)
@@ -72,6 +79,7 @@ def decode(x, depth=0):
 
 def _describe():
     import traceback
+
     return "".join(traceback.format_exception_only(*sys.exc_info()[:2])).strip()[-500:]
 
 
@@ -94,7 +102,7 @@ def receive():
 def reply(text):
     data = (text + "\n").encode()
     while data:
-        data = data[os.write(4, data):]
+        data = data[os.write(4, data) :]
 
 
 def main():

@@ -21,6 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I left the script's folder out
 import _harness  # noqa: E402
+
 del sys.path[0]
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -96,7 +97,7 @@ def serve(sock):
         fds = array.array("i")
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
         try:
             if len(fds) != 3:
                 raise OSError(f"expected 3 descriptors, got {len(fds)}")

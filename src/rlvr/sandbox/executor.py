@@ -39,8 +39,19 @@ from rlvr.sandbox.isolation import IsolationPlan, IsolationReport, build_report,
 HARNESS = Path(__file__).with_name("_harness.py")
 # Only these reach the sandbox launcher: nothing from the parent's environment (tokens, keys).
 LAUNCH_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-SYSTEM_RO_PATHS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-                   "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"]
+SYSTEM_RO_PATHS = [
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+]
 Mode = Literal["program", "function", "assert", "probe"]
 
 
@@ -69,8 +80,9 @@ class Interpreter:
     @classmethod
     def inspect(cls, executable: str) -> "Interpreter":
         code = "import sys, json; print(json.dumps([sys.path, sys.prefix, sys.base_prefix, sys.exec_prefix]))"
-        out = subprocess.run([executable, "-I", "-c", code], capture_output=True, text=True,
-                             env=LAUNCH_ENV, timeout=60, check=True).stdout
+        out = subprocess.run(
+            [executable, "-I", "-c", code], capture_output=True, text=True, env=LAUNCH_ENV, timeout=60, check=True
+        ).stdout
         sys_path, *prefixes = json.loads(out)
         roots = [os.path.realpath(p) for p in prefixes] + list(prefixes)
         return cls(executable, sys_path, sorted(set(roots)))
@@ -117,13 +129,27 @@ class Sandbox:
     def limits(self, mode: Mode, case_timeout_s: float, total_timeout_s: float) -> dict[str, int]:
         # One function-mode process runs many cases in a row, so its CPU limit covers the total.
         cpu = total_timeout_s if mode in ("function", "assert") else case_timeout_s
-        return {"cpu_s": math.ceil(cpu) + 1, "as_bytes": self.cfg.memory_mb << 20,
-                "fsize_bytes": self.cfg.max_file_mb << 20, "nofile": self.cfg.max_open_files,
-                "nproc": self.cfg.max_processes}
+        return {
+            "cpu_s": math.ceil(cpu) + 1,
+            "as_bytes": self.cfg.memory_mb << 20,
+            "fsize_bytes": self.cfg.max_file_mb << 20,
+            "nofile": self.cfg.max_open_files,
+            "nproc": self.cfg.max_processes,
+        }
 
-    def execute(self, mode: Mode, source: str, cases: list[dict[str, Any]], *, entry_point: str | None = None,
-                test: str | None = None, stop_on_failure: bool = False, case_timeout_s: float | None = None,
-                total_timeout_s: float | None = None, host_marker: str = "") -> Execution:
+    def execute(
+        self,
+        mode: Mode,
+        source: str,
+        cases: list[dict[str, Any]],
+        *,
+        entry_point: str | None = None,
+        test: str | None = None,
+        stop_on_failure: bool = False,
+        case_timeout_s: float | None = None,
+        total_timeout_s: float | None = None,
+        host_marker: str = "",
+    ) -> Execution:
         case_t = float(case_timeout_s or self.cfg.case_timeout_s)
         total_t = float(total_timeout_s or self.cfg.timeout_s)
         nonce = secrets.token_hex(16)
@@ -131,20 +157,41 @@ class Sandbox:
         tmp = tempfile.mkdtemp(prefix="rlvr-sandbox-") if not self.plan.isolate else None
         isolated_dirs = {"workdir": "/sandbox", "private_dir": "/.h"}
         host_dirs = {"workdir": f"{tmp}/work", "private_dir": f"{tmp}/h"}
-        req = {"mode": mode, "source": source, "cases": cases, "entry_point": entry_point, "test": test,
-               "nonce": nonce, "stop_on_failure": stop_on_failure, "case_timeout_s": case_t,
-               "total_timeout_s": total_t, "limits": self.limits(mode, case_t, total_t),
-               "uid": uid, "gid": uid, "ro_paths": self.ro_paths, "tmpfs_mb": self.cfg.tmpfs_mb,
-               "seccomp": self.cfg.seccomp,
-               "max_output_bytes": self.cfg.max_output_bytes, "isolate": self.plan.isolate,
-               "total_memory_bytes": self.cfg.total_memory_mb << 20,
-               "sys_path": self.interpreter.sys_path, "python": self.interpreter.executable, "host_marker": host_marker,
-               # Where the probe tries to write. Without a mount namespace these are host paths:
-               # then only the run's own directory, never system directories.
-               "probe_paths": ["/probe-write", "/usr/probe-write", self.interpreter.roots[0] + "/probe-write",
-                               "/sandbox/probe-write", "/tmp/probe-write"] if self.plan.isolate else
-                              [f"{tmp}/work/probe-write"],
-               **(isolated_dirs if self.plan.isolate else host_dirs)}
+        req = {
+            "mode": mode,
+            "source": source,
+            "cases": cases,
+            "entry_point": entry_point,
+            "test": test,
+            "nonce": nonce,
+            "stop_on_failure": stop_on_failure,
+            "case_timeout_s": case_t,
+            "total_timeout_s": total_t,
+            "limits": self.limits(mode, case_t, total_t),
+            "uid": uid,
+            "gid": uid,
+            "ro_paths": self.ro_paths,
+            "tmpfs_mb": self.cfg.tmpfs_mb,
+            "seccomp": self.cfg.seccomp,
+            "max_output_bytes": self.cfg.max_output_bytes,
+            "isolate": self.plan.isolate,
+            "total_memory_bytes": self.cfg.total_memory_mb << 20,
+            "sys_path": self.interpreter.sys_path,
+            "python": self.interpreter.executable,
+            "host_marker": host_marker,
+            # Where the probe tries to write. Without a mount namespace these are host paths:
+            # then only the run's own directory, never system directories.
+            "probe_paths": [
+                "/probe-write",
+                "/usr/probe-write",
+                self.interpreter.roots[0] + "/probe-write",
+                "/sandbox/probe-write",
+                "/tmp/probe-write",
+            ]
+            if self.plan.isolate
+            else [f"{tmp}/work/probe-write"],
+            **(isolated_dirs if self.plan.isolate else host_dirs),
+        }
         if tmp:
             os.mkdir(f"{tmp}/h", 0o700)
             if uid is not None:
@@ -164,8 +211,15 @@ class Sandbox:
         try:
             # New session: the launcher, the harness and anything the harness forks share one
             # process group that a single killpg reaches.
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=LAUNCH_ENV, cwd="/", start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=LAUNCH_ENV,
+                cwd="/",
+                start_new_session=True,
+            )
         except OSError as exc:
             return Execution(False, nonce=nonce, error=f"could not start the sandbox: {exc}")
         try:
@@ -173,8 +227,12 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             _killpg(proc.pid)  # unshare is not reaped yet, so its pid (= the group id) is still ours
             proc.communicate()
-            return Execution(False, nonce=nonce, wall_s=time.perf_counter() - t0,
-                             error=f"sandbox did not finish within {hard_timeout:.1f} s and was killed")
+            return Execution(
+                False,
+                nonce=nonce,
+                wall_s=time.perf_counter() - t0,
+                error=f"sandbox did not finish within {hard_timeout:.1f} s and was killed",
+            )
         except BaseException:
             if proc.returncode is None:
                 _killpg(proc.pid)
@@ -208,8 +266,12 @@ class Sandbox:
         finally:
             os.close(pidfd)
         if not finished:
-            return Execution(False, nonce=nonce, wall_s=time.perf_counter() - t0,
-                             error=f"sandbox did not finish within {hard_timeout:.1f} s and was killed")
+            return Execution(
+                False,
+                nonce=nonce,
+                wall_s=time.perf_counter() - t0,
+                error=f"sandbox did not finish within {hard_timeout:.1f} s and was killed",
+            )
         return _reply(out, err, "no reply", nonce, t0)
 
     def close(self) -> None:

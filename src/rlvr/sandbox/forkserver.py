@@ -33,9 +33,14 @@ class ForkServer:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._proc = subprocess.Popen([self.python, "-I", "-S", "-B", str(SERVER), str(theirs.fileno())],
-                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=self.env,
-                                      cwd="/", start_new_session=True)
+        self._proc = subprocess.Popen(
+            [self.python, "-I", "-S", "-B", str(SERVER), str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd="/",
+            start_new_session=True,
+        )
         theirs.close()
         ours.settimeout(30.0)  # a spawn takes milliseconds; past this the server is stuck
         self._sock = ours
@@ -72,7 +77,7 @@ class ForkServer:
                 received = array.array("i")
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        received.frombytes(data[:len(data) - len(data) % received.itemsize])
+                        received.frombytes(data[: len(data) - len(data) % received.itemsize])
                 if msg == b"ok" and len(received) == 1:
                     os.set_inheritable(received[0], False)
                     return received[0]
@@ -86,8 +91,7 @@ class ForkServer:
             self._stop()
 
 
-def exchange(stdin_w: int, stdout_r: int, stderr_r: int, data: bytes,
-             deadline: float) -> tuple[bytes, bytes, bool]:
+def exchange(stdin_w: int, stdout_r: int, stderr_r: int, data: bytes, deadline: float) -> tuple[bytes, bytes, bool]:
     """Write `data` to the sandbox, read its stdout and stderr to EOF. Closes the three
     descriptors. Returns (stdout, stderr, finished); finished is False at the deadline."""
     out: dict[int, list[bytes]] = {stdout_r: [], stderr_r: []}
@@ -108,7 +112,7 @@ def exchange(stdin_w: int, stdout_r: int, stderr_r: int, data: bytes,
                     fd = key.fd
                     if fd == stdin_w:
                         try:
-                            view = view[os.write(fd, view[:65536]):]
+                            view = view[os.write(fd, view[:65536]) :]
                         except BrokenPipeError:
                             view = view[:0]
                         if not view:

@@ -25,14 +25,16 @@ from rlvr.config.code import CodeConfig
 
 REQUIRED = ("network", "filesystem", "processes")
 NAMESPACE_FLAGS = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--propagation", "private"]
-INSTALL_UNSHARE = ("the `unshare` command is missing: install util-linux "
-                   "(Debian/Ubuntu: apt-get install util-linux; Fedora/RHEL: dnf install util-linux)")
+INSTALL_UNSHARE = (
+    "the `unshare` command is missing: install util-linux "
+    "(Debian/Ubuntu: apt-get install util-linux; Fedora/RHEL: dnf install util-linux)"
+)
 HINTS = {
     "namespaces": "creating namespaces as root failed; in a container allow it (docker run --cap-add SYS_ADMIN "
-                  "--security-opt seccomp=unconfined --security-opt apparmor=unconfined, or --privileged)",
+    "--security-opt seccomp=unconfined --security-opt apparmor=unconfined, or --privileged)",
     "user_namespaces": "unprivileged user namespaces are disabled; enable them (sysctl -w "
-                       "kernel.unprivileged_userns_clone=1 and user.max_user_namespaces=10000; on Ubuntu 24.04+ "
-                       "also kernel.apparmor_restrict_unprivileged_userns=0) or run rlvr as root",
+    "kernel.unprivileged_userns_clone=1 and user.max_user_namespaces=10000; on Ubuntu 24.04+ "
+    "also kernel.apparmor_restrict_unprivileged_userns=0) or run rlvr as root",
     "none": "reward.code.isolation is 'none': set it to 'auto' to use namespaces",
 }
 
@@ -60,19 +62,34 @@ def plans_to_try(cfg: CodeConfig) -> list[IsolationPlan]:
     unshare = shutil.which("unshare", path="/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
     root = os.geteuid() == 0
     plans = {
-        "namespaces": IsolationPlan("namespaces", [str(unshare), *NAMESPACE_FLAGS], True, True,
-                                    None if unshare and root else INSTALL_UNSHARE if not unshare else
-                                    "needs root (rlvr is not running as root)"),
-        "user_namespaces": IsolationPlan("user_namespaces", [str(unshare), "--user", "--map-root-user",
-                                                             *NAMESPACE_FLAGS], True, False,
-                                         None if unshare else INSTALL_UNSHARE),
+        "namespaces": IsolationPlan(
+            "namespaces",
+            [str(unshare), *NAMESPACE_FLAGS],
+            True,
+            True,
+            None
+            if unshare and root
+            else INSTALL_UNSHARE
+            if not unshare
+            else "needs root (rlvr is not running as root)",
+        ),
+        "user_namespaces": IsolationPlan(
+            "user_namespaces",
+            [str(unshare), "--user", "--map-root-user", *NAMESPACE_FLAGS],
+            True,
+            False,
+            None if unshare else INSTALL_UNSHARE,
+        ),
         "none": IsolationPlan("none", [], False, root),
     }
     # As root the fork server makes the namespaces itself (no `unshare` needed); if it
     # fails here, the `unshare` launcher is tried next.
     served = IsolationPlan("namespaces", [], True, True, None if root else "needs root", server=True)
-    by_name = {"namespaces": [served, plans["namespaces"]], "user_namespaces": [plans["user_namespaces"]],
-               "none": [plans["none"]]}
+    by_name = {
+        "namespaces": [served, plans["namespaces"]],
+        "user_namespaces": [plans["user_namespaces"]],
+        "none": [plans["none"]],
+    }
     if cfg.isolation != "auto":
         return by_name[cfg.isolation]
     return by_name["namespaces"] * root + [plans["user_namespaces"], plans["none"]]
@@ -94,9 +111,16 @@ class IsolationReport:
         return all(self.protections.get(name, (False, ""))[0] for name in self.required)
 
     def text(self) -> str:
-        verdict = ("all required protections active" if self.meets_requirements else
-                   "REQUIRED PROTECTIONS MISSING: " + ("code rewards refused (reward.code.require_isolation=true)"
-                                                      if self.require else "running anyway (require_isolation=false)"))
+        verdict = (
+            "all required protections active"
+            if self.meets_requirements
+            else "REQUIRED PROTECTIONS MISSING: "
+            + (
+                "code rewards refused (reward.code.require_isolation=true)"
+                if self.require
+                else "running anyway (require_isolation=false)"
+            )
+        )
         lines = [f"code sandbox: isolation '{self.plan}' - {verdict}"]
         for name, (active, what) in self.protections.items():
             lines.append(f"  {name:<12} {'active ' if active else 'MISSING'}  {what}")
@@ -112,72 +136,112 @@ def _mib(n: int) -> str:
     return f"{n >> 20} MiB"
 
 
-def build_report(cfg: CodeConfig, plan: IsolationPlan, ro_paths: list[str], drop_uid: bool, facts: dict[str, Any] | None,
-                 error: str | None, tried: list[IsolationReport]) -> IsolationReport:
-    report = IsolationReport(plan.label, require=cfg.require_isolation,
-                             required=REQUIRED + (("syscalls",) if cfg.seccomp else ()))
+def build_report(
+    cfg: CodeConfig,
+    plan: IsolationPlan,
+    ro_paths: list[str],
+    drop_uid: bool,
+    facts: dict[str, Any] | None,
+    error: str | None,
+    tried: list[IsolationReport],
+) -> IsolationReport:
+    report = IsolationReport(
+        plan.label, require=cfg.require_isolation, required=REQUIRED + (("syscalls",) if cfg.seccomp else ())
+    )
     for earlier in tried:
         report.missing += [f"[{earlier.plan}] {m}" for m in earlier.missing]
     if facts is None:
         for name in REQUIRED:
             report.protections[name] = (False, f"not set up: {error}")
-        report.missing.append(f"[{plan.name}] {error}; {HINTS[plan.name]}" if plan.name != "none" or
-                              cfg.isolation == "none" else f"[none] {error}")
+        report.missing.append(
+            f"[{plan.name}] {error}; {HINTS[plan.name]}"
+            if plan.name != "none" or cfg.isolation == "none"
+            else f"[none] {error}"
+        )
         return report
     host = _host_ns()
     own = {name: facts[f"ns_{name}"] != host[name] for name in host}
     p = report.protections
     net_ok = own["net"] and facts["interfaces"] == ["lo"]
-    p["network"] = (net_ok, f"{'own' if own['net'] else 'HOST'} network namespace; interfaces: "
-                            f"{', '.join(facts['interfaces'])}; connect to 127.0.0.1 -> {facts['loopback']}")
+    p["network"] = (
+        net_ok,
+        f"{'own' if own['net'] else 'HOST'} network namespace; interfaces: "
+        f"{', '.join(facts['interfaces'])}; connect to 127.0.0.1 -> {facts['loopback']}",
+    )
     writes = facts["writes"]
     outside_blocked = all(v != "ok" for k, v in writes.items() if not k.startswith(("/sandbox/", "/tmp/")))
     fs_ok = own["mnt"] and not facts["host_marker_visible"] and outside_blocked
     if plan.isolate:
-        what = (f"private root; read-only: {', '.join(sorted(ro_paths))}; writable, fresh per run, in memory "
-                f"({cfg.tmpfs_mb} MiB each): /sandbox (working directory), /tmp, /dev/shm; every other host path is absent")
+        what = (
+            f"private root; read-only: {', '.join(sorted(ro_paths))}; writable, fresh per run, in memory "
+            f"({cfg.tmpfs_mb} MiB each): /sandbox (working directory), /tmp, /dev/shm; every other host path is absent"
+        )
     else:
         what = "host filesystem, writable wherever the running uid may write"
-    p["filesystem"] = (fs_ok, what + ("" if fs_ok else f"; probe: host file visible={facts['host_marker_visible']},"
-                                                         f" writes={writes}"))
-    p["processes"] = (own["pid"], f"own pid namespace ({facts['processes']} processes visible); every process "
-                                  f"left after a case is killed" if own["pid"] else
-                      "no pid namespace: only the process group (and the sandbox uid, if any) is killed; "
-                      "a daemon that leaves both can survive")
+    p["filesystem"] = (
+        fs_ok,
+        what + ("" if fs_ok else f"; probe: host file visible={facts['host_marker_visible']}, writes={writes}"),
+    )
+    p["processes"] = (
+        own["pid"],
+        f"own pid namespace ({facts['processes']} processes visible); every process left after a case is killed"
+        if own["pid"]
+        else "no pid namespace: only the process group (and the sandbox uid, if any) is killed; "
+        "a daemon that leaves both can survive",
+    )
     unprivileged = facts["uid"] != 0 and facts["cap_eff"].strip("0") == ""
     if facts["uid"] != 0:
         who = f"uid {facts['uid']}, a fresh unused uid per run" if drop_uid else f"uid {facts['uid']}"
     else:
-        who = (f"root of a user namespace (mapped to host uid {os.geteuid()})" if plan.name == "user_namespaces"
-               else "root")
+        who = (
+            f"root of a user namespace (mapped to host uid {os.geteuid()})"
+            if plan.name == "user_namespaces"
+            else "root"
+        )
     caps = "no capabilities" if facts["cap_eff"].strip("0") == "" else f"capabilities {facts['cap_eff']}"
-    p["user"] = (unprivileged or (plan.name == "user_namespaces" and caps == "no capabilities"),
-                 f"{who}; {caps}; no_new_privs")
-    p["environment"] = (set(facts["env"]) <= {"PATH", "HOME", "LANG"},
-                        f"empty except {', '.join(facts['env'])} (nothing from the parent)")
+    p["user"] = (
+        unprivileged or (plan.name == "user_namespaces" and caps == "no capabilities"),
+        f"{who}; {caps}; no_new_privs",
+    )
+    p["environment"] = (
+        set(facts["env"]) <= {"PATH", "HOME", "LANG"},
+        f"empty except {', '.join(facts['env'])} (nothing from the parent)",
+    )
     lim = {k: v[0] for k, v in facts["limits"].items()}
     soft_hard = all(v[0] == v[1] for v in facts["limits"].values())
     # The kernel never applies RLIMIT_NPROC to host root (also when mapped from a user namespace).
     nproc_applies = facts["uid"] != 0 or (plan.name == "user_namespaces" and os.geteuid() != 0)
-    p["limits"] = (soft_hard and nproc_applies,
-                   f"cpu {lim['RLIMIT_CPU']} s, address space {_mib(lim['RLIMIT_AS'])}, file size "
-                   f"{_mib(lim['RLIMIT_FSIZE'])}, open files {lim['RLIMIT_NOFILE']}, processes "
-                   f"{lim['RLIMIT_NPROC']}{'' if nproc_applies else ' (NOT enforced: runs as root)'}, core dumps "
-                   f"{lim['RLIMIT_CORE']}; soft = hard: {soft_hard}; wall clock {cfg.case_timeout_s:g} s per case, "
-                   f"{cfg.timeout_s:g} s per run; resident memory of all processes "
-                   + (f"{cfg.total_memory_mb} MiB" if cfg.total_memory_mb and own["pid"] else "NOT watched"))
+    p["limits"] = (
+        soft_hard and nproc_applies,
+        f"cpu {lim['RLIMIT_CPU']} s, address space {_mib(lim['RLIMIT_AS'])}, file size "
+        f"{_mib(lim['RLIMIT_FSIZE'])}, open files {lim['RLIMIT_NOFILE']}, processes "
+        f"{lim['RLIMIT_NPROC']}{'' if nproc_applies else ' (NOT enforced: runs as root)'}, core dumps "
+        f"{lim['RLIMIT_CORE']}; soft = hard: {soft_hard}; wall clock {cfg.case_timeout_s:g} s per case, "
+        f"{cfg.timeout_s:g} s per run; resident memory of all processes "
+        + (f"{cfg.total_memory_mb} MiB" if cfg.total_memory_mb and own["pid"] else "NOT watched"),
+    )
     if facts.get("seccomp") == "2":
-        p["syscalls"] = (True, "seccomp filter: no ptrace, mount, new namespaces, kernel modules, bpf, "
-                               "io_uring, keyrings or clock setting; sockets AF_UNIX only")
+        p["syscalls"] = (
+            True,
+            "seccomp filter: no ptrace, mount, new namespaces, kernel modules, bpf, "
+            "io_uring, keyrings or clock setting; sockets AF_UNIX only",
+        )
     else:
-        p["syscalls"] = (False, "no syscall filter (reward.code.seccomp=false, or libseccomp is not installed or "
-                                "the kernel refused the filter)")
-    p["ipc, uts"] = (own["ipc"] and own["uts"], "own ipc and uts namespaces" if own["ipc"] and own["uts"]
-                     else "shared with the host")
+        p["syscalls"] = (
+            False,
+            "no syscall filter (reward.code.seccomp=false, or libseccomp is not installed or "
+            "the kernel refused the filter)",
+        )
+    p["ipc, uts"] = (
+        own["ipc"] and own["uts"],
+        "own ipc and uts namespaces" if own["ipc"] and own["uts"] else "shared with the host",
+    )
     for name in REQUIRED:
         if not p[name][0]:
             report.missing.append(f"[{plan.name}] {name} isolation is not active; {HINTS[plan.name]}")
     if cfg.seccomp and not p["syscalls"][0]:
-        report.missing.append(f"[{plan.name}] the syscall filter asked for (reward.code.seccomp=true) is not active: "
-                              "apt-get install libseccomp2 (and a kernel with seccomp), or set reward.code.seccomp=false")
+        report.missing.append(
+            f"[{plan.name}] the syscall filter asked for (reward.code.seccomp=true) is not active: "
+            "apt-get install libseccomp2 (and a kernel with seccomp), or set reward.code.seccomp=false"
+        )
     return report

@@ -34,8 +34,9 @@ class ExecutionPool:
         queued = time.perf_counter()
         return self._executor.submit(self._run, queued, mode, source, cases, kwargs)
 
-    def _run(self, queued: float, mode: str, source: str, cases: list[dict[str, Any]],
-             kwargs: dict[str, Any]) -> Execution:
+    def _run(
+        self, queued: float, mode: str, source: str, cases: list[dict[str, Any]], kwargs: dict[str, Any]
+    ) -> Execution:
         started = time.perf_counter()
         try:
             run = self.sandbox.execute(mode, source, cases, **kwargs)  # type: ignore[arg-type]
@@ -63,13 +64,15 @@ class ExecutionPool:
         now = time.perf_counter()
         with self._lock:
             n, elapsed = self._executions, max(now - self._since, 1e-9)
-            out = {"sandbox/executions": float(n),
-                   "sandbox/executions_per_s": n / elapsed,
-                   "sandbox/cases": float(self._cases),
-                   "sandbox/timeout_rate": self._timeouts / self._cases if self._cases else 0.0,
-                   "sandbox/invalid": float(self._invalid),
-                   "sandbox/exec_s_mean": self._exec_s / n if n else 0.0,
-                   "sandbox/queue_s_mean": self._queue_s / n if n else 0.0}
+            out = {
+                "sandbox/executions": float(n),
+                "sandbox/executions_per_s": n / elapsed,
+                "sandbox/cases": float(self._cases),
+                "sandbox/timeout_rate": self._timeouts / self._cases if self._cases else 0.0,
+                "sandbox/invalid": float(self._invalid),
+                "sandbox/exec_s_mean": self._exec_s / n if n else 0.0,
+                "sandbox/queue_s_mean": self._queue_s / n if n else 0.0,
+            }
             out.update({f"sandbox/fail/{reason}": float(k) for reason, k in sorted(self._reasons.items())})
             self._reset(now)
         return out

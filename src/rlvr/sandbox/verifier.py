@@ -66,15 +66,22 @@ class CodeVerifier:
             if key not in pending:
                 # an assert test's checker runs the trusted prefix (helpers the check code may call) before it
                 test = spec.prefix + spec.test if spec.test is not None else None
-                future = self.pool.submit(spec.mode, code, sandbox_cases(spec), entry_point=spec.entry_point,
-                                          test=test, stop_on_failure=self.cfg.scoring == "all_or_nothing")
+                future = self.pool.submit(
+                    spec.mode,
+                    code,
+                    sandbox_cases(spec),
+                    entry_point=spec.entry_point,
+                    test=test,
+                    stop_on_failure=self.cfg.scoring == "all_or_nothing",
+                )
                 pending[key] = (spec, future, [])
             pending[key][2].append(i)
         for spec, future, idx in pending.values():
             result = self._score(spec, future.result(), reasons)
             for i in idx:
-                results[i] = RewardResult(result.total, dict(result.components), result.valid, result.error,
-                                          dict(result.info))
+                results[i] = RewardResult(
+                    result.total, dict(result.components), result.valid, result.error, dict(result.info)
+                )
         self.pool.count_reasons(reasons)
         return [r if r is not None else RewardResult.invalid("not scored", {"correct": 0.0}) for r in results]
 
@@ -84,8 +91,11 @@ class CodeVerifier:
         verdicts = judge(spec, run)
         if any(v.reason == "check_error" for v in verdicts):
             reasons["check_error"] += 1
-            return RewardResult.invalid(f"the problem's check code failed by itself ({_check_error(run)}): "
-                                        "a helper it calls belongs in tests.prefix", {"correct": 0.0})
+            return RewardResult.invalid(
+                f"the problem's check code failed by itself ({_check_error(run)}): "
+                "a helper it calls belongs in tests.prefix",
+                {"correct": 0.0},
+            )
         passed = sum(v.passed for v in verdicts)
         n = len(spec.cases)
         correct = passed / n if self.cfg.scoring == "fraction" else float(passed == n)

@@ -111,9 +111,14 @@ class ABTest:
             arms = {}
             for a in self.arms:
                 scores = [x for v in outcomes[a].values() for x in v]
-                arms[a] = {"requests": self.requests[a], "users": len(self.users[a]), "anonymous": self.anonymous[a],
-                           "verified": len(scores), "verify_failed": self.failed[a],
-                           "accuracy": sum(scores) / len(scores) if scores else None}
+                arms[a] = {
+                    "requests": self.requests[a],
+                    "users": len(self.users[a]),
+                    "anonymous": self.anonymous[a],
+                    "verified": len(scores),
+                    "verify_failed": self.failed[a],
+                    "accuracy": sum(scores) / len(scores) if scores else None,
+                }
         report: dict[str, Any] = {"split": self.split, "arms": arms}
         if len(self.arms) == 2:
             a, b = self.arms
@@ -121,8 +126,13 @@ class ABTest:
             paired = {"n": len(shared)}
             if shared:
                 mean = lambda v: sum(v) / len(v)  # noqa: E731
-                paired |= paired_report([mean(outcomes[a][k]) for k in shared], [mean(outcomes[b][k]) for k in shared],
-                                        alpha=alpha, iterations=iterations, seed=0)
+                paired |= paired_report(
+                    [mean(outcomes[a][k]) for k in shared],
+                    [mean(outcomes[b][k]) for k in shared],
+                    alpha=alpha,
+                    iterations=iterations,
+                    seed=0,
+                )
             else:
                 paired["verdict"] = "no problem verified on both arms yet"
             report["paired"] = paired

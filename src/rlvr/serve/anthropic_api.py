@@ -76,8 +76,13 @@ class MessagesRequest(Strict):
 def chat_messages(body: MessagesRequest) -> list[dict[str, str]]:
     """The conversation as the chat template takes it: a tool_use block as the call the model wrote,
     a tool_result block as a tool turn."""
-    names = {b.id: b.name for m in body.messages if not isinstance(m.content, str) for b in m.content
-             if isinstance(b, ToolUseBlock)}
+    names = {
+        b.id: b.name
+        for m in body.messages
+        if not isinstance(m.content, str)
+        for b in m.content
+        if isinstance(b, ToolUseBlock)
+    }
     out = [{"role": "system", "content": _text(body.system)}] if body.system else []
     for k, m in enumerate(body.messages):
         if isinstance(m.content, str):
@@ -90,8 +95,13 @@ def chat_messages(body: MessagesRequest) -> list[dict[str, str]]:
                 if text:
                     out.append({"role": m.role, "content": text})
                     text = ""
-                out.append({"role": "tool", "name": names.get(b.tool_use_id, "tool"),
-                            "content": ("error: " if b.is_error else "") + _text(b.content)})
+                out.append(
+                    {
+                        "role": "tool",
+                        "name": names.get(b.tool_use_id, "tool"),
+                        "content": ("error: " if b.is_error else "") + _text(b.content),
+                    }
+                )
             elif isinstance(b, ToolUseBlock):
                 text += as_hermes(b.name, b.input)
             else:
@@ -116,21 +126,45 @@ def add_routes(router: APIRouter, server) -> None:
         user = request.headers.get("x-rlvr-user") or meta.get("user_id")
         arm = server.resolve(body.model, user, request)
         offered = body.tool_choice is None or body.tool_choice.type != "none"
-        tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                   "parameters": t.input_schema}}
-                 for t in body.tools or []] if offered else []
+        tools = (
+            [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description or "", "parameters": t.input_schema},
+                }
+                for t in body.tools or []
+            ]
+            if offered
+            else []
+        )
         conversation = chat_messages(body)
         prompt_ids = arm.chat_ids(conversation, tools or None)
         mid, headers = "msg_" + uuid.uuid4().hex[:24], {"x-rlvr-arm": arm.key}
-        job = server.job(arm, prompt_ids, max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
-                         top_k=body.top_k, stop=body.stop_sequences, metadata=meta, rid=mid, conversation=conversation)
+        job = server.job(
+            arm,
+            prompt_ids,
+            max_tokens=body.max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            stop=body.stop_sequences,
+            metadata=meta,
+            rid=mid,
+            conversation=conversation,
+        )
         slot = server.admit()
 
         def message(content: list, stream=None) -> dict:
-            return {"id": mid, "type": "message", "role": "assistant", "model": body.model, "content": content,
-                    "stop_reason": STOP_REASON[stream.reason] if stream else None,
-                    "stop_sequence": stream.stop_sequence if stream else None,
-                    "usage": {"input_tokens": len(prompt_ids), "output_tokens": stream.completion_tokens if stream else 0}}
+            return {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "model": body.model,
+                "content": content,
+                "stop_reason": STOP_REASON[stream.reason] if stream else None,
+                "stop_sequence": stream.stop_sequence if stream else None,
+                "usage": {"input_tokens": len(prompt_ids), "output_tokens": stream.completion_tokens if stream else 0},
+            }
 
         if tools:  # the calls are known once the whole text is: one message, or a stream of whole blocks
             stream = await server.complete(job, slot)
@@ -141,51 +175,81 @@ def add_routes(router: APIRouter, server) -> None:
                 done["stop_reason"] = "tool_use"
             if not body.stream:
                 return JSONResponse(done, headers=headers)
-            return StreamingResponse(_block_events(message([]), blocks, done), media_type="text/event-stream",
-                                     headers=headers | {"cache-control": "no-cache"})
+            return StreamingResponse(
+                _block_events(message([]), blocks, done),
+                media_type="text/event-stream",
+                headers=headers | {"cache-control": "no-cache"},
+            )
         if not body.stream:
             stream = await server.complete(job, slot)
             return JSONResponse(message([{"type": "text", "text": stream.text}], stream), headers=headers)
 
         async def events():
             yield _event("message_start", {"type": "message_start", "message": message([])})
-            yield _event("content_block_start", {"type": "content_block_start", "index": 0,
-                                                 "content_block": {"type": "text", "text": ""}})
+            yield _event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            )
             try:
                 async with aclosing(server.run(job, slot)) as deltas:
                     async for delta in deltas:
-                        yield _event("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                             "delta": {"type": "text_delta", "text": delta}})
+                        yield _event(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta}},
+                        )
             except Exception as exc:  # after the 200 went out: an `error` event ends the stream
-                yield _event("error", error_body(request.url.path, 500, f"generation failed: {type(exc).__name__}: {exc}"))
+                yield _event(
+                    "error", error_body(request.url.path, 500, f"generation failed: {type(exc).__name__}: {exc}")
+                )
                 return
             stream = job.stream
             yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-            yield _event("message_delta", {"type": "message_delta",
-                                           "delta": {"stop_reason": STOP_REASON[stream.reason],
-                                                     "stop_sequence": stream.stop_sequence},
-                                           "usage": {"output_tokens": stream.completion_tokens}})
+            yield _event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": STOP_REASON[stream.reason], "stop_sequence": stream.stop_sequence},
+                    "usage": {"output_tokens": stream.completion_tokens},
+                },
+            )
             yield _event("message_stop", {"type": "message_stop"})
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers=headers | {"cache-control": "no-cache"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"}
+        )
 
 
 async def _block_events(start: dict, blocks: list[dict], done: dict):
     yield _event("message_start", {"type": "message_start", "message": start})
     for i, b in enumerate(blocks):
         if b["type"] == "text":
-            yield _event("content_block_start", {"type": "content_block_start", "index": i,
-                                                 "content_block": {"type": "text", "text": ""}})
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                 "delta": {"type": "text_delta", "text": b["text"]}})
+            yield _event(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+            )
+            yield _event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": b["text"]}},
+            )
         else:
-            yield _event("content_block_start", {"type": "content_block_start", "index": i,
-                                                 "content_block": {**b, "input": {}}})
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                 "delta": {"type": "input_json_delta", "partial_json": json.dumps(b["input"])}})
+            yield _event(
+                "content_block_start", {"type": "content_block_start", "index": i, "content_block": {**b, "input": {}}}
+            )
+            yield _event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(b["input"])},
+                },
+            )
         yield _event("content_block_stop", {"type": "content_block_stop", "index": i})
-    yield _event("message_delta", {"type": "message_delta", "delta": {"stop_reason": done["stop_reason"],
-                                                                      "stop_sequence": done["stop_sequence"]},
-                                   "usage": {"output_tokens": done["usage"]["output_tokens"]}})
+    yield _event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": done["stop_reason"], "stop_sequence": done["stop_sequence"]},
+            "usage": {"output_tokens": done["usage"]["output_tokens"]},
+        },
+    )
     yield _event("message_stop", {"type": "message_stop"})

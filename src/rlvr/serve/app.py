@@ -61,8 +61,16 @@ class Arm:
         elif tools:
             messages = with_tools_described(messages, tools)
         try:
-            return list(self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, **kwargs,
-                                                           add_generation_prompt=True, tokenize=True, return_dict=False))
+            return list(
+                self.tokenizer.apply_chat_template(
+                    messages,
+                    chat_template=self.chat_template,
+                    **kwargs,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                )
+            )
         except Exception as exc:  # jinja's TemplateError and the template's own raise_exception
             raise APIError(400, f"the model's chat template rejected these messages: {exc}", param="messages") from None
 
@@ -76,8 +84,9 @@ def encodable(value: Any) -> None:
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except (UnicodeEncodeError, RecursionError, ValueError) as exc:
-        raise APIError(400, f"the request's text cannot be tokenised ({type(exc).__name__}: {str(exc)[:200]})",
-                       param="messages") from None
+        raise APIError(
+            400, f"the request's text cannot be tokenised ({type(exc).__name__}: {str(exc)[:200]})", param="messages"
+        ) from None
 
 
 @dataclass
@@ -126,7 +135,9 @@ class Server:
 
     def __post_init__(self) -> None:
         self.name = self.arms[0].name
-        self.by_name = {self.name: None} | ({f"{self.name}:{a.key}": a for a in self.arms} if len(self.arms) > 1 else {})
+        self.by_name = {self.name: None} | (
+            {f"{self.name}:{a.key}": a for a in self.arms} if len(self.arms) > 1 else {}
+        )
         self.ab = ABTest([a.key for a in self.arms], self.split, self.cfg.ab_salt, self.reward, self.metrics)
         self.pending = self.running = 0
         self._slots: asyncio.Semaphore | None = None
@@ -137,8 +148,12 @@ class Server:
     def resolve(self, model: str, user: str | None, request: Request) -> Arm:
         """The arm that answers: the user's A/B arm for the served name, or one arm by its own name."""
         if model not in self.by_name:
-            raise APIError(404, f"model {model!r} is not served here (GET /v1/models lists {sorted(self.by_name)})",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"model {model!r} is not served here (GET /v1/models lists {sorted(self.by_name)})",
+                param="model",
+                code="model_not_found",
+            )
         arm = self.by_name[model]
         if arm is None:
             key = self.ab.assign(user)
@@ -146,29 +161,55 @@ class Server:
         request.state.model, request.state.arm = arm.name if len(self.arms) == 1 else f"{self.name}:{arm.key}", arm.key
         return arm
 
-    def job(self, arm: Arm, prompt_ids: list[int], *, max_tokens: int | None, temperature: float, top_p: float,
-            top_k: int = 0, stop: list[str] | None = None, metadata: dict | None = None, rid: str = "",
-            conversation: Any = None) -> Job:
+    def job(
+        self,
+        arm: Arm,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int | None,
+        temperature: float,
+        top_p: float,
+        top_k: int = 0,
+        stop: list[str] | None = None,
+        metadata: dict | None = None,
+        rid: str = "",
+        conversation: Any = None,
+    ) -> Job:
         context = arm.backend.context_len
         if max_tokens is None:
             max_tokens = min(arm.max_tokens, context - len(prompt_ids))
         if len(prompt_ids) + max_tokens > context or max_tokens < 1:
-            raise APIError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
-                                f"model's context of {context} tokens; shorten the prompt or lower max_tokens",
-                           param="max_tokens", code="context_length_exceeded")
+            raise APIError(
+                400,
+                f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
+                f"model's context of {context} tokens; shorten the prompt or lower max_tokens",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         truth = ground_truth(metadata, key="")
         if truth is not None:
             truth = dataclasses.replace(truth, id=problem_key(prompt_ids, truth))
             if self.reward is None:
                 raise APIError(400, "metadata.answer/tests: this server does not verify responses", param="metadata")
-        return Job(arm, prompt_ids, GenParams(max_tokens, temperature, top_p, top_k), list(stop or []), truth,
-                   id=rid, conversation=conversation)
+        return Job(
+            arm,
+            prompt_ids,
+            GenParams(max_tokens, temperature, top_p, top_k),
+            list(stop or []),
+            truth,
+            id=rid,
+            conversation=conversation,
+        )
 
     def admit(self) -> Slot:
         """A place in the queue, or 429 when serve.max_concurrency run and serve.max_queue wait."""
         if self.pending >= self.cfg.max_concurrency + self.cfg.max_queue:
-            raise APIError(429, f"the server is at capacity ({self.cfg.max_concurrency} generating, "
-                                f"{self.cfg.max_queue} waiting); retry shortly", code="rate_limit_exceeded")
+            raise APIError(
+                429,
+                f"the server is at capacity ({self.cfg.max_concurrency} generating, "
+                f"{self.cfg.max_queue} waiting); retry shortly",
+                code="rate_limit_exceeded",
+            )
         self.pending += 1
         self.update_gauges()
         return Slot(self)
@@ -217,8 +258,16 @@ class Server:
         if job.truth is not None:
             self.ab.verify(arm.key, job.truth, stream.text)
         if self.recorder is not None and job.id:
-            self.recorder.served(job.id, arm.name, arm.key, job.conversation, list(job.prompt_ids),
-                                 sampled[:stream.completion_tokens], stream.text, stream.reason)
+            self.recorder.served(
+                job.id,
+                arm.name,
+                arm.key,
+                job.conversation,
+                list(job.prompt_ids),
+                sampled[: stream.completion_tokens],
+                stream.text,
+                stream.reason,
+            )
 
     async def complete(self, job: Job, slot: Slot) -> TextStream:
         """The whole response (non-streaming routes)."""
@@ -255,9 +304,18 @@ def is_loopback(host: str) -> bool:
 
 def model_list(server: Server) -> dict:
     """GET /v1/models in a shape both SDKs read (OpenAI's list, Anthropic's page)."""
-    data = [{"id": name, "object": "model", "type": "model", "display_name": name, "owned_by": "rlvr",
-             "created": int(server.started),
-             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(server.started))} for name in server.by_name]
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "type": "model",
+            "display_name": name,
+            "owned_by": "rlvr",
+            "created": int(server.started),
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(server.started)),
+        }
+        for name in server.by_name
+    ]
     return {"object": "list", "data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
 
 
@@ -273,8 +331,12 @@ def build_app(server: Server) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz():
-        return {"status": "ok", "models": list(server.by_name), "in_flight": server.running,
-                "queued": max(0, server.pending - server.running)}
+        return {
+            "status": "ok",
+            "models": list(server.by_name),
+            "in_flight": server.running,
+            "queued": max(0, server.pending - server.running),
+        }
 
     @app.get("/metrics")
     async def metrics():

@@ -53,6 +53,7 @@ def eos_ids_of(tokenizer, generation_config=None) -> frozenset[int]:
 @dataclass
 class _Row:
     """One request inside a batched `generate`: its tokens go to its own asyncio queue."""
+
     prompt_ids: list[int]
     params: GenParams
     loop: asyncio.AbstractEventLoop
@@ -92,8 +93,11 @@ class _RowsDone:
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
         made = input_ids.shape[1] - self.prompt_len
-        return torch.tensor([r.cancel.is_set() or made >= r.params.max_tokens for r in self.rows],
-                            dtype=torch.bool, device=input_ids.device)
+        return torch.tensor(
+            [r.cancel.is_set() or made >= r.params.max_tokens for r in self.rows],
+            dtype=torch.bool,
+            device=input_ids.device,
+        )
 
 
 class HFBackend:
@@ -135,10 +139,10 @@ class HFBackend:
             self._waiting = [r for r in self._waiting if not r.cancel.is_set()]  # abandoned while waiting
             if self._closed:
                 return []
-            key = self._waiting[0].params
-            same = lambda r: (r.params.temperature, r.params.top_p, r.params.top_k) == (  # noqa: E731
-                key.temperature, key.top_p, key.top_k)
-            batch = [r for r in self._waiting if same(r)][: self.max_batch]
+            first = self._waiting[0].params
+            key = (first.temperature, first.top_p, first.top_k)
+            batch = [r for r in self._waiting if (r.params.temperature, r.params.top_p, r.params.top_k) == key]
+            batch = batch[: self.max_batch]
             self._waiting = [r for r in self._waiting if r not in batch]
             return batch
 
@@ -159,13 +163,22 @@ class HFBackend:
         ids, mask = left_pad([r.prompt_ids for r in rows], self.tokenizer.pad_token_id)
         device = self.model.device
         p = rows[0].params
-        sampling = (dict(do_sample=True, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k)
-                    if p.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None))
+        sampling = (
+            dict(do_sample=True, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k)
+            if p.temperature > 0
+            else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        )
         with torch.no_grad(), compute(self.model, self.dtype):
-            self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                max_new_tokens=max(r.params.max_tokens for r in rows), eos_token_id=sorted(self.eos_ids),
-                                pad_token_id=self.tokenizer.pad_token_id, streamer=_BatchStreamer(rows),
-                                stopping_criteria=StoppingCriteriaList([_RowsDone(rows, ids.shape[1])]), **sampling)
+            self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max(r.params.max_tokens for r in rows),
+                eos_token_id=sorted(self.eos_ids),
+                pad_token_id=self.tokenizer.pad_token_id,
+                streamer=_BatchStreamer(rows),
+                stopping_criteria=StoppingCriteriaList([_RowsDone(rows, ids.shape[1])]),
+                **sampling,
+            )
 
     def close(self) -> None:
         with self._wake:
@@ -176,8 +189,16 @@ class HFBackend:
 class VLLMBackend:
     """vLLM's `AsyncLLM` on a model directory; token ids only (rlvr decodes, as for the hf backend)."""
 
-    def __init__(self, model_dir: str, tokenizer, *, dtype: str, seed: int, max_model_len: int | None,
-                 gpu_memory_utilization: float) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        tokenizer,
+        *,
+        dtype: str,
+        seed: int,
+        max_model_len: int | None,
+        gpu_memory_utilization: float,
+    ) -> None:
         from rlvr.rollout.vllm_engine import import_vllm  # vLLM is optional (rlvr[vllm])
 
         vllm = import_vllm()
@@ -189,9 +210,17 @@ class VLLMBackend:
         self._vllm = vllm
         self.tokenizer = tokenizer
         before = {p.pid for p in psutil.Process().children(recursive=True)}
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
-            model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed, enforce_eager=True,
-            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization))
+        self.engine = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(
+                model=str(model_dir),
+                tokenizer=str(model_dir),
+                dtype=dtype,
+                seed=seed,
+                enforce_eager=True,
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+            )
+        )
         self._procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         """The processes vLLM started (its engine core), ended with it in close()."""
         self.context_len = int(self.engine.model_config.max_model_len)
@@ -201,9 +230,14 @@ class VLLMBackend:
         from vllm.sampling_params import RequestOutputKind
 
         sampling = self._vllm.SamplingParams(
-            max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else -1, stop_token_ids=sorted(self.eos_ids), detokenize=False,
-            output_kind=RequestOutputKind.DELTA)
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,
+            stop_token_ids=sorted(self.eos_ids),
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
         request_id, finished = uuid.uuid4().hex, False
         try:
             async for out in self.engine.generate({"prompt_token_ids": prompt_ids}, sampling, request_id=request_id):

@@ -21,14 +21,16 @@ from starlette.exceptions import HTTPException
 log = logging.getLogger("rlvr.serve")
 
 # status -> (OpenAI type, Anthropic type)
-_TYPES = {400: ("invalid_request_error", "invalid_request_error"),
-          401: ("authentication_error", "authentication_error"),
-          404: ("not_found_error", "not_found_error"),
-          405: ("invalid_request_error", "invalid_request_error"),
-          413: ("invalid_request_error", "request_too_large"),
-          429: ("rate_limit_error", "rate_limit_error"),
-          500: ("server_error", "api_error"),
-          503: ("server_error", "overloaded_error")}
+_TYPES = {
+    400: ("invalid_request_error", "invalid_request_error"),
+    401: ("authentication_error", "authentication_error"),
+    404: ("not_found_error", "not_found_error"),
+    405: ("invalid_request_error", "invalid_request_error"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_error", "rate_limit_error"),
+    500: ("server_error", "api_error"),
+    503: ("server_error", "overloaded_error"),
+}
 
 
 class APIError(Exception):
@@ -50,8 +52,11 @@ def error_body(path: str, status: int, message: str, *, param: str | None = None
 
 def error_response(request: Request, exc: APIError) -> JSONResponse:
     headers = {"retry-after": "1"} if exc.status == 429 else None
-    return JSONResponse(error_body(request.url.path, exc.status, exc.message, param=exc.param, code=exc.code),
-                        status_code=exc.status, headers=headers)
+    return JSONResponse(
+        error_body(request.url.path, exc.status, exc.message, param=exc.param, code=exc.code),
+        status_code=exc.status,
+        headers=headers,
+    )
 
 
 def describe_validation(errors) -> tuple[str, str | None]:

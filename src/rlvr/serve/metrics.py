@@ -15,8 +15,9 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models", "/healthz", "/metrics",
-                    "/ab"})
+ROUTES = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models", "/healthz", "/metrics", "/ab"}
+)
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -24,19 +25,31 @@ class ServeMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
         self.requests = Counter("rlvr_serve_requests", "HTTP requests", ["route", "model", "status"], registry=r)
-        self.errors = Counter("rlvr_serve_errors", "HTTP requests answered 4xx or 5xx", ["route", "model", "status"],
-                              registry=r)
-        self.latency = Histogram("rlvr_serve_request_seconds", "Request latency to the last byte", ["route", "model"],
-                                 buckets=_LATENCY_BUCKETS, registry=r)
-        self.first_token = Histogram("rlvr_serve_time_to_first_token_seconds", "Admission to the first token",
-                                     ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.errors = Counter(
+            "rlvr_serve_errors", "HTTP requests answered 4xx or 5xx", ["route", "model", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "rlvr_serve_request_seconds",
+            "Request latency to the last byte",
+            ["route", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_token = Histogram(
+            "rlvr_serve_time_to_first_token_seconds",
+            "Admission to the first token",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter("rlvr_serve_prompt_tokens", "Prompt tokens", ["model"], registry=r)
         self.completion_tokens = Counter("rlvr_serve_completion_tokens", "Generated tokens", ["model"], registry=r)
         self.in_flight = Gauge("rlvr_serve_in_flight", "Generations running", registry=r)
         self.queued = Gauge("rlvr_serve_queued", "Requests waiting for a generation slot", registry=r)
         self.ab_requests = Counter("rlvr_serve_ab_requests", "Requests per A/B arm", ["arm"], registry=r)
-        self.ab_verified = Counter("rlvr_serve_ab_verified", "Verified responses per A/B arm", ["arm", "correct"],
-                                   registry=r)
+        self.ab_verified = Counter(
+            "rlvr_serve_ab_verified", "Verified responses per A/B arm", ["arm", "correct"], registry=r
+        )
 
     def observe(self, route: str, model: str, status: int, seconds: float) -> None:
         labels = dict(route=route, model=model, status=str(status))

@@ -103,7 +103,9 @@ def chat_messages(body: ChatRequest) -> list[dict[str, str]]:
         text = "" if m.content is None else _text(m.content)
         if m.role == "tool":
             if m.tool_call_id is None:
-                raise APIError(400, f"messages[{k}]: a tool message needs tool_call_id", param=f"messages[{k}].tool_call_id")
+                raise APIError(
+                    400, f"messages[{k}]: a tool message needs tool_call_id", param=f"messages[{k}].tool_call_id"
+                )
             known_call(m.tool_call_id, set(names), f"messages[{k}].tool_call_id")
             out.append({"role": "tool", "name": names.get(m.tool_call_id, m.name or "tool"), "content": text})
             continue
@@ -133,8 +135,17 @@ def add_routes(router: APIRouter, server) -> None:
         tools = [t.model_dump(exclude_none=True) for t in body.tools or []] if body.tool_choice != "none" else []
         max_tokens = body.max_completion_tokens or body.max_tokens
         messages = chat_messages(body)
-        return await _respond(server, request, body, arm, arm.chat_ids(messages, tools or None), max_tokens,
-                              chat=True, tools=bool(tools), conversation=messages)
+        return await _respond(
+            server,
+            request,
+            body,
+            arm,
+            arm.chat_ids(messages, tools or None),
+            max_tokens,
+            chat=True,
+            tools=bool(tools),
+            conversation=messages,
+        )
 
     @router.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
@@ -143,33 +154,61 @@ def add_routes(router: APIRouter, server) -> None:
         user = request.headers.get("x-rlvr-user") or body.user
         arm = server.resolve(body.model, user, request)
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-        return await _respond(server, request, body, arm, arm.text_ids(prompt), body.max_tokens, chat=False,
-                              conversation=prompt)
+        return await _respond(
+            server, request, body, arm, arm.text_ids(prompt), body.max_tokens, chat=False, conversation=prompt
+        )
 
 
-async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: list[int], max_tokens: int | None,
-                   *, chat: bool, tools: bool = False, conversation=None):
+async def _respond(
+    server,
+    request: Request,
+    body: _Sampling,
+    arm,
+    prompt_ids: list[int],
+    max_tokens: int | None,
+    *,
+    chat: bool,
+    tools: bool = False,
+    conversation=None,
+):
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-    job = server.job(arm, prompt_ids, max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                     stop=body.stops(), metadata=body.metadata, rid=rid, conversation=conversation)
+    job = server.job(
+        arm,
+        prompt_ids,
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        stop=body.stops(),
+        metadata=body.metadata,
+        rid=rid,
+        conversation=conversation,
+    )
     slot = server.admit()
     created, obj = int(time.time()), "chat.completion" if chat else "text_completion"
     headers = {"x-rlvr-arm": arm.key}
     model = body.model
 
     def usage(stream) -> dict:
-        return {"prompt_tokens": len(prompt_ids), "completion_tokens": stream.completion_tokens,
-                "total_tokens": len(prompt_ids) + stream.completion_tokens}
+        return {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": stream.completion_tokens,
+            "total_tokens": len(prompt_ids) + stream.completion_tokens,
+        }
 
     if tools:  # the calls are known once the whole text is: answered as one message, or one stream at the end
         return await _respond_with_tools(server, request, body, job, slot, rid, created, model, headers, usage)
     if not body.stream:
         stream = await server.complete(job, slot)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": stream.text}, "logprobs": None}
-                  if chat else {"index": 0, "text": stream.text, "logprobs": None})
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": stream.text}, "logprobs": None}
+            if chat
+            else {"index": 0, "text": stream.text, "logprobs": None}
+        )
         choice["finish_reason"] = FINISH[stream.reason]
-        return JSONResponse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-                             "usage": usage(stream)}, headers=headers)
+        return JSONResponse(
+            {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage(stream)},
+            headers=headers,
+        )
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     chunk_obj = "chat.completion.chunk" if chat else "text_completion"
@@ -194,8 +233,16 @@ async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: l
                     yield chunk(delta)
             yield chunk(None, FINISH[job.stream.reason])
             if include_usage:
-                yield _sse({"id": rid, "object": chunk_obj, "created": created, "model": model, "choices": [],
-                            "usage": usage(job.stream)})
+                yield _sse(
+                    {
+                        "id": rid,
+                        "object": chunk_obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage(job.stream),
+                    }
+                )
         except Exception as exc:  # after the 200 went out: the error as the last event
             yield _sse(error_body(request.url.path, 500, f"generation failed: {type(exc).__name__}: {exc}"))
         yield "data: [DONE]\n\n"
@@ -203,9 +250,9 @@ async def _respond(server, request: Request, body: _Sampling, arm, prompt_ids: l
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"})
 
 
-
-async def _respond_with_tools(server, request: Request, body: ChatRequest, job, slot, rid: str, created: int,
-                              model: str, headers: dict, usage):
+async def _respond_with_tools(
+    server, request: Request, body: ChatRequest, job, slot, rid: str, created: int, model: str, headers: dict, usage
+):
     stream = await server.complete(job, slot)
     content, calls = split_calls(stream.text, {t.function.name for t in body.tools or []})
     message: dict[str, Any] = {"role": "assistant", "content": content or None}
@@ -213,14 +260,27 @@ async def _respond_with_tools(server, request: Request, body: ChatRequest, job, 
         message["tool_calls"] = openai_tool_calls(calls)
     finish = "tool_calls" if calls else FINISH[stream.reason]
     if not body.stream:
-        return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": model,
-                             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-                             "usage": usage(stream)}, headers=headers)
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                "usage": usage(stream),
+            },
+            headers=headers,
+        )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     def chunk(delta: dict, finish_reason: str | None = None) -> str:
-        out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        out = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
         if include_usage:
             out["usage"] = None
         return _sse(out)
@@ -233,8 +293,16 @@ async def _respond_with_tools(server, request: Request, body: ChatRequest, job, 
             yield chunk({"tool_calls": [{"index": i, **call}]})
         yield chunk({}, finish)
         if include_usage:
-            yield _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                        "choices": [], "usage": usage(stream)})
+            yield _sse(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage(stream),
+                }
+            )
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers | {"cache-control": "no-cache"})

@@ -61,10 +61,28 @@ class Recorder:
         if self.mirror is not None:
             self.mirror.close()
 
-    def served(self, rid: str, model: str, arm: str, conversation: Any, prompt_ids: list[int],
-               completion_ids: list[int], text: str, finish: str) -> None:
-        row = {"id": rid, "time": time.time(), "model": model, "arm": arm, "conversation": conversation,
-               "prompt_ids": prompt_ids, "completion_ids": completion_ids, "text": text, "finish": finish}
+    def served(
+        self,
+        rid: str,
+        model: str,
+        arm: str,
+        conversation: Any,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        text: str,
+        finish: str,
+    ) -> None:
+        row = {
+            "id": rid,
+            "time": time.time(),
+            "model": model,
+            "arm": arm,
+            "conversation": conversation,
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "text": text,
+            "finish": finish,
+        }
         with self._lock:
             self._append(self.served_path, row)
             self._ids.add(rid)
@@ -72,26 +90,34 @@ class Recorder:
     def feedback(self, body: Any) -> dict[str, Any]:
         """Check and keep one piece of feedback; a 400 or 404 says what is wrong."""
         if not isinstance(body, dict) or not isinstance(body.get("response_id"), str):
-            raise APIError(400, "feedback is {\"response_id\": str, \"score\": number} and/or \"preferred\": str",
-                           param="response_id")
+            raise APIError(
+                400, 'feedback is {"response_id": str, "score": number} and/or "preferred": str', param="response_id"
+            )
         if body["response_id"] not in self._ids:
             raise APIError(404, f"no recorded response {body['response_id'][:64]!r}", param="response_id")
         extra = sorted(set(body) - {"response_id", "score", "preferred", "comment"})
         if extra:
-            raise APIError(400, f"{extra[0]}: not a feedback field (response_id, score, preferred, comment)",
-                           param=extra[0])
+            raise APIError(
+                400, f"{extra[0]}: not a feedback field (response_id, score, preferred, comment)", param=extra[0]
+            )
         score, preferred = body.get("score"), body.get("preferred")
         if score is None and preferred is None:
             raise APIError(400, "feedback needs a score or a preferred response", param="score")
-        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
-                                  or not _finite(score)):
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float)) or not _finite(score)):
             raise APIError(400, "score: a finite number", param="score")
-        if preferred is not None and (not isinstance(preferred, str) or not preferred.strip()
-                                      or len(preferred) > MAX_FEEDBACK_CHARS):
-            raise APIError(400, f"preferred: a non-empty text of at most {MAX_FEEDBACK_CHARS} characters",
-                           param="preferred")
-        row = {"response_id": body["response_id"], "time": time.time(), "score": score, "preferred": preferred,
-               "comment": str(body.get("comment") or "")[:2000]}
+        if preferred is not None and (
+            not isinstance(preferred, str) or not preferred.strip() or len(preferred) > MAX_FEEDBACK_CHARS
+        ):
+            raise APIError(
+                400, f"preferred: a non-empty text of at most {MAX_FEEDBACK_CHARS} characters", param="preferred"
+            )
+        row = {
+            "response_id": body["response_id"],
+            "time": time.time(),
+            "score": score,
+            "preferred": preferred,
+            "comment": str(body.get("comment") or "")[:2000],
+        }
         with self._lock:
             self._append(self.feedback_path, row)
         return {"ok": True, "response_id": body["response_id"]}
@@ -122,8 +148,9 @@ def _chat(conversation: Any, reply: str) -> list[dict[str, str]] | None:
     """The conversation with `reply` as its last assistant turn (chat messages), or None for a text prompt."""
     if not isinstance(conversation, list):
         return None
-    return [{"role": m["role"], "content": m["content"]} for m in conversation] + [{"role": "assistant",
-                                                                                     "content": reply}]
+    return [{"role": m["role"], "content": m["content"]} for m in conversation] + [
+        {"role": "assistant", "content": reply}
+    ]
 
 
 def training_data(directory: str | Path, min_score: float = 1.0) -> tuple[list[dict], list[dict]]:
@@ -150,7 +177,8 @@ def training_data(directory: str | Path, min_score: float = 1.0) -> tuple[list[d
     by_conversation: dict[str, list[dict]] = {}
     for rid, f in latest.items():
         by_conversation.setdefault(json.dumps(served[rid]["conversation"], sort_keys=True), []).append(
-            {**served[rid], "score": f["score"]})
+            {**served[rid], "score": f["score"]}
+        )
     for group in by_conversation.values():
         group.sort(key=lambda r: -r["score"])
         for hi, lo in zip(group, group[1:]):

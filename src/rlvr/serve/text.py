@@ -55,16 +55,16 @@ class TextStream:
         if hits:
             at, seq = min(hits)
             self.reason, self.stop_sequence = "stop_sequence", seq
-            return self._emit(full[:max(at, len(self.text))])
+            return self._emit(full[: max(at, len(self.text))])
         if final:
             return self._emit(full)
         if full.endswith("\ufffd"):  # a character cut between two tokens
             return ""
         hold = max((k for s in self.stop for k in range(1, len(s)) if full.endswith(s[:k])), default=0)
-        return self._emit(full[:len(full) - hold])
+        return self._emit(full[: len(full) - hold])
 
     def _emit(self, upto: str) -> str:
-        delta = upto[len(self.text):] if upto.startswith(self.text) else ""
+        delta = upto[len(self.text) :] if upto.startswith(self.text) else ""
         if delta:
             self.text += delta
         return delta

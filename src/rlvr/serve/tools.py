@@ -34,7 +34,7 @@ def split_calls(text: str, offered: set[str]) -> tuple[str, list[ToolCall]]:
     kept: list[str] = []
     pos = 0
     while (start := text.find(OPEN, pos)) >= 0 and (end := text.find(CLOSE, start + len(OPEN))) >= 0:
-        block = text[start:end + len(CLOSE)]
+        block = text[start : end + len(CLOSE)]
         (call,) = parse_tool_calls(block, "hermes")
         kept.append(text[pos:start])
         if call.error is None and call.name in offered:
@@ -69,8 +69,10 @@ def call_id(prefix: str) -> str:
 
 
 def openai_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
-    return [{"id": call_id("call_"), "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]
+    return [
+        {"id": call_id("call_"), "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+        for c in calls
+    ]
 
 
 def anthropic_blocks(content: str, calls: list[ToolCall]) -> list[dict[str, Any]]:

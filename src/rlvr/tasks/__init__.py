@@ -35,8 +35,9 @@ def teacher_solution(problem, error_rate: float, rng):
     """The cold-start demonstration of a built-in task's problem, from its imperfect teacher."""
     from rlvr.tasks import arithmetic, code, games, tool_arithmetic
 
-    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic,
-              **dict.fromkeys(GAMES, games)}.get(problem.source, arithmetic)
+    module = {code.SOURCE: code, tool_arithmetic.SOURCE: tool_arithmetic, **dict.fromkeys(GAMES, games)}.get(
+        problem.source, arithmetic
+    )
     return module.teacher_solution(problem, error_rate, rng)
 
 
@@ -50,8 +51,17 @@ def needs_tool_tags(task_name: str) -> bool:
     return "tool_arithmetic" in (builtin_names(task_name) or [])
 
 
-def build_task(task: TaskConfig, data: DataConfig, env: EnvConfig, *, seed: int, eval_n: int,
-               eval_n_set: bool = False, tokenizer=None, on_event=None):
+def build_task(
+    task: TaskConfig,
+    data: DataConfig,
+    env: EnvConfig,
+    *,
+    seed: int,
+    eval_n: int,
+    eval_n_set: bool = False,
+    tokenizer=None,
+    on_event=None,
+):
     """The task of sections task and data (env: a verifiers environment's rows, or the one that grades
     problems with verifier 'env'), holding out eval_n problems (eval.n; eval_n_set: the run set it, so
     data files must hold that many). With a tokenizer, data-file prompts are rendered once up front and
@@ -69,17 +79,20 @@ def build_task(task: TaskConfig, data: DataConfig, env: EnvConfig, *, seed: int,
             raise ConfigError(f"data.mix: task.name={task.name} is one task; a mix needs several ('arithmetic+code')")
         return tasks[names[0]]
     from rlvr.tasks.mix import BuiltinMix
+
     return BuiltinMix(tasks, mix=data.mix, eval_size=eval_n, seed=seed)
 
 
 def _builtin(name: str, t: TaskConfig, eval_size: int, seed: int):
     if name == "arithmetic":
-        return ArithmeticTask(min_digits=t.min_digits, max_digits=t.max_digits, ops=tuple(t.ops),
-                              eval_size=eval_size, seed=seed)
+        return ArithmeticTask(
+            min_digits=t.min_digits, max_digits=t.max_digits, ops=tuple(t.ops), eval_size=eval_size, seed=seed
+        )
     if name == "tool_arithmetic":
         return ToolArithmeticTask(eval_size=eval_size, seed=seed)
     if name in GAMES:
         from rlvr.tasks.games import TASKS
+
         return TASKS[name](eval_size=eval_size, seed=seed)
     return CodeTask(eval_size=eval_size, seed=seed)
 
@@ -92,16 +105,22 @@ def _file_task(d: DataConfig, env: EnvConfig, paths: list[str], seed: int, eval_
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         key = "data.files" if d.files else "task.name"
-        raise ConfigError(f"{key}: {missing[0]!r} is neither a built-in task ({', '.join(sorted(BUILTIN))}, or "
-                          f"several joined by '+': arithmetic+code) nor an existing data file or directory")
+        raise ConfigError(
+            f"{key}: {missing[0]!r} is neither a built-in task ({', '.join(sorted(BUILTIN))}, or "
+            f"several joined by '+': arithmetic+code) nor an existing data file or directory"
+        )
     if eval_n is not None and eval_n > d.eval_size:
-        raise ConfigError(f"eval.n: {eval_n} held-out problems asked for, but data.eval_size holds out "
-                          f"{d.eval_size} records of the data files: raise data.eval_size or lower eval.n")
+        raise ConfigError(
+            f"eval.n: {eval_n} held-out problems asked for, but data.eval_size holds out "
+            f"{d.eval_size} records of the data files: raise data.eval_size or lower eval.n"
+        )
     problems = load_problems(paths, d.on_bad_record, on_event)
     graded = [p for p in problems if p.verifier == "env"]
     if graded and env.name == "single_turn":
-        raise ConfigError(f"{graded[0].metadata.get('where', graded[0].id)}: verifier 'env' is an episode's success, "
-                          "but env.name=single_turn has no environment: set env.name")
+        raise ConfigError(
+            f"{graded[0].metadata.get('where', graded[0].id)}: verifier 'env' is an episode's success, "
+            "but env.name=single_turn has no environment: set env.name"
+        )
     if d.chat:
         problems = as_chat(problems, d.system_prompt)
     elif d.system_prompt:
@@ -120,8 +139,10 @@ def _verifiers_task(data: DataConfig, env: EnvConfig, seed: int, tokenizer, on_e
     from rlvr.tasks.prompts import limit_prompts
 
     if data.on_long_prompt == "truncate":
-        raise ConfigError("data.on_long_prompt: a verifiers environment's rollout sends its own prompt, which rlvr "
-                          "cannot cut: use skip or error")
+        raise ConfigError(
+            "data.on_long_prompt: a verifiers environment's rollout sends its own prompt, which rlvr "
+            "cannot cut: use skip or error"
+        )
     chat = tokenizer is None or getattr(tokenizer, "chat_template", None) is not None
     train, held_out = verifiers_hub.problems(env, chat)
     task = FileTask(train, mix={}, eval_size=data.eval_size, seed=seed, held_out=held_out)

@@ -79,10 +79,18 @@ FAMILIES = [
     Family("len", 2, "s", "the length of s plus {k}", "len(s)+{k}", "len(s)*{k}", lambda s, k: len(s) + k, STRS),
     Family("head", 3, "s", "the first {k} characters of s", "s[:{k}]", "s[{k}:]", lambda s, k: s[:k], STRS),
     Family("tail", 3, "s", "the last {k} characters of s", "s[-{k}:]", "s[:-{k}]", lambda s, k: s[-k:], STRS),
-    Family("sum", 3, "x", "the sum of the list x plus {k}", "sum(x)+{k}", "len(x)+{k}", lambda x, k: sum(x) + k,
-           LISTS),
-    Family("cnt", 3, "x", "how many times {k} is in the list x", "x.count({k})", "x.index({k})",
-           lambda x, k: x.count(k), LISTS, (0, 9)),
+    Family("sum", 3, "x", "the sum of the list x plus {k}", "sum(x)+{k}", "len(x)+{k}", lambda x, k: sum(x) + k, LISTS),
+    Family(
+        "cnt",
+        3,
+        "x",
+        "how many times {k} is in the list x",
+        "x.count({k})",
+        "x.index({k})",
+        lambda x, k: x.count(k),
+        LISTS,
+        (0, 9),
+    ),
     Family("app", 3, "x", "the list x with {k} appended", "x+[{k}]", "[{k}]+x", lambda x, k: x + [k], LISTS),
 ]
 BY_NAME = {f.name: f for f in FAMILIES}
@@ -116,10 +124,14 @@ class CodeTask:
     def _problem(self, family: str, k: int, name: str, split: str) -> Problem:
         fam = BY_NAME[family]
         cases = [{"args": [x], "expected": fam.reference(x, k)} for x in fam.inputs(k)]
-        return Problem(id=f"{split}:{family}:{k}:{name}", source=SOURCE, verifier="code",
-                       prompt=f"Python: {name}({fam.arg}) returns {fam.describe.format(k=k)}.\n",
-                       tests={"type": "function", "entry_point": name, "cases": cases},
-                       metadata={"solution": solution(fam, k, name), "family": family, "k": k, "level": fam.level})
+        return Problem(
+            id=f"{split}:{family}:{k}:{name}",
+            source=SOURCE,
+            verifier="code",
+            prompt=f"Python: {name}({fam.arg}) returns {fam.describe.format(k=k)}.\n",
+            tests={"type": "function", "entry_point": name, "cases": cases},
+            metadata={"solution": solution(fam, k, name), "family": family, "k": k, "level": fam.level},
+        )
 
     def _held_pairs(self) -> set[tuple[str, int]]:
         """A quarter of the (family, K) pairs, fixed by the seed: held out under every name."""

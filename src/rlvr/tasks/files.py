@@ -76,8 +76,9 @@ def _dataset_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
     ds = datasets.load_from_disk(str(path))
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:
-            raise DataError(f"{path}: a DatasetDict without a 'train' split (splits: {sorted(ds)}); "
-                            f"give the split's own directory")
+            raise DataError(
+                f"{path}: a DatasetDict without a 'train' split (splits: {sorted(ds)}); give the split's own directory"
+            )
         ds = ds["train"]
     for n, row in enumerate(ds, 1):
         yield f"{path}: row {n}", {k: v for k, v in row.items() if v is not None}, None
@@ -157,15 +158,20 @@ def parse_record(obj: Any, where: str, default_source: str, known_verifiers: set
     if not isinstance(obj, dict):
         raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
     if ("prompt" in obj) == ("messages" in obj):
-        raise RecordError("needs exactly one of 'prompt' (text) or 'messages' (chat)"
-                          + (", got both" if "prompt" in obj else ", got neither"))
-    prompt: str | list[dict[str, str]] = (_text(obj["prompt"], "prompt") if "prompt" in obj
-                                          else _messages(obj["messages"]))
+        raise RecordError(
+            "needs exactly one of 'prompt' (text) or 'messages' (chat)"
+            + (", got both" if "prompt" in obj else ", got neither")
+        )
+    prompt: str | list[dict[str, str]] = (
+        _text(obj["prompt"], "prompt") if "prompt" in obj else _messages(obj["messages"])
+    )
     solution = _text(obj["solution"], "solution") if "solution" in obj else None
     if isinstance(prompt, list) and prompt[-1]["role"] == "assistant":
         if solution is not None:
-            raise RecordError("a worked solution twice: both a 'solution' field and 'messages' ending with an "
-                              "assistant turn; keep one")
+            raise RecordError(
+                "a worked solution twice: both a 'solution' field and 'messages' ending with an "
+                "assistant turn; keep one"
+            )
         solution = _text(prompt[-1]["content"], "messages[-1].content")
         prompt = prompt[:-1]
         if not any(m["role"] == "user" and m["content"].strip() for m in prompt):
@@ -174,11 +180,15 @@ def parse_record(obj: Any, where: str, default_source: str, known_verifiers: set
     tests = _tests(obj["tests"]) if "tests" in obj else None
     verifier = _text(obj["verifier"], "verifier") if "verifier" in obj else None
     if answer is None and tests is None and verifier != "env":
-        raise RecordError("missing field 'answer' (or 'tests' for code problems, or 'verifier': 'env' for episodes "
-                          "an environment grades)")
+        raise RecordError(
+            "missing field 'answer' (or 'tests' for code problems, or 'verifier': 'env' for episodes "
+            "an environment grades)"
+        )
     verifier = verifier or ("code" if answer is None else "math")
     if verifier not in known_verifiers:
-        raise RecordError(f"field 'verifier': unknown verifier {verifier!r}; known: {', '.join(sorted(known_verifiers))}")
+        raise RecordError(
+            f"field 'verifier': unknown verifier {verifier!r}; known: {', '.join(sorted(known_verifiers))}"
+        )
     if verifier == "code" and tests is None:
         raise RecordError("missing field 'tests' (verifier 'code')")
     if verifier == "math" and answer is None:
@@ -188,8 +198,16 @@ def parse_record(obj: Any, where: str, default_source: str, known_verifiers: set
     if not isinstance(metadata, dict):
         raise RecordError(f"field 'metadata': expected a mapping, got {type(metadata).__name__}")
     rid = _text(obj["id"], "id", numbers=True) if "id" in obj else where
-    return Problem(id=rid, prompt=prompt, answer=answer, tests=tests, source=source, verifier=verifier,
-                   metadata={**metadata, "where": where}, solution=solution)
+    return Problem(
+        id=rid,
+        prompt=prompt,
+        answer=answer,
+        tests=tests,
+        source=source,
+        verifier=verifier,
+        metadata={**metadata, "where": where},
+        solution=solution,
+    )
 
 
 def read_records(paths: list[str | Path]) -> Iterator[tuple[str, Problem | None, str | None]]:
@@ -215,8 +233,9 @@ def read_records(paths: list[str | Path]) -> Iterator[tuple[str, Problem | None,
                 yield where, problem, None
 
 
-def load_problems(paths: list[str | Path], on_bad_record: str = "error", on_event: EventFn | None = None
-                  ) -> list[Problem]:
+def load_problems(
+    paths: list[str | Path], on_bad_record: str = "error", on_event: EventFn | None = None
+) -> list[Problem]:
     """Every valid record of every file, in file order. 'error': the first bad record raises a
     DataError naming FILE:LINE; 'skip': each bad record is logged (and passed to on_event)."""
     problems: list[Problem] = []
@@ -232,10 +251,13 @@ def load_problems(paths: list[str | Path], on_bad_record: str = "error", on_even
         if on_event:
             on_event("skipped_record", where=where, reason=reason)
     if skipped:
-        log.warning("skipped %d bad record(s) of %d; each is listed above and in events.jsonl",
-                    skipped, skipped + len(problems))
+        log.warning(
+            "skipped %d bad record(s) of %d; each is listed above and in events.jsonl", skipped, skipped + len(problems)
+        )
     if not problems:
-        raise DataError(f"no usable records in {', '.join(map(str, paths))}" + (f" ({skipped} skipped)" if skipped else ""))
+        raise DataError(
+            f"no usable records in {', '.join(map(str, paths))}" + (f" ({skipped} skipped)" if skipped else "")
+        )
     return problems
 
 

@@ -89,7 +89,7 @@ class FrozenLakeTask:
     def _held(self) -> list[int]:
         rng, seeds, maps = random.Random(f"lake-heldout-{self.seed}"), [], set()
         while len(seeds) < self.eval_size:
-            s = rng.randrange(10 ** 6, 2 * 10 ** 6)
+            s = rng.randrange(10**6, 2 * 10**6)
             key = "".join(lake_map(s))
             if key not in maps:
                 maps.add(key)
@@ -103,13 +103,14 @@ class FrozenLakeTask:
         held = {"".join(lake_map(s)) for s in self._held}
         rng = random.Random(f"lake-train-{self.seed}-{seed}")
         while True:
-            s = rng.randrange(10 ** 6)
+            s = rng.randrange(10**6)
             desc = lake_map(s)
             if "".join(desc) not in held:
                 yield _problem("frozenlake", s, "train", draw_lake(desc, (0, 0)))
 
 
 # --- Breakout ------------------------------------------------------------------------------------
+
 
 def _breakout(turns: int):
     from rlvr.envs.gym import Breakout  # gymnasium and ale-py: the optional rlvr[envs]
@@ -125,7 +126,9 @@ def breakout_start() -> str:
     return text
 
 
-def breakout_teacher(problem: Problem, error_rate: float, rng: random.Random, turns: int = 64) -> list[tuple[str, bool]]:
+def breakout_teacher(
+    problem: Problem, error_rate: float, rng: random.Random, turns: int = 64
+) -> list[tuple[str, bool]]:
     env = _breakout(turns)
     env.reset(problem, problem.metadata["seed"])
     out: list[tuple[str, bool]] = []
@@ -153,15 +156,16 @@ class BreakoutTask:
     seed: int = 0
 
     def held_out(self) -> list[Problem]:
-        return [_problem("breakout", 10 ** 6 + k, "eval", breakout_start()) for k in range(self.eval_size)]
+        return [_problem("breakout", 10**6 + k, "eval", breakout_start()) for k in range(self.eval_size)]
 
     def train_stream(self, seed: int) -> Iterator[Problem]:
         rng = random.Random(f"breakout-train-{self.seed}-{seed}")
         while True:
-            yield _problem("breakout", rng.randrange(10 ** 6), "train", breakout_start())
+            yield _problem("breakout", rng.randrange(10**6), "train", breakout_start())
 
 
 # --- InvertedPendulum ------------------------------------------------------------------------------
+
 
 def _pendulum(turns: int):
     from rlvr.envs.control import InvertedPendulum  # gymnasium[mujoco]: the optional rlvr[envs]
@@ -177,7 +181,9 @@ def pendulum_start(seed: int) -> str:
         env.close()
 
 
-def pendulum_teacher(problem: Problem, error_rate: float, rng: random.Random, turns: int = 40) -> list[tuple[str, bool]]:
+def pendulum_teacher(
+    problem: Problem, error_rate: float, rng: random.Random, turns: int = 40
+) -> list[tuple[str, bool]]:
     env = _pendulum(turns)
     env.reset(problem, problem.metadata["seed"])
     wrong_way = rng.random() < error_rate
@@ -203,13 +209,13 @@ class PendulumTask:
 
     def held_out(self) -> list[Problem]:
         rng = random.Random(f"pendulum-heldout-{self.seed}")
-        seeds = [rng.randrange(10 ** 6, 2 * 10 ** 6) for _ in range(self.eval_size)]
+        seeds = [rng.randrange(10**6, 2 * 10**6) for _ in range(self.eval_size)]
         return [_problem("inverted_pendulum", s, "eval", pendulum_start(s)) for s in seeds]
 
     def train_stream(self, seed: int) -> Iterator[Problem]:
         rng = random.Random(f"pendulum-train-{self.seed}-{seed}")
         while True:
-            s = rng.randrange(10 ** 6)
+            s = rng.randrange(10**6)
             yield _problem("inverted_pendulum", s, "train", pendulum_start(s))
 
 

@@ -10,8 +10,10 @@ from importlib import resources
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem
 
-INSTRUCTION = ("Complete the following Python function. Answer with the whole function (and any import it "
-               "needs) in one ```python code block.\n\n")
+INSTRUCTION = (
+    "Complete the following Python function. Answer with the whole function (and any import it "
+    "needs) in one ```python code block.\n\n"
+)
 
 
 def humaneval_problems(chat: bool = True) -> list[Problem]:
@@ -27,8 +29,13 @@ def humaneval_problems(chat: bool = True) -> list[Problem]:
     out = []
     for r in rows:
         text = INSTRUCTION + r["prompt"]
-        out.append(Problem(id=r["task_id"], prompt=[{"role": "user", "content": text}] if chat else text,
-                           verifier="code", source="humaneval",
-                           tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"],
-                                  "prefix": r["prompt"]}))
+        out.append(
+            Problem(
+                id=r["task_id"],
+                prompt=[{"role": "user", "content": text}] if chat else text,
+                verifier="code",
+                source="humaneval",
+                tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"], "prefix": r["prompt"]},
+            )
+        )
     return out

@@ -33,8 +33,15 @@ def _allocate(total: int, counts: dict[str, int]) -> dict[str, int]:
 
 
 class FileTask:
-    def __init__(self, problems: list[Problem], *, mix: dict[str, float], eval_size: int, seed: int,
-                 held_out: list[Problem] | None = None):
+    def __init__(
+        self,
+        problems: list[Problem],
+        *,
+        mix: dict[str, float],
+        eval_size: int,
+        seed: int,
+        held_out: list[Problem] | None = None,
+    ):
         """held_out: records held out already (a data set's own eval split); else eval_size are drawn."""
         self.seed = seed
         by_source: dict[str, list[Problem]] = {}
@@ -45,8 +52,10 @@ class FileTask:
             self.weights = self._weights(mix)
             return
         if eval_size >= len(problems):
-            raise DataError(f"data.eval_size={eval_size} but there are only {len(problems)} records; "
-                            f"lower data.eval_size so some are left to train on")
+            raise DataError(
+                f"data.eval_size={eval_size} but there are only {len(problems)} records; "
+                f"lower data.eval_size so some are left to train on"
+            )
         counts = {s: len(ps) for s, ps in by_source.items()}
         rng = random.Random(f"heldout-{seed}")
         self._eval: list[Problem] = []
@@ -65,10 +74,12 @@ class FileTask:
         unknown = sorted(set(mix) - set(sources))
         missing = sorted(set(sources) - set(mix))
         if unknown or missing:
-            raise DataError(f"data.mix: {'unknown source(s) ' + str(unknown) if unknown else ''}"
-                            f"{'; ' if unknown and missing else ''}"
-                            f"{'no share for source(s) ' + str(missing) + ' (0 leaves one out)' if missing else ''}; "
-                            f"the sources in the data are {sources}")
+            raise DataError(
+                f"data.mix: {'unknown source(s) ' + str(unknown) if unknown else ''}"
+                f"{'; ' if unknown and missing else ''}"
+                f"{'no share for source(s) ' + str(missing) + ' (0 leaves one out)' if missing else ''}; "
+                f"the sources in the data are {sources}"
+            )
         return {s: float(mix[s]) for s in sources if mix[s] > 0}
 
     @property
@@ -94,15 +105,19 @@ class FileTask:
 
     def replace(self, keep: dict[str, Problem | None]) -> None:
         """Swap problems by id (None drops one): used by the prompt-length policy."""
+
         def apply(ps: list[Problem]) -> list[Problem]:
             out = [keep.get(p.id, p) for p in ps]
             return [p for p in out if p is not None]
+
         self._eval = apply(self._eval)
         self.train = {s: apply(ps) for s, ps in self.train.items()}
         empty = sorted(s for s, ps in self.train.items() if not ps and s in self.weights)
         if empty:
-            raise DataError(f"no training records left for source(s) {empty} after the prompt-length policy; "
-                            f"raise data.max_prompt_tokens or use data.on_long_prompt=truncate")
+            raise DataError(
+                f"no training records left for source(s) {empty} after the prompt-length policy; "
+                f"raise data.max_prompt_tokens or use data.on_long_prompt=truncate"
+            )
         if not self._eval:
             raise DataError("no held-out records left after the prompt-length policy; raise data.max_prompt_tokens")
 
@@ -111,8 +126,11 @@ class FileTask:
 
     def describe(self) -> dict[str, object]:
         total = sum(self.weights.values())
-        return {"train": self.sources, "held_out": dict(Counter(p.source for p in self._eval)),
-                "mix": {s: round(w / total, 4) for s, w in sorted(self.weights.items())}}
+        return {
+            "train": self.sources,
+            "held_out": dict(Counter(p.source for p in self._eval)),
+            "mix": {s: round(w / total, 4) for s, w in sorted(self.weights.items())},
+        }
 
 
 class _Pass:
@@ -144,8 +162,10 @@ class BuiltinMix:
         if mix:
             unknown, missing = sorted(set(mix) - set(tasks)), sorted(set(tasks) - set(mix))
             if unknown or missing:
-                raise DataError(f"data.mix: the tasks are {sorted(tasks)}; "
-                                f"{'unknown ' + str(unknown) if unknown else 'no share for ' + str(missing)}")
+                raise DataError(
+                    f"data.mix: the tasks are {sorted(tasks)}; "
+                    f"{'unknown ' + str(unknown) if unknown else 'no share for ' + str(missing)}"
+                )
             self.weights = {n: float(w) for n, w in mix.items() if w > 0}
         else:
             verifier = {n: _verifier_of(t) for n, t in tasks.items()}
@@ -153,7 +173,7 @@ class BuiltinMix:
             self.weights = {n: shares[v] / sum(x == v for x in verifier.values()) for n, v in verifier.items()}
         total = sum(self.weights.values())
         counts = {n: max(1, round(eval_size * w / total)) for n, w in self.weights.items()}
-        held = {n: self.tasks[n].held_out()[:counts[n]] for n in self.weights}
+        held = {n: self.tasks[n].held_out()[: counts[n]] for n in self.weights}
         self._eval = [p for batch in _interleave(held, self.weights) for p in batch]
 
     def held_out(self) -> list[Problem]:
@@ -169,6 +189,7 @@ class BuiltinMix:
             pick = max(names, key=lambda n: credit[n])
             credit[pick] -= total
             yield next(streams[pick])
+
 
 def _verifier_of(task) -> str:
     return next(iter(task.held_out())).verifier

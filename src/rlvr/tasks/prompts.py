@@ -19,8 +19,12 @@ log = logging.getLogger("rlvr.data")
 
 def rendered_lengths(tokenizer, problems: list[Problem]) -> list[int]:
     """Token count of each prompt exactly as rollout feeds it (rlvr.rollout.engine.render_prompt)."""
-    texts = [p.prompt if isinstance(p.prompt, str) else
-             tokenizer.apply_chat_template(p.prompt, add_generation_prompt=True, tokenize=False) for p in problems]
+    texts = [
+        p.prompt
+        if isinstance(p.prompt, str)
+        else tokenizer.apply_chat_template(p.prompt, add_generation_prompt=True, tokenize=False)
+        for p in problems
+    ]
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False).input_ids]
 
 
@@ -35,7 +39,7 @@ def truncate_prompt(tokenizer, problem: Problem, limit: int) -> Problem | None:
         ids = tokenizer(text, add_special_tokens=False).input_ids
         if len(ids) <= n - limit:
             return None
-        cut = tokenizer.decode(ids[n - limit:], skip_special_tokens=False)
+        cut = tokenizer.decode(ids[n - limit :], skip_special_tokens=False)
         if isinstance(problem.prompt, str):
             problem = dataclasses.replace(problem, prompt=cut)
         else:
@@ -48,8 +52,10 @@ def limit_prompts(task, tokenizer, limit: int, policy: str, on_event: EventFn | 
     """Apply the prompt-length policy to every problem of a FileTask, in place."""
     problems = task.all_problems()
     if tokenizer.chat_template is None and any(not isinstance(p.prompt, str) for p in problems):
-        raise DataError("the model's tokenizer has no chat template, and the prompts are chat messages; "
-                        "use a chat (instruct) model, or data.chat=false with plain-text `prompt` records")
+        raise DataError(
+            "the model's tokenizer has no chat template, and the prompts are chat messages; "
+            "use a chat (instruct) model, or data.chat=false with plain-text `prompt` records"
+        )
     lengths = rendered_lengths(tokenizer, problems)
     long = [(p, n) for p, n in zip(problems, lengths) if n > limit]
     if not long:
@@ -57,9 +63,13 @@ def limit_prompts(task, tokenizer, limit: int, policy: str, on_event: EventFn | 
     where = [f"{p.metadata.get('where', p.id)}: prompt is {n} tokens" for p, n in long]
     if policy == "error":
         more = f"\n  ... and {len(long) - 5} more" if len(long) > 5 else ""
-        raise DataError(f"{len(long)} prompt(s) longer than data.max_prompt_tokens={limit} (chat template "
-                        f"included):\n  " + "\n  ".join(where[:5]) + more +
-                        "\nraise data.max_prompt_tokens, or set data.on_long_prompt=skip or truncate")
+        raise DataError(
+            f"{len(long)} prompt(s) longer than data.max_prompt_tokens={limit} (chat template "
+            f"included):\n  "
+            + "\n  ".join(where[:5])
+            + more
+            + "\nraise data.max_prompt_tokens, or set data.on_long_prompt=skip or truncate"
+        )
     changes: dict[str, Problem | None] = {}
     for (p, n), msg in zip(long, where):
         new = None if policy == "skip" else truncate_prompt(tokenizer, p, limit)
@@ -70,6 +80,11 @@ def limit_prompts(task, tokenizer, limit: int, policy: str, on_event: EventFn | 
         log.warning("%s %s (limit %d)", kind.replace("_", " "), msg, limit)
         if on_event:
             on_event(kind, where=p.metadata.get("where", p.id), tokens=n, limit=limit)
-    log.warning("%d of %d prompt(s) over data.max_prompt_tokens=%d were %s",
-                len(long), len(problems), limit, "skipped" if policy == "skip" else "truncated")
+    log.warning(
+        "%d of %d prompt(s) over data.max_prompt_tokens=%d were %s",
+        len(long),
+        len(problems),
+        limit,
+        "skipped" if policy == "skip" else "truncated",
+    )
     task.replace(changes)

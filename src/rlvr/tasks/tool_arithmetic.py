@@ -37,7 +37,11 @@ def call(expr: str) -> str:
 
 def demonstration(expr: str, result: int) -> list[Segment]:
     """The right way: call, read the response, answer with it."""
-    return [(call(expr), True), (f"<tool_response>{result}</tool_response>", False), (f"<answer>{result}</answer>", True)]
+    return [
+        (call(expr), True),
+        (f"<tool_response>{result}</tool_response>", False),
+        (f"<answer>{result}</answer>", True),
+    ]
 
 
 def teacher_solution(problem: Problem, error_rate: float, rng: random.Random) -> list[Segment]:
@@ -59,15 +63,21 @@ class ToolArithmeticTask:
 
     def _draw(self, rng: random.Random) -> tuple[int, str, int]:
         if rng.random() < 0.5:  # 4- to 6-digit times 2-digit
-            return rng.randint(10 ** 3, 10 ** rng.randint(4, 6) - 1), "*", rng.randint(11, 99)
+            return rng.randint(10**3, 10 ** rng.randint(4, 6) - 1), "*", rng.randint(11, 99)
         divisor = rng.randint(11, 99)  # a 4- to 6-digit dividend, divided exactly by a 2-digit divisor
         quotient = rng.randint(1000 // divisor + 1, 999_999 // divisor)
         return divisor * quotient, "/", divisor
 
     def _problem(self, a: int, op: str, b: int, split: str) -> Problem:
         answer = a * b if op == "*" else a // b
-        return Problem(id=f"{split}:{a}{op}{b}", prompt=f"{a}{op}{b}=", answer=str(answer), source=SOURCE,
-                       verifier="math", metadata={"operands": (a, op, b)})
+        return Problem(
+            id=f"{split}:{a}{op}{b}",
+            prompt=f"{a}{op}{b}=",
+            answer=str(answer),
+            source=SOURCE,
+            verifier="math",
+            metadata={"operands": (a, op, b)},
+        )
 
     def held_out(self) -> list[Problem]:
         """The evaluation split: `eval_size` distinct problems, fixed by the seed."""

@@ -69,8 +69,10 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style description chat templates take (`apply_chat_template(tools=...)`)."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ def _failed(msg: str, timeout: bool = False) -> ToolResult:
 
 
 # --- running a call --------------------------------------------------------------------------
+
 
 def run_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> ToolResult:
     """Run one call; never raises. A positional compact argument goes to the tool's only parameter."""
@@ -217,6 +220,7 @@ def _answer(future, worker: Worker, tool: Tool, timeout_s: float) -> ToolResult:
 
 # --- the registry ----------------------------------------------------------------------------
 
+
 def python_tool(sandbox_cfg) -> Tool:
     """`python(code)`: the program runs in rlvr's sandbox; the result is its stdout (and the
     error when it fails). One sandbox per process, opened on first use; a run is killed at the
@@ -236,10 +240,15 @@ def python_tool(sandbox_cfg) -> Tool:
         with lock:
             if "pool" not in state:
                 from rlvr.sandbox.verifier import CodeVerifier  # the python tool only (0.09 s -> 0.26 s at the top)
+
                 state["pool"] = CodeVerifier(sandbox_cfg).pool  # probes isolation; refuses when required and missing
-        future = state["pool"].submit("program", args["code"], [{"stdin": ""}],  # reward.code's limits, or the call's
-                                      case_timeout_s=min(timeout_s, float(sandbox_cfg.case_timeout_s)),
-                                      total_timeout_s=min(timeout_s, float(sandbox_cfg.timeout_s)))
+        future = state["pool"].submit(
+            "program",
+            args["code"],
+            [{"stdin": ""}],  # reward.code's limits, or the call's
+            case_timeout_s=min(timeout_s, float(sandbox_cfg.case_timeout_s)),
+            total_timeout_s=min(timeout_s, float(sandbox_cfg.timeout_s)),
+        )
         try:
             run = future.result(timeout_s)
         except FutureTimeout:
@@ -256,8 +265,10 @@ def python_tool(sandbox_cfg) -> Tool:
     return replace(Tool.from_function(python), timed=timed)
 
 
-BUILTIN = {"calculator": lambda cfg: replace(Tool.from_function(calculator), timed=lambda args, _t: calculator(**args)),
-           "python": python_tool}
+BUILTIN = {
+    "calculator": lambda cfg: replace(Tool.from_function(calculator), timed=lambda args, _t: calculator(**args)),
+    "python": python_tool,
+}
 
 
 def hosted(tools: dict[str, Tool], host: Callable[[ToolCall, float], ToolResult]) -> dict[str, Tool]:
@@ -276,11 +287,28 @@ def resolve_tools(names: Sequence[str], sandbox_cfg=None) -> dict[str, Tool]:
             fn = import_object(name, "tool")
             tool = fn if isinstance(fn, Tool) else Tool.from_function(fn)
         else:
-            raise ValueError(f"unknown tool {name!r}: built-ins are {', '.join(sorted(BUILTIN))}, or give "
-                             "'module:function' for a function of your own")
+            raise ValueError(
+                f"unknown tool {name!r}: built-ins are {', '.join(sorted(BUILTIN))}, or give "
+                "'module:function' for a function of your own"
+            )
         out[tool.name] = tool
     return out
 
 
-__all__ = ["BUILTIN", "MAX_CALLS", "MAX_RESULT_CHARS", "TOOL_FORMATS", "WORKERS", "Tool", "ToolCall", "ToolResult",
-           "format_call", "hosted", "parse_tool_calls", "python_tool", "read_json", "resolve_tools", "run_tool"]
+__all__ = [
+    "BUILTIN",
+    "MAX_CALLS",
+    "MAX_RESULT_CHARS",
+    "TOOL_FORMATS",
+    "WORKERS",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "format_call",
+    "hosted",
+    "parse_tool_calls",
+    "python_tool",
+    "read_json",
+    "resolve_tools",
+    "run_tool",
+]

@@ -11,8 +11,14 @@ from fractions import Fraction
 MAX_CHARS = 200
 MAX_DIGITS = 1000
 MAX_BITS = 3322  # ~ 1000 decimal digits
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 def _eval(node: ast.AST) -> Fraction:

@@ -53,7 +53,7 @@ def parse_tool_calls(text: str, fmt: str) -> list[ToolCall]:
         if end < 0:
             out.append(ToolCall("", {}, f"the tool call was cut: {OPEN} without {CLOSE}"))
             break
-        body = text[start + len(OPEN):end]
+        body = text[start + len(OPEN) : end]
         if len(body) > MAX_CALL_CHARS:
             out.append(ToolCall("", {}, f"the tool call is longer than {MAX_CALL_CHARS} characters"))
         else:

@@ -90,15 +90,26 @@ class Run:
         synced = sync_weights(self.engine, state.model, state.step, state.step, self.par)
         if synced is not None:  # the next step samples with these weights: it reports their sync
             self.eval_sync = synced
-        result = evaluate(self.engine, problems, self.reward, max_new_tokens=self.max_new_tokens,
-                          batch_size=self.eval.batch_size) if self.par.main else None
+        result = (
+            evaluate(
+                self.engine, problems, self.reward, max_new_tokens=self.max_new_tokens, batch_size=self.eval.batch_size
+            )
+            if self.par.main
+            else None
+        )
         if self.par.main:  # eval.jsonl: every evaluation's per-problem outcomes, for paired tests
             self.log.evaluation(state.step, result["problems"])
         return self.par.broadcast(result)
 
     def save(self, state: TrainerState, metrics: dict | None = None) -> None:
-        self.checkpointer.save(state.step, state.model, self.tokenizer, state.state_dict(self.config),
-                               metrics=metrics, optimizer=state.optimizer)
+        self.checkpointer.save(
+            state.step,
+            state.model,
+            self.tokenizer,
+            state.state_dict(self.config),
+            metrics=metrics,
+            optimizer=state.optimizer,
+        )
 
 
 def sample_rows(batch: StepBatch, n: int) -> list[dict]:
@@ -106,10 +117,20 @@ def sample_rows(batch: StepBatch, n: int) -> list[dict]:
     rows = []
     for i, c in enumerate(batch.completions[:n]):
         p, r = batch.problems[i], batch.results[i]
-        row = {"problem_id": c.problem_id, "group_id": c.group_id, "source": p.source, "prompt": p.prompt,
-               "completion": c.text, "answer": p.answer, "reward": r.total, "components": r.components,
-               "valid": r.valid, "error": r.error, "advantage": float(batch.advantages[i]),
-               "finish_reason": c.finish_reason}
+        row = {
+            "problem_id": c.problem_id,
+            "group_id": c.group_id,
+            "source": p.source,
+            "prompt": p.prompt,
+            "completion": c.text,
+            "answer": p.answer,
+            "reward": r.total,
+            "components": r.components,
+            "valid": r.valid,
+            "error": r.error,
+            "advantage": float(batch.advantages[i]),
+            "finish_reason": c.finish_reason,
+        }
         if len(c.turns) > 1 or c.env_info:  # a multi-turn episode: the whole trajectory, turn by turn
             row["turns"] = turn_rows(c)
             row["env_info"] = c.env_info
@@ -135,22 +156,29 @@ def log_step_events(run: Run, step: int, batch: StepBatch, skipped_updates: int)
     if counts.invalid:
         run.log.event("invalid_samples", step=step, count=counts.invalid, errors=list(counts.errors))
     if counts.shortfall_groups:
-        run.log.event("sampling_shortfall", step=step, groups=counts.shortfall_groups,
-                      extra_rounds=counts.extra_rounds)
+        run.log.event("sampling_shortfall", step=step, groups=counts.shortfall_groups, extra_rounds=counts.extra_rounds)
     if skipped_updates:
         run.log.event("skipped_update", step=step, count=skipped_updates)
         run.ui.warn(f"step {step}: {skipped_updates} update(s) skipped (non-finite loss or gradient)")
 
 
-def check_speculation(rollout: RolloutConfig, dtype: str, engine: RolloutEngine, model, tokenizer,
-                      problems: list[Problem], log: RunLog) -> None:
+def check_speculation(
+    rollout: RolloutConfig, dtype: str, engine: RolloutEngine, model, tokenizer, problems: list[Problem], log: RunLog
+) -> None:
     """Refuse a speculative method (rollout.speculative) that changes the sampling distribution
     (rlvr.rollout.speculative), before the run trains on it; the plain reference decodes in `dtype`."""
     spec = rollout.speculative
     params = dataclasses.replace(sampling_params(rollout), group_size=2)
-    stats = check_speculative(engine, HFEngine(model, tokenizer, dtype=dtype), model, tokenizer,
-                              problems[: spec.check_prompts],
-                              params, method=spec.method, tolerance=spec.check_tolerance)
+    stats = check_speculative(
+        engine,
+        HFEngine(model, tokenizer, dtype=dtype),
+        model,
+        tokenizer,
+        problems[: spec.check_prompts],
+        params,
+        method=spec.method,
+        tolerance=spec.check_tolerance,
+    )
     log.event("speculative_checked", method=spec.method, **stats)
 
 
@@ -166,18 +194,43 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     sequences, advantages, loss_mask = batch.update_inputs()
     if run.recompute and sequences:  # the trainer's log-probs of the batch, before any update
         a = run.algo
-        anchor = recompute_anchor(state.model, sequences, loss_mask, run.tokenizer.pad_token_id,
-                                  run.settings.temperature, rollout_is=a.rollout_is, cap=a.rollout_is_cap,
-                                  dtype=run.settings.dtype)
+        anchor = recompute_anchor(
+            state.model,
+            sequences,
+            loss_mask,
+            run.tokenizer.pad_token_id,
+            run.settings.temperature,
+            rollout_is=a.rollout_is,
+            cap=a.rollout_is_cap,
+            dtype=run.settings.dtype,
+        )
     t_update = time.time()
-    actor = policy_update(state.model, state.optimizer, sequences, advantages, loss_mask,
-                          batch.ref_logp, run.tokenizer.pad_token_id, run.settings, generator=state.update_rng,
-                          fault=run.guard.fault(state.step), anchor=anchor, par=run.par)
+    actor = policy_update(
+        state.model,
+        state.optimizer,
+        sequences,
+        advantages,
+        loss_mask,
+        batch.ref_logp,
+        run.tokenizer.pad_token_id,
+        run.settings,
+        generator=state.update_rng,
+        fault=run.guard.fault(state.step),
+        anchor=anchor,
+        par=run.par,
+    )
     lr = state.scheduler.get_last_lr()[0]  # the rate this update used
     state.scheduler.step()
     memory = {k: max(v) for k, v in _columns(run.par.gather([peak_memory()])).items()}  # the largest rank's
-    metrics = {**batch.metrics, **(anchor.metrics if anchor else {}), **actor, "actor/lr": lr,
-               "time/update_s": time.time() - t_update, "perf/step_s": time.time() - t0, **memory}
+    metrics = {
+        **batch.metrics,
+        **(anchor.metrics if anchor else {}),
+        **actor,
+        "actor/lr": lr,
+        "time/update_s": time.time() - t_update,
+        "perf/step_s": time.time() - t0,
+        **memory,
+    }
     if run.eval_sync is not None:
         run.eval_sync.add_to(metrics)
         run.eval_sync = None
@@ -204,8 +257,12 @@ def run_steps(run: Run, state: TrainerState) -> dict:
             log_step_events(run, step, batch, int(metrics["actor/skipped_updates"]))
             if trigger is not None:  # diverged: back to the last good state, lower lr, new data order
                 run.checkpointer.wait()  # a checkpoint still being written counts as a good state
-                run.guard.roll_back(step, trigger, functools.partial(state.restore, rollback=True),
-                                    functools.partial(run.par.full_state_dict, state.model))
+                run.guard.roll_back(
+                    step,
+                    trigger,
+                    functools.partial(state.restore, rollback=True),
+                    functools.partial(run.par.full_state_dict, state.model),
+                )
                 continue
             if run.eval.every and step % run.eval.every == 0 and step < run.steps:
                 during = run.evaluate(state, run.held_out[: run.eval.n_during])
@@ -243,8 +300,13 @@ def eval_change(before: dict | None, after: dict | None) -> dict | None:
     a = [float(r["correct"]) for r in before["problems"]]
     b = [float(r["correct"]) for r in after["problems"]]
     report = paired_report(a, b, alpha=0.05, iterations=10000, seed=0)
-    return {"diff": report["diff"], "ci95": report["ci"], "mcnemar_p": report["mcnemar_p"],
-            "only_before": report["only_a"], "only_after": report["only_b"]}
+    return {
+        "diff": report["diff"],
+        "ci95": report["ci"],
+        "mcnemar_p": report["mcnemar_p"],
+        "only_before": report["only_a"],
+        "only_after": report["only_b"],
+    }
 
 
 def recommended_tokens(run_dir: Path) -> int | None:
@@ -279,15 +341,23 @@ def finish(run: Run, state: TrainerState, status: str) -> dict:
     def figures(ev: dict | None) -> dict | None:
         if ev is None:
             return None
-        return {"accuracy": ev["accuracy"], "n": ev["n"]} | ({"by_source": ev["by_source"]} if "by_source" in ev else {})
+        return {"accuracy": ev["accuracy"], "n": ev["n"]} | (
+            {"by_source": ev["by_source"]} if "by_source" in ev else {}
+        )
 
     summary = {
-        "status": status, "steps": state.step, "wall_time_s": round(time.time() - run.t_start, 2), "seed": run.seed,
-        "eval_before": figures(state.eval_before), "eval_after": figures(eval_after),
+        "status": status,
+        "steps": state.step,
+        "wall_time_s": round(time.time() - run.t_start, 2),
+        "seed": run.seed,
+        "eval_before": figures(state.eval_before),
+        "eval_after": figures(eval_after),
         "eval_change": eval_change(state.eval_before, eval_after),
         "reward_first": float(np.mean(rewards[:10])) if rewards else None,
         "reward_last": float(np.mean(rewards[-10:])) if rewards else None,
-        "start_from": str(run.start_path), "cold_start": sft_info(run.start_path), "rollbacks": run.guard.rollbacks,
+        "start_from": str(run.start_path),
+        "cold_start": sft_info(run.start_path),
+        "rollbacks": run.guard.rollbacks,
     }
     log.summary(summary)
     log.close()

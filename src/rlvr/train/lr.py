@@ -8,8 +8,9 @@ from typing import Literal
 Schedule = Literal["constant", "linear", "cosine"]
 
 
-def lr_factor(step: int, *, total: int, warmup: int = 0, schedule: Schedule = "constant",
-              min_ratio: float = 0.0) -> float:
+def lr_factor(
+    step: int, *, total: int, warmup: int = 0, schedule: Schedule = "constant", min_ratio: float = 0.0
+) -> float:
     """Multiplier of the base learning rate after `step` scheduler steps (0-based).
 
     Linear warmup from 1/warmup to 1 over the first `warmup` steps, then `schedule` from 1 down to

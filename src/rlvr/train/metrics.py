@@ -42,8 +42,10 @@ def env_error_metrics(completions: Sequence[Completion]) -> dict[str, float]:
     if not any(kinds) and not agent_metrics(completions):
         return {}
     n = len(completions)
-    return {"rollout/env_error_frac": sum(k is not None for k in kinds) / n,
-            **{f"rollout/env_error/{kind}_frac": kinds.count(kind) / n for kind in FAULT_KINDS if kind in kinds}}
+    return {
+        "rollout/env_error_frac": sum(k is not None for k in kinds) / n,
+        **{f"rollout/env_error/{kind}_frac": kinds.count(kind) / n for kind in FAULT_KINDS if kind in kinds},
+    }
 
 
 def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
@@ -55,11 +57,13 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
         return {}  # single-turn rollouts
     n = len(completions)
     calls = [call for c in completions for t in c.turns for call in t.info.get("tool_calls", [])]
-    out = {"rollout/turns_mean": sum(sum(t.role == "assistant" for t in c.turns) for c in completions) / n,
-           "rollout/tool_calls_mean": len(calls) / n,
-           "rollout/tool_failure_frac": sum(not call["ok"] for call in calls) / max(1, len(calls)),
-           "rollout/tool_timeout_frac": sum(bool(call["timeout"]) for call in calls) / max(1, len(calls)),
-           "rollout/traj_tokens_mean": sum(len(c.token_ids) for c in completions) / n}
+    out = {
+        "rollout/turns_mean": sum(sum(t.role == "assistant" for t in c.turns) for c in completions) / n,
+        "rollout/tool_calls_mean": len(calls) / n,
+        "rollout/tool_failure_frac": sum(not call["ok"] for call in calls) / max(1, len(calls)),
+        "rollout/tool_timeout_frac": sum(bool(call["timeout"]) for call in calls) / max(1, len(calls)),
+        "rollout/traj_tokens_mean": sum(len(c.token_ids) for c in completions) / n,
+    }
     for reason in ("stop", "length", "max_turns", "env_done"):
         out[f"rollout/finish/{reason}_frac"] = sum(c.finish_reason == reason for c in completions) / n
     returns = episode_returns(completions)
@@ -68,8 +72,13 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
     return out
 
 
-def shaping_metrics(completions: Sequence[Completion], overlong: torch.Tensor, kl_penalty: torch.Tensor,
-                    loss_mask: torch.Tensor, valid: torch.Tensor) -> dict[str, float]:
+def shaping_metrics(
+    completions: Sequence[Completion],
+    overlong: torch.Tensor,
+    kl_penalty: torch.Tensor,
+    loss_mask: torch.Tensor,
+    valid: torch.Tensor,
+) -> dict[str, float]:
     """What length handling and KL-in-reward did to the batch the update sees.
 
     overlong (N,) <= 0 added to the reward; kl_penalty (N,) subtracted from it;

@@ -83,12 +83,16 @@ class Parallel:
         import torch.distributed as dist
 
         if "RANK" not in os.environ:
-            raise ConfigError("train.strategy=fsdp: no RANK/WORLD_SIZE in the environment; start with `rlvr train` "
-                              "(it launches train.world_size ranks) or torchrun")
+            raise ConfigError(
+                "train.strategy=fsdp: no RANK/WORLD_SIZE in the environment; start with `rlvr train` "
+                "(it launches train.world_size ranks) or torchrun"
+            )
         world = int(os.environ["WORLD_SIZE"])
         if train.world_size and train.world_size != world:
-            raise ConfigError(f"train.world_size={train.world_size} but the launcher started {world} ranks "
-                              f"(WORLD_SIZE); set them equal or leave train.world_size=0")
+            raise ConfigError(
+                f"train.world_size={train.world_size} but the launcher started {world} ranks "
+                f"(WORLD_SIZE); set them equal or leave train.world_size=0"
+            )
         device = device or torch.device("cpu")
         if device.type == "cuda":
             local = int(os.environ.get("LOCAL_RANK", 0))
@@ -122,8 +126,10 @@ class Parallel:
         names = set(getattr(model, "_no_split_modules", None) or ())
         layers = [m for m in model.modules() if type(m).__name__ in names]
         if not layers:
-            raise ValueError(f"{type(model).__name__}: no decoder layers to shard (its _no_split_modules are "
-                             f"{sorted(names) or 'not set'}); train.strategy=fsdp needs a transformers decoder")
+            raise ValueError(
+                f"{type(model).__name__}: no decoder layers to shard (its _no_split_modules are "
+                f"{sorted(names) or 'not set'}); train.strategy=fsdp needs a transformers decoder"
+            )
         for layer in layers:
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
@@ -149,7 +155,7 @@ class Parallel:
         """(start, this rank's contiguous share): shares differ in size by at most one, rank order."""
         n = len(items)
         start = self.rank * n // self.world
-        return start, items[start: (self.rank + 1) * n // self.world]
+        return start, items[start : (self.rank + 1) * n // self.world]
 
     def gather(self, mine: list[T]) -> list[T]:
         """Every rank's list, concatenated in rank order, on every rank."""
@@ -184,11 +190,13 @@ class Parallel:
     def barrier(self) -> None:
         if self.sharded:
             import torch.distributed as dist
+
             dist.barrier()
 
     def close(self) -> None:
         if self.sharded:
             import torch.distributed as dist
+
             if dist.is_initialized():
                 dist.barrier()  # every rank done with the group first: a rank that tore gloo down while another
                 dist.destroy_process_group()  # still used it aborted ("terminate called without an active exception")

@@ -45,8 +45,9 @@ def _completion(value: Any, field: str) -> tuple[list[Message] | None, str]:
     if isinstance(value, list) and value and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in value):
         if value[-1]["role"] == "assistant" and isinstance(value[-1]["content"], str):
             return [{"role": m["role"], "content": m["content"]} for m in value[:-1]], value[-1]["content"]
-    raise ValueError(f"field {field!r}: expected a non-empty completion, or chat messages ending with the "
-                     f"assistant's turn")
+    raise ValueError(
+        f"field {field!r}: expected a non-empty completion, or chat messages ending with the assistant's turn"
+    )
 
 
 def parse_pair(obj: Any, where: str) -> Pair:
@@ -81,13 +82,24 @@ def load_pairs(path: str | Path) -> list[Pair]:
     return pairs
 
 
-def pair_scores(model, tokenizer, pairs: list[Pair], *, batch_size: int = 16, max_length: int = 1024
-                ) -> tuple[list[float], list[float]]:
+def pair_scores(
+    model, tokenizer, pairs: list[Pair], *, batch_size: int = 16, max_length: int = 1024
+) -> tuple[list[float], list[float]]:
     """(score of each chosen, score of each rejected)."""
-    chosen = score_texts(model, tokenizer, [render_pair(tokenizer, p.prompt, p.chosen) for p in pairs],
-                         batch_size=batch_size, max_length=max_length)
-    rejected = score_texts(model, tokenizer, [render_pair(tokenizer, p.prompt, p.rejected) for p in pairs],
-                           batch_size=batch_size, max_length=max_length)
+    chosen = score_texts(
+        model,
+        tokenizer,
+        [render_pair(tokenizer, p.prompt, p.chosen) for p in pairs],
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    rejected = score_texts(
+        model,
+        tokenizer,
+        [render_pair(tokenizer, p.prompt, p.rejected) for p in pairs],
+        batch_size=batch_size,
+        max_length=max_length,
+    )
     return chosen, rejected
 
 
@@ -99,13 +111,27 @@ def pair_accuracy(model, tokenizer, pairs: list[Pair], **kwargs) -> dict[str, fl
     c, r = pair_scores(model, tokenizer, pairs, **kwargs)
     model.train(was_training)
     wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in zip(c, r))
-    return {"pair_accuracy": wins / len(pairs), "margin_mean": sum(a - b for a, b in zip(c, r)) / len(pairs),
-            "n": len(pairs)}
+    return {
+        "pair_accuracy": wins / len(pairs),
+        "margin_mean": sum(a - b for a, b in zip(c, r)) / len(pairs),
+        "n": len(pairs),
+    }
 
 
-def train_reward_model(base: str | Path, pairs: list[Pair], out: str | Path, *, steps: int = 200,
-                       batch_size: int = 16, lr: float = 1e-4, eval_frac: float = 0.1, seed: int = 0,
-                       lora: bool = False, max_length: int = 1024, on_step=None) -> dict[str, Any]:
+def train_reward_model(
+    base: str | Path,
+    pairs: list[Pair],
+    out: str | Path,
+    *,
+    steps: int = 200,
+    batch_size: int = 16,
+    lr: float = 1e-4,
+    eval_frac: float = 0.1,
+    seed: int = 0,
+    lora: bool = False,
+    max_length: int = 1024,
+    on_step=None,
+) -> dict[str, Any]:
     """Train a reward model from `base` on `pairs` (a seeded `eval_frac` of them held out) and export it
     to `out` in Hugging Face format; the held-out pair accuracy before and after is in the report
     (also written to out/rm.json)."""
@@ -123,6 +149,7 @@ def train_reward_model(base: str | Path, pairs: list[Pair], out: str | Path, *, 
     model.config.pad_token_id = tokenizer.pad_token_id
     if lora:
         from peft import LoraConfig, get_peft_model
+
         model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=16, lora_alpha=32, target_modules="all-linear"))
     before = pair_accuracy(model, tokenizer, held, max_length=max_length) if held else None
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
@@ -130,12 +157,14 @@ def train_reward_model(base: str | Path, pairs: list[Pair], out: str | Path, *, 
     losses = []
     for step in range(steps):
         batch = rng.sample(train, min(batch_size, len(train)))
-        texts = [render_pair(tokenizer, p.prompt, p.chosen) for p in batch] + \
-                [render_pair(tokenizer, p.prompt, p.rejected) for p in batch]
-        enc = tokenizer(texts, padding=True, truncation=True, max_length=max_length, add_special_tokens=False,
-                        return_tensors="pt")
+        texts = [render_pair(tokenizer, p.prompt, p.chosen) for p in batch] + [
+            render_pair(tokenizer, p.prompt, p.rejected) for p in batch
+        ]
+        enc = tokenizer(
+            texts, padding=True, truncation=True, max_length=max_length, add_special_tokens=False, return_tensors="pt"
+        )
         scores = model(**enc).logits[:, 0].float()  # (2B,)
-        loss = -F.logsigmoid(scores[: len(batch)] - scores[len(batch):]).mean()
+        loss = -F.logsigmoid(scores[: len(batch)] - scores[len(batch) :]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -147,8 +176,17 @@ def train_reward_model(base: str | Path, pairs: list[Pair], out: str | Path, *, 
     if lora:
         model = model.merge_and_unload()
     save_model(model, tokenizer, Path(out))
-    report = {"base": str(base), "pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
-              "steps": steps, "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
-              "held_out_before": before, "held_out_after": after, "lora": lora}
+    report = {
+        "base": str(base),
+        "pairs": len(pairs),
+        "train_pairs": len(train),
+        "held_out_pairs": len(held),
+        "steps": steps,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+        "held_out_before": before,
+        "held_out_after": after,
+        "lora": lora,
+    }
     (Path(out) / "rm.json").write_text(json.dumps(report, indent=2))
     return report

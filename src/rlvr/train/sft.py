@@ -34,8 +34,9 @@ from rlvr.train.lr import lr_factor
 from rlvr.urls import fetch_dir, filesystem, put_dir
 
 
-def sft_pairs(problems: list[Problem], tokenizer, solutions: list,
-              history: int = 0) -> list[tuple[list[int], list[int], list[int]]]:
+def sft_pairs(
+    problems: list[Problem], tokenizer, solutions: list, history: int = 0
+) -> list[tuple[list[int], list[int], list[int]]]:
     """(prompt, target, mask) per demonstration. A solution is a text (one turn), or a trajectory of
     (text, sampled) segments: the model's turns end with eos and are learned (mask 1); what a tool or
     environment appended is context (mask 0), tokenised alone, as rollout appends it. With history
@@ -46,13 +47,16 @@ def sft_pairs(problems: list[Problem], tokenizer, solutions: list,
     for p, solution in zip(problems, solutions):
         prompt = render_prompt(tokenizer, p)  # as rollout feeds it: chat messages through the template
         segments = [(solution, True)] if isinstance(solution, str) else solution
-        pieces = [(tokenizer(text, add_special_tokens=False).input_ids + ([eos] if sampled else []), sampled)
-                  for text, sampled in segments]
+        pieces = [
+            (tokenizer(text, add_special_tokens=False).input_ids + ([eos] if sampled else []), sampled)
+            for text, sampled in segments
+        ]
         if history and not isinstance(solution, str):
             pairs += _windows(prompt, pieces, history)
             continue
-        pairs.append((prompt, [t for ids, _ in pieces for t in ids],
-                      [int(sampled) for ids, sampled in pieces for _ in ids]))
+        pairs.append(
+            (prompt, [t for ids, _ in pieces for t in ids], [int(sampled) for ids, sampled in pieces for _ in ids])
+        )
     return pairs
 
 
@@ -69,19 +73,32 @@ def _windows(prompt: list[int], pieces: list[tuple[list[int], bool]], history: i
     return out
 
 
-def train_sft(model, tokenizer, pairs, *, steps: int, batch_size: int, lr: float, warmup: int, seed: int,
-              on_step: Callable[[int, float], None] | None = None, dtype: str = "float32") -> list[float]:
+def train_sft(
+    model,
+    tokenizer,
+    pairs,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    warmup: int,
+    seed: int,
+    on_step: Callable[[int, float], None] | None = None,
+    dtype: str = "float32",
+) -> list[float]:
     """Plain next-token cross-entropy on completion tokens, AdamW, warmup + cosine decay."""
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * lr_factor(s, total=steps, schedule="cosine"))
+        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * lr_factor(s, total=steps, schedule="cosine")
+    )
     model.train()
     losses = []
     for step in range(steps):
         chunk = rng.sample(pairs, min(batch_size, len(pairs)))
-        batch = pack([p for p, _, _ in chunk], [c for _, c, _ in chunk], tokenizer.pad_token_id,
-                     [m for _, _, m in chunk]).to(model.device)
+        batch = pack(
+            [p for p, _, _ in chunk], [c for _, c, _ in chunk], tokenizer.pad_token_id, [m for _, _, m in chunk]
+        ).to(model.device)
         with compute(model, dtype):
             logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # (B, L, V)
         logits = completion_logits(logits, batch).float()  # (B, T, V)
@@ -110,8 +127,11 @@ def demonstrations(task, s: SFTConfig, seed: int, *, from_files: bool) -> tuple[
     solved = [p for p in train if p.solution]
     if len(solved) > s.examples:
         solved = random.Random(f"sft-{seed}").sample(solved, s.examples)
-    counts = {"examples": len(solved), "without_solution": len(train) - sum(1 for p in train if p.solution),
-              "held_out": len(task.held_out())}
+    counts = {
+        "examples": len(solved),
+        "without_solution": len(train) - sum(1 for p in train if p.solution),
+        "held_out": len(task.held_out()),
+    }
     return solved, [p.solution for p in solved], counts
 
 
@@ -121,8 +141,10 @@ def describe(counts: dict[str, int]) -> str:
     if "held_out" in counts:
         line += f" ({counts['held_out']} held-out record(s) never trained on)"
     if counts.get("without_solution"):
-        line += (f"; {counts['without_solution']} training record(s) without one (a `solution` field, or chat "
-                 f"messages ending with an assistant turn) left out")
+        line += (
+            f"; {counts['without_solution']} training record(s) without one (a `solution` field, or chat "
+            f"messages ending with an assistant turn) left out"
+        )
     return line
 
 
@@ -140,9 +162,21 @@ def cached(out: Path, remote: str | None) -> Path | None:
     return None
 
 
-def cold_start(base: Path, problems: list[Problem], solutions: list, counts: dict[str, int], s: SFTConfig, *,
-               out: Path, remote: str | None, seed: int, history: int, device, dtype: str,
-               on_step: Callable[[int, float], None] | None = None) -> Path:
+def cold_start(
+    base: Path,
+    problems: list[Problem],
+    solutions: list,
+    counts: dict[str, int],
+    s: SFTConfig,
+    *,
+    out: Path,
+    remote: str | None,
+    seed: int,
+    history: int,
+    device,
+    dtype: str,
+    on_step: Callable[[int, float], None] | None = None,
+) -> Path:
     """Train the base model at `base` on the demonstrations (section sft) in fp32 master weights on
     `device` and save it at `out` with its sft.json (counts: what it learned from); remote: its URL,
     uploaded to with sft.json last."""
@@ -150,12 +184,30 @@ def cold_start(base: Path, problems: list[Problem], solutions: list, counts: dic
     model, tokenizer = load_model(base, "float32")  # fp32 master weights (model.dtype: compute)
     model = model.to(device)
     pairs = sft_pairs(problems, tokenizer, solutions, history)
-    losses = train_sft(model, tokenizer, pairs, steps=s.steps, batch_size=s.batch_size,
-                       lr=s.lr, warmup=s.warmup, seed=seed, on_step=on_step, dtype=dtype)
+    losses = train_sft(
+        model,
+        tokenizer,
+        pairs,
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        warmup=s.warmup,
+        seed=seed,
+        on_step=on_step,
+        dtype=dtype,
+    )
     tmp = out.with_name(out.name + ".tmp")
     save_model(model, tokenizer, tmp)
-    (tmp / "sft.json").write_text(json.dumps({"steps": s.steps, "final_loss": losses[-1] if losses else None,
-                                              "first_loss": losses[0] if losses else None, **counts}))
+    (tmp / "sft.json").write_text(
+        json.dumps(
+            {
+                "steps": s.steps,
+                "final_loss": losses[-1] if losses else None,
+                "first_loss": losses[0] if losses else None,
+                **counts,
+            }
+        )
+    )
     if out.exists():
         out.rmdir()  # empty (checked by `cached`)
     tmp.rename(out)

@@ -25,8 +25,19 @@ from typing import Any
 
 import torch
 
-from rlvr.checkpoint import (MANIFEST, Checkpoint, Checkpointer, _fsync_dir, _fsync_tree, _sha256, _state_bytes,
-                             check_loaded_keys, read_weights, retain, rng_state)
+from rlvr.checkpoint import (
+    MANIFEST,
+    Checkpoint,
+    Checkpointer,
+    _fsync_dir,
+    _fsync_tree,
+    _sha256,
+    _state_bytes,
+    check_loaded_keys,
+    read_weights,
+    retain,
+    rng_state,
+)
 from rlvr.configlib import ConfigError
 from rlvr.storage import RunStore
 
@@ -42,10 +53,27 @@ class ShardedCheckpointer(Checkpointer):
         super().__init__(root, **kwargs)
         self.par, self.store = par, store
 
-    def save(self, step: int, model, tokenizer, trainer_state: dict[str, Any], *,
-             metrics: dict[str, float] | None = None, optimizer=None) -> None:
-        self.last, shared = save_sharded(self.root, step, model, optimizer, tokenizer, trainer_state, self.par,
-                                         self.manifest_extra(metrics), self.store)
+    def save(
+        self,
+        step: int,
+        model,
+        tokenizer,
+        trainer_state: dict[str, Any],
+        *,
+        metrics: dict[str, float] | None = None,
+        optimizer=None,
+    ) -> None:
+        self.last, shared = save_sharded(
+            self.root,
+            step,
+            model,
+            optimizer,
+            tokenizer,
+            trainer_state,
+            self.par,
+            self.manifest_extra(metrics),
+            self.store,
+        )
         if self.par.main or not shared:  # each disk's copies
             retain(self.root, self.keep, self.keep_best, self.best_mode)
         self.par.barrier()
@@ -55,8 +83,17 @@ def is_sharded(path: Path) -> bool:
     return (Path(path) / "dcp").is_dir()
 
 
-def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_state: dict[str, Any], par,
-                 extra: dict[str, Any], store: RunStore | None = None) -> tuple[Checkpoint, bool]:
+def save_sharded(
+    root: Path,
+    step: int,
+    model,
+    optimizer,
+    tokenizer,
+    trainer_state: dict[str, Any],
+    par,
+    extra: dict[str, Any],
+    store: RunStore | None = None,
+) -> tuple[Checkpoint, bool]:
     """Every rank calls this (collective). Returns the checkpoint and whether the ranks share the
     run directory's disk. Ranks on disks of their own (nodes without a shared filesystem) each
     upload the files they wrote to `store` and download the others', so every disk ends with the
@@ -75,7 +112,9 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
     dcp.save({"model": weights, "optim": optim}, checkpoint_id=str(tmp / "dcp"))
     torch.save(rng_state(), tmp / f"rank_{par.rank}.pt")
     if par.main:
-        (tmp / "trainer_state.pt").write_bytes(_state_bytes({k: v for k, v in trainer_state.items() if k not in _LOCAL}))
+        (tmp / "trainer_state.pt").write_bytes(
+            _state_bytes({k: v for k, v in trainer_state.items() if k not in _LOCAL})
+        )
         model.config.save_pretrained(tmp / "model")
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.save_pretrained(tmp / "model")
@@ -86,9 +125,11 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
     parts = par.gather([mine])
     shared = not any(parts[1:])  # every file is where rank 0 sees it
     if not shared and store is None:
-        raise RuntimeError(f"{root}: the trainer ranks do not share this directory (rank 0 does not see the files "
-                           "other ranks wrote: nodes without a shared filesystem); set run.dir to a URL "
-                           "(s3://bucket/run, ...) so that checkpoints are committed there")
+        raise RuntimeError(
+            f"{root}: the trainer ranks do not share this directory (rank 0 does not see the files "
+            "other ranks wrote: nodes without a shared filesystem); set run.dir to a URL "
+            "(s3://bucket/run, ...) so that checkpoints are committed there"
+        )
     files = {name: digest for part in parts for name, digest in part.items()}
     if store is not None:
         store.upload(tmp, sorted(mine))
@@ -98,8 +139,9 @@ def save_sharded(root: Path, step: int, model, optimizer, tokenizer, trainer_sta
     if par.main or not shared:
         if not shared:  # (a store: checked above)
             store.download(final.name, sorted(set(files) - set(mine)), tmp)
-        (tmp / MANIFEST).write_text(json.dumps({"step": step, **extra, "world_size": par.world,
-                                                "files": dict(sorted(files.items()))}, indent=1))
+        (tmp / MANIFEST).write_text(
+            json.dumps({"step": step, **extra, "world_size": par.world, "files": dict(sorted(files.items()))}, indent=1)
+        )
         _fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
@@ -124,8 +166,10 @@ def load_sharded(path: Path, model, optimizer, par) -> dict[str, Any]:
     path = Path(path)
     saved = json.loads((path / MANIFEST).read_text()).get("world_size")
     if saved != par.world:
-        raise ConfigError(f"ckpt.resume: {path} was written by {saved} rank(s), this run has {par.world}; "
-                          f"resume with train.world_size={saved}")
+        raise ConfigError(
+            f"ckpt.resume: {path} was written by {saved} rank(s), this run has {par.world}; "
+            f"resume with train.world_size={saved}"
+        )
     weights, optim = get_state_dict(model, optimizer)
     state = {"model": weights, "optim": optim}
     dcp.load(state, checkpoint_id=str(path / "dcp"))

@@ -58,28 +58,51 @@ class TrainerState:
     """'reward': reward/mean per step; 'eval': (step, accuracy) of the evaluations during the run."""
 
     @classmethod
-    def create(cls, t: TrainConfig, seed: int, stuck_steps: int, model, task, guard: RunGuard,
-               par: Parallel | None = None) -> "TrainerState":
+    def create(
+        cls, t: TrainConfig, seed: int, stuck_steps: int, model, task, guard: RunGuard, par: Parallel | None = None
+    ) -> "TrainerState":
         """A run's first state: the optimizer and schedule of section train, the data order and update
         noise of `seed`, the reward monitor's reward.monitor.stuck_steps."""
         optimizer = build_optimizer(t, model)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(
-            s, total=t.steps, warmup=t.warmup, schedule=t.lr_schedule, min_ratio=t.min_lr_ratio))
-        return cls(model, optimizer, scheduler, torch.Generator().manual_seed(seed), task,
-                   ProblemSampler(task, seed=seed), RewardMonitor(stuck_steps), guard, seed, par or Parallel())
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda s: lr_factor(s, total=t.steps, warmup=t.warmup, schedule=t.lr_schedule, min_ratio=t.min_lr_ratio),
+        )
+        return cls(
+            model,
+            optimizer,
+            scheduler,
+            torch.Generator().manual_seed(seed),
+            task,
+            ProblemSampler(task, seed=seed),
+            RewardMonitor(stuck_steps),
+            guard,
+            seed,
+            par or Parallel(),
+        )
 
     def state_dict(self, config: dict) -> dict[str, Any]:
         """What a checkpoint holds besides the weights; `config` is the run's resolved config."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "update_rng": self.update_rng.get_state(), "sampler_position": self.consumed,
-                "rng": rng_state(), "eval_before": self.eval_before, "history": self.history,
-                "monitor": self.monitor.state_dict(), "guard": self.guard.state_dict(), "config": config}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "update_rng": self.update_rng.get_state(),
+            "sampler_position": self.consumed,
+            "rng": rng_state(),
+            "eval_before": self.eval_before,
+            "history": self.history,
+            "monitor": self.monitor.state_dict(),
+            "guard": self.guard.state_dict(),
+            "config": config,
+        }
 
     def restore(self, ckpt, *, rollback: bool = False) -> int:
         """Weights and state of a checkpoint (or the start snapshot); returns its step. A rollback
         keeps the guard's own count, lr scale and data seed: the lr is rescaled, the data reordered."""
         state = ckpt.trainer_state()
-        if getattr(ckpt, "path", None) is not None and is_sharded(ckpt.path):  # weights, optimizer state and this rank's RNG from its shards
+        if getattr(ckpt, "path", None) is not None and is_sharded(
+            ckpt.path
+        ):  # weights, optimizer state and this rank's RNG from its shards
             rng = load_sharded(ckpt.path, self.model, self.optimizer, self.par)
         else:
             if self.par.sharded:  # the start of the run (a rollback before any checkpoint): full weights

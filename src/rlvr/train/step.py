@@ -34,8 +34,15 @@ from typing import Protocol
 
 import torch
 
-from rlvr.algos import (decoupled_advantages, distill_advantages, fill_invalid, kl_reward_penalty, overlong_penalty,
-                         reverse_kl, zero_variance_groups)
+from rlvr.algos import (
+    decoupled_advantages,
+    distill_advantages,
+    fill_invalid,
+    kl_reward_penalty,
+    overlong_penalty,
+    reverse_kl,
+    zero_variance_groups,
+)
 from rlvr.config import AlgoConfig
 from rlvr.records import Completion, Problem, RewardResult
 from rlvr.rewards import Scorer, env_kwargs, reward_metrics
@@ -72,7 +79,9 @@ class StepBatch:
     shaped_rewards: torch.Tensor  # (N,) what the advantages come from: invalid filled, + overlong, - KL
     loss_mask: torch.Tensor  # (N,) float: 0 = out of the loss (invalid, or truncated with mask_truncated)
     advantages: torch.Tensor  # (N,)
-    ref_logp: torch.Tensor | None = None  # (S, T) reference log-probs of the update's sequences, None without a reference model
+    ref_logp: torch.Tensor | None = (
+        None  # (S, T) reference log-probs of the update's sequences, None without a reference model
+    )
     metrics: dict[str, float] = field(default_factory=dict)
     sampler_position: int | None = None  # the sampler's position once this batch's prompts were drawn
     counts: SamplingCounts = field(default_factory=SamplingCounts)
@@ -85,8 +94,11 @@ class StepBatch:
 
     def update_inputs(self) -> tuple[list[Completion], torch.Tensor, torch.Tensor]:
         """(sequences, advantages (S,) or per token (S, T), loss mask (S,)) for policy_update and the anchor."""
-        seqs, adv, mask = ((self.completions, self.advantages, self.loss_mask) if self.view is None else
-                           (self.view.sequences, self.view.advantages, self.view.loss_mask))
+        seqs, adv, mask = (
+            (self.completions, self.advantages, self.loss_mask)
+            if self.view is None
+            else (self.view.sequences, self.view.advantages, self.view.loss_mask)
+        )
         return seqs, adv if self.token_advantages is None else self.token_advantages, mask
 
 
@@ -113,21 +125,32 @@ class _Samples:
     @property
     def rule_rewards(self) -> torch.Tensor:
         """(N,) the totals without their learned components (RewardResult.rules_total)."""
-        return torch.tensor([r.total if r.rules_total is None else r.rules_total for r in self.results],
-                            dtype=torch.float32)  # (N,)
+        return torch.tensor(
+            [r.total if r.rules_total is None else r.rules_total for r in self.results], dtype=torch.float32
+        )  # (N,)
 
     @property
     def valid(self) -> torch.Tensor:
         return torch.tensor([r.valid for r in self.results], dtype=torch.bool)  # (N,)
 
 
-def learned_parts(results: list[RewardResult], valid: torch.Tensor, group_size: int,
-                  learned: dict[str, float]) -> dict[str, tuple[float, torch.Tensor]]:
+def learned_parts(
+    results: list[RewardResult], valid: torch.Tensor, group_size: int, learned: dict[str, float]
+) -> dict[str, tuple[float, torch.Tensor]]:
     """{name: (weight, values (N,))} of the learned components in the results' totals, invalid
     values filled as the totals are (`decoupled_advantages`' parts)."""
-    return {name: (w, fill_invalid(torch.tensor([r.components.get(name, 0.0) if r.valid else 0.0 for r in results],
-                                                dtype=torch.float32), valid, group_size))
-            for name, w in learned.items() if w}
+    return {
+        name: (
+            w,
+            fill_invalid(
+                torch.tensor([r.components.get(name, 0.0) if r.valid else 0.0 for r in results], dtype=torch.float32),
+                valid,
+                group_size,
+            ),
+        )
+        for name, w in learned.items()
+        if w
+    }
 
 
 def length_shaping(completions: list[Completion], algo: AlgoConfig, max_new_tokens: int) -> torch.Tensor:
@@ -167,9 +190,19 @@ def next_round_size(need: int, kept: int, seen: int, batch_size: int) -> int:
     return min(batch_size, max(need, math.ceil(need * seen / kept)))
 
 
-def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams, algo: AlgoConfig, *,
-                  batch_size: int, ref=None, par: Parallel | None = None, credit: str = "trajectory",
-                  teacher=None) -> StepBatch:
+def collect_batch(
+    engine: RolloutEngine,
+    sampler,
+    reward,
+    params: SamplingParams,
+    algo: AlgoConfig,
+    *,
+    batch_size: int,
+    ref=None,
+    par: Parallel | None = None,
+    credit: str = "trajectory",
+    teacher=None,
+) -> StepBatch:
     """One step's batch of `batch_size` groups (fewer when dynamic sampling falls short).
 
     engine: samples the completions (a `RolloutEngine`, holding the current policy's weights);
@@ -208,8 +241,20 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
         "rollout/shortfall_groups": float(need),
         **getattr(reward, "metrics", dict)(),  # sandbox throughput and timeout rate under training load
     }
-    out = _shape(batch, ref, algo, params, times, credit, getattr(reward, "weights", {}),
-                 getattr(reward, "learned_weights", {})) if n_kept else _empty()
+    out = (
+        _shape(
+            batch,
+            ref,
+            algo,
+            params,
+            times,
+            credit,
+            getattr(reward, "weights", {}),
+            getattr(reward, "learned_weights", {}),
+        )
+        if n_kept
+        else _empty()
+    )
     if par.sharded and algo.noise_std > 0:  # advantage noise comes from each rank's own stream: take rank 0's
         out.advantages = par.broadcast(out.advantages)
     if teacher is not None and n_kept:  # from the advantages every rank shares
@@ -218,19 +263,31 @@ def collect_batch(engine: RolloutEngine, sampler, reward, params: SamplingParams
     out.metrics["perf/rollout_tok_s"] = metrics["rollout/tokens"] / max(times["time/rollout_s"], 1e-9)
     out.sampler_position = sampler.position
     invalid = [r for r in generated.results if not r.valid]
-    out.counts = SamplingCounts(groups=n_generated, invalid=len(invalid),
-                                errors=tuple(sorted({r.error for r in invalid if r.error})[:5]),
-                                shortfall_groups=need, extra_rounds=rounds)
+    out.counts = SamplingCounts(
+        groups=n_generated,
+        invalid=len(invalid),
+        errors=tuple(sorted({r.error for r in invalid if r.error})[:5]),
+        shortfall_groups=need,
+        extra_rounds=rounds,
+    )
     return out
 
 
-def group_signal(engine: RolloutEngine, problems: list[Problem], reward, params: SamplingParams,
-                 algo: AlgoConfig) -> tuple[float, float]:
+def group_signal(
+    engine: RolloutEngine, problems: list[Problem], reward, params: SamplingParams, algo: AlgoConfig
+) -> tuple[float, float]:
     """Sample each problem G times and score the completions as a step does: the fraction of groups
     whose rewards differ (the groups an update learns from) and the mean reward."""
     g = params.group_size
-    samples = _sample_round(engine, _Fixed(problems), reward, params, len(problems),
-                            {"time/rollout_s": 0.0, "time/reward_s": 0.0}, Parallel())
+    samples = _sample_round(
+        engine,
+        _Fixed(problems),
+        reward,
+        params,
+        len(problems),
+        {"time/rollout_s": 0.0, "time/reward_s": 0.0},
+        Parallel(),
+    )
     flat = zero_variance_groups(task_rewards(samples, algo, params.max_new_tokens, g), g)  # (M,)
     return 1.0 - float(flat.float().mean()), float(samples.rewards.mean())
 
@@ -243,14 +300,21 @@ class _Fixed:
     position: int = 0
 
     def take(self, n: int) -> list[Problem]:
-        out = self.problems[self.position: self.position + n]
+        out = self.problems[self.position : self.position + n]
         self.position += n
         return out
 
 
-def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times: dict[str, float],
-           credit: str = "trajectory", weights: dict[str, float] | None = None,
-           learned: dict[str, float] | None = None) -> StepBatch:
+def _shape(
+    batch: _Samples,
+    ref,
+    algo: AlgoConfig,
+    params: SamplingParams,
+    times: dict[str, float],
+    credit: str = "trajectory",
+    weights: dict[str, float] | None = None,
+    learned: dict[str, float] | None = None,
+) -> StepBatch:
     """Reference log-probs, reward shaping, loss mask and advantages of the kept groups; trajectories
     that train turn by turn get their sequences (rlvr.train.trajectories) and the reference scores those.
     learned: the learned components' weights, by name (their advantages are taken on their own)."""
@@ -265,16 +329,27 @@ def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times
     kl_penalty = torch.zeros_like(task)  # (N,)
     if algo.kl_in_reward and ref_logp is not None:
         old_logp, token_mask = behaviour_logprobs(batch.completions)  # (N, T)
-        kl_penalty = kl_reward_penalty(old_logp, ref_logp[:, : old_logp.shape[1]], token_mask, beta=algo.beta,
-                                       kind=algo.kl_estimator)  # (N,)
+        kl_penalty = kl_reward_penalty(
+            old_logp, ref_logp[:, : old_logp.shape[1]], token_mask, beta=algo.beta, kind=algo.kl_estimator
+        )  # (N,)
     shaped = fill_invalid(task - kl_penalty, valid, g)  # (N,)
     parts = learned_parts(batch.results, valid, g, learned or {})
     rest = fill_invalid(batch.rule_rewards + overlong - kl_penalty, valid, g) if parts else shaped  # (N,)
-    advantages = decoupled_advantages(rest, parts, g, estimator=algo.advantage, scale=algo.scale, eps=algo.eps,
-                                      noise_std=algo.noise_std)  # (N,)
+    advantages = decoupled_advantages(
+        rest, parts, g, estimator=algo.advantage, scale=algo.scale, eps=algo.eps, noise_std=algo.noise_std
+    )  # (N,)
     mask = loss_mask(batch, algo)  # (N,)
-    view = training_view(batch.completions, advantages, mask, rest, credit=credit, weights=weights or {},
-                         group_size=g, scale=algo.scale, eps=algo.eps)
+    view = training_view(
+        batch.completions,
+        advantages,
+        mask,
+        rest,
+        credit=credit,
+        weights=weights or {},
+        group_size=g,
+        scale=algo.scale,
+        eps=algo.eps,
+    )
     if view is not None and ref is not None:
         t0 = time.time()
         ref_logp = ref.logprobs(view.sequences)  # (S, T)
@@ -286,8 +361,19 @@ def _shape(batch: _Samples, ref, algo: AlgoConfig, params: SamplingParams, times
     }
     if view is not None:
         metrics["actor/sequences"] = float(len(view.sequences))
-    return StepBatch(batch.problems, batch.completions, batch.results, rewards, valid, shaped, mask, advantages,
-                     ref_logp, metrics, view=view)
+    return StepBatch(
+        batch.problems,
+        batch.completions,
+        batch.results,
+        rewards,
+        valid,
+        shaped,
+        mask,
+        advantages,
+        ref_logp,
+        metrics,
+        view=view,
+    )
 
 
 def _distill(batch: StepBatch, teacher, algo: AlgoConfig, times: dict[str, float]) -> None:
@@ -308,8 +394,15 @@ def _empty() -> StepBatch:
     return StepBatch([], [], [], none, none.bool(), none, none, none, None, {"actor/zero_std_groups_in_update": 0.0})
 
 
-def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams, n_prompts: int,
-                  times: dict[str, float], par: Parallel) -> _Samples:
+def _sample_round(
+    engine: RolloutEngine,
+    sampler,
+    reward,
+    params: SamplingParams,
+    n_prompts: int,
+    times: dict[str, float],
+    par: Parallel,
+) -> _Samples:
     """Generate G completions for each of `n_prompts` new problems and score them (a trainer
     group: each rank its share of the problems, then every rank gets all of them, in order)."""
     g = params.group_size
@@ -320,8 +413,16 @@ def _sample_round(engine: RolloutEngine, sampler, reward, params: SamplingParams
     times["time/rollout_s"] += time.time() - t0
     t1 = time.time()
     per_sample = [problems[i // g] for i in range(len(completions))]
-    results = (reward.score(per_sample, [c.text for c in completions], group_ids=[c.group_id for c in completions],
-                            **env_kwargs(completions)) if completions else [])
+    results = (
+        reward.score(
+            per_sample,
+            [c.text for c in completions],
+            group_ids=[c.group_id for c in completions],
+            **env_kwargs(completions),
+        )
+        if completions
+        else []
+    )
     times["time/reward_s"] += time.time() - t1
     if not par.sharded:
         return _Samples(per_sample, completions, results)
@@ -367,8 +468,18 @@ class LocalBatches:
         self.sampler = sampler
         if restored or (step - 1) % self.sync_every == 0 or self.engine.version < 0:  # shared tensors: nothing to copy
             synced = sync_weights(self.engine, model, step - 1, step, self.par, force=restored)
-        batch = collect_batch(self.engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                              ref=self.ref, par=self.par, credit=self.credit, teacher=self.teacher)
+        batch = collect_batch(
+            self.engine,
+            sampler,
+            self.reward,
+            self.params,
+            self.algo,
+            batch_size=self.batch_size,
+            ref=self.ref,
+            par=self.par,
+            credit=self.credit,
+            teacher=self.teacher,
+        )
         if synced is not None:
             synced.add_to(batch.metrics)
         if self.speculative is not None:
@@ -384,14 +495,20 @@ class LocalBatches:
         stats = self.engine.speculative_stats if isinstance(self.engine, Speculative) else {}
         if not stats:
             return
-        batch.metrics.update({"rollout/spec_accept_rate": stats["accept_rate"],
-                              "rollout/spec_accept_len": stats["accept_len"]})
+        batch.metrics.update(
+            {"rollout/spec_accept_rate": stats["accept_rate"], "rollout/spec_accept_len": stats["accept_len"]}
+        )
         self.low_accept_steps = self.low_accept_steps + 1 if stats["accept_rate"] < self.speculative.min_accept else 0
         if self.low_accept_steps >= self.speculative.patience:
             self.engine.without_speculation()
             if self.log is not None:
-                self.log.event("speculative_fallback", step=step, accept_rate=stats["accept_rate"],
-                               min_accept=self.speculative.min_accept, steps=self.low_accept_steps)
+                self.log.event(
+                    "speculative_fallback",
+                    step=step,
+                    accept_rate=stats["accept_rate"],
+                    min_accept=self.speculative.min_accept,
+                    steps=self.low_accept_steps,
+                )
             self.speculative = None
 
 

@@ -26,14 +26,18 @@ class Synced:
     def add_to(self, metrics: dict) -> None:
         """Add this sync's figures to a step's metrics (summed with a sync already there: an
         evaluation engine's and the rollout engine's)."""
-        for key, value in (("sync/seconds", self.seconds), ("sync/bytes", float(self.bytes)),
-                           ("sync/checksum_mismatch", float(self.mismatch))):
+        for key, value in (
+            ("sync/seconds", self.seconds),
+            ("sync/bytes", float(self.bytes)),
+            ("sync/checksum_mismatch", float(self.mismatch)),
+        ):
             metrics[key] = metrics.get(key, 0.0) + value
         metrics.setdefault("sync/method", self.method)
 
 
-def sync_weights(engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None, *,
-                 force: bool = False) -> Synced | None:
+def sync_weights(
+    engine: RolloutEngine, model, version: int, step: int, par: Parallel | None = None, *, force: bool = False
+) -> Synced | None:
     """Load `model`'s weights into `engine` as policy `version` unless it holds them (force: whatever
     version it says it holds: after a rollback a number comes again with other weights); None when
     nothing was loaded. A sharded model's weights are gathered one tensor at a time on their way

@@ -48,8 +48,9 @@ def temperatures(start: float, step: float, top: float) -> list[float]:
     return out
 
 
-def search(start: float, auto: AutoTemperatureConfig, measure: Callable[[float], tuple[float, float]]
-           ) -> tuple[float, list[Probe]]:
+def search(
+    start: float, auto: AutoTemperatureConfig, measure: Callable[[float], tuple[float, float]]
+) -> tuple[float, list[Probe]]:
     """The temperature to use and the probes measured: the first reaching auto.target, else the one
     with the most groups with variance (the lowest of equals). measure(t) -> (signal, mean reward)."""
     probes = []
@@ -97,4 +98,9 @@ def pick(probe: PolicyProbe, start: float, auto: AutoTemperatureConfig, ui: RunC
     for p in probes:
         ui.print(f"  T={p.temperature:g}: {p.signal:.0%} of groups with variance, mean reward {p.reward:.3f}")
     ui.print(f"rollout.temperature={t:g}")
-    return {"temperature": t, "configured": start, "target": auto.target, "probes": [dataclasses.asdict(p) for p in probes]}
+    return {
+        "temperature": t,
+        "configured": start,
+        "target": auto.target,
+        "probes": [dataclasses.asdict(p) for p in probes],
+    }

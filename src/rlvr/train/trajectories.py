@@ -39,8 +39,12 @@ class TrainView:
         new = {r: k for k, r in enumerate(rows)}
         keep = [s for s, o in enumerate(self.owner) if o in new]
         idx = torch.tensor(keep, dtype=torch.long)
-        return TrainView([self.sequences[s] for s in keep], self.advantages[idx], self.loss_mask[idx],
-                         [new[self.owner[s]] for s in keep]), idx
+        return TrainView(
+            [self.sequences[s] for s in keep],
+            self.advantages[idx],
+            self.loss_mask[idx],
+            [new[self.owner[s]] for s in keep],
+        ), idx
 
 
 def split_by_turn(c: Completion, credit: str) -> bool:
@@ -53,12 +57,22 @@ def turn_sequences(c: Completion) -> list[Completion]:
     """One sequence per assistant turn, in the context that turn was sampled in."""
     out = []
     for t in (t for t in c.turns if t.role == "assistant"):
-        out.append(Completion(problem_id=c.problem_id, group_id=c.group_id, index=c.index, text=t.text,
-                              prompt_ids=t.context if t.context is not None else
-                              c.prompt_ids + c.token_ids[t.context_start:t.start],
-                              token_ids=c.token_ids[t.start:t.end], logprobs=c.logprobs[t.start:t.end],
-                              finish_reason=c.finish_reason, policy_version=c.policy_version,
-                              token_versions=None if c.token_versions is None else c.token_versions[t.start:t.end]))
+        out.append(
+            Completion(
+                problem_id=c.problem_id,
+                group_id=c.group_id,
+                index=c.index,
+                text=t.text,
+                prompt_ids=t.context
+                if t.context is not None
+                else c.prompt_ids + c.token_ids[t.context_start : t.start],
+                token_ids=c.token_ids[t.start : t.end],
+                logprobs=c.logprobs[t.start : t.end],
+                finish_reason=c.finish_reason,
+                policy_version=c.policy_version,
+                token_versions=None if c.token_versions is None else c.token_versions[t.start : t.end],
+            )
+        )
     return out
 
 
@@ -66,9 +80,18 @@ def _weighted(components: dict[str, float], weights: dict[str, float]) -> float:
     return float(sum(w * components.get(name, 0.0) for name, w in weights.items()))
 
 
-def training_view(completions: Sequence[Completion], advantages: torch.Tensor, loss_mask: torch.Tensor,
-                  shaped: torch.Tensor, *, credit: str, weights: dict[str, float], group_size: int, scale: str,
-                  eps: float) -> TrainView | None:
+def training_view(
+    completions: Sequence[Completion],
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    shaped: torch.Tensor,
+    *,
+    credit: str,
+    weights: dict[str, float],
+    group_size: int,
+    scale: str,
+    eps: float,
+) -> TrainView | None:
     """The sequences the update sees; None when every trajectory is one sequence with its advantage
     (single-turn runs: the batch is trained as it is)."""
     if not any(split_by_turn(c, credit) for c in completions):

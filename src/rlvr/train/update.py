@@ -46,12 +46,26 @@ def update_settings(a: AlgoConfig, t: TrainConfig, r: RolloutConfig, dtype: str)
     """A run's update settings, from sections algo, train and rollout and model.dtype: the one place
     config keys become loss settings."""
     loss = LossSettings(
-        loss_type=a.loss_type, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
-        ratio_level=a.ratio_level, beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages
-        kl_kind=a.kl_estimator, max_len=r.max_new_tokens, entropy_coef=a.entropy_coef)
-    return UpdateSettings(ppo_epochs=t.ppo_epochs, mini_batches=t.mini_batches, micro_batch_size=t.micro_batch_size,
-                          max_grad_norm=t.max_grad_norm, temperature=r.temperature, loss=loss, dtype=dtype,
-                          micro_batch_tokens=t.micro_batch_tokens)
+        loss_type=a.loss_type,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        dual_clip=a.dual_clip,
+        ratio_level=a.ratio_level,
+        beta=0.0 if a.kl_in_reward else a.beta,  # with kl_in_reward the KL is in the advantages
+        kl_kind=a.kl_estimator,
+        max_len=r.max_new_tokens,
+        entropy_coef=a.entropy_coef,
+    )
+    return UpdateSettings(
+        ppo_epochs=t.ppo_epochs,
+        mini_batches=t.mini_batches,
+        micro_batch_size=t.micro_batch_size,
+        max_grad_norm=t.max_grad_norm,
+        temperature=r.temperature,
+        loss=loss,
+        dtype=dtype,
+        micro_batch_tokens=t.micro_batch_tokens,
+    )
 
 
 def build_optimizer(train, model) -> torch.optim.Optimizer:
@@ -62,13 +76,23 @@ def build_optimizer(train, model) -> torch.optim.Optimizer:
 @dataclass
 class Anchor:
     """The trainer's own log-probs of a batch (the PPO anchor) and the correction for the engine's."""
+
     old_logp: torch.Tensor  # (N, T) under the weights that sampled the batch, scored by the trainer
     is_weights: torch.Tensor | None  # (N, T) truncated IS weights trainer/engine; None without algo.rollout_is
     metrics: dict[str, float]
 
 
-def recompute_anchor(model, completions: Sequence[Completion], loss_mask: torch.Tensor, pad_id: int,
-                     temperature: float, *, rollout_is: str, cap: float, dtype: str = "float32") -> Anchor:
+def recompute_anchor(
+    model,
+    completions: Sequence[Completion],
+    loss_mask: torch.Tensor,
+    pad_id: int,
+    temperature: float,
+    *,
+    rollout_is: str,
+    cap: float,
+    dtype: str = "float32",
+) -> Anchor:
     """Score the batch with the trainer's weights before any update; compare with the engine's
     behaviour log-probs (rollout/logprob_diff_mean|max, rollout/engine_kl)."""
     t = max(1, max(len(c.token_ids) for c in completions))
@@ -93,11 +117,22 @@ def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
     return out
 
 
-def policy_update(model, optimizer, completions: Sequence[Completion], advantages: torch.Tensor,
-                  loss_mask: torch.Tensor, ref_logp: torch.Tensor | None, pad_id: int, s: UpdateSettings,
-                  *, generator: torch.Generator, fault: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                  skip_zero_gradient: bool = True, anchor: Anchor | None = None,
-                  par: Parallel | None = None) -> dict[str, float]:
+def policy_update(
+    model,
+    optimizer,
+    completions: Sequence[Completion],
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    pad_id: int,
+    s: UpdateSettings,
+    *,
+    generator: torch.Generator,
+    fault: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    skip_zero_gradient: bool = True,
+    anchor: Anchor | None = None,
+    par: Parallel | None = None,
+) -> dict[str, float]:
     """Apply the updates; returns averaged actor/* stats. advantages: (N,), or per token (N, T) (on-policy
     distillation). loss_mask (N,) is 0 for excluded samples.
 
@@ -113,7 +148,9 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
         return {"actor/skipped_updates": 0.0}
     t = max(1, max(len(c.token_ids) for c in completions))
     device = next(model.parameters()).device  # the loss is computed where the log-probs are (train.device)
-    old_logp = (_padded([c.logprobs for c in completions], t) if anchor is None else anchor.old_logp).to(device)  # (N, T)
+    old_logp = (_padded([c.logprobs for c in completions], t) if anchor is None else anchor.old_logp).to(
+        device
+    )  # (N, T)
     is_weights = None if anchor is None or anchor.is_weights is None else anchor.is_weights.to(device)  # (N, T)
     advantages, loss_mask = advantages.to(device), loss_mask.to(device)  # (N,)
     ref_logp = None if ref_logp is None else ref_logp.to(device)  # (N, T)
@@ -124,8 +161,11 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
     steps: dict[str, list[float]] = defaultdict(list)  # per mini-batch, the same on every rank
     extremes = {"ratio_min": math.inf, "ratio_max": -math.inf}  # over all micro-batches, not averaged
     skipped = 0
-    carries = (_carries_gradient(advantages, loss_mask, s.loss).cpu() if skip_zero_gradient
-               else torch.ones(n, dtype=torch.bool))  # (N,) on the CPU, as the indices are
+    carries = (
+        _carries_gradient(advantages, loss_mask, s.loss).cpu()
+        if skip_zero_gradient
+        else torch.ones(n, dtype=torch.bool)
+    )  # (N,) on the CPU, as the indices are
     model.train()
     for _ in range(s.ppo_epochs):
         order = torch.randperm(n, generator=generator)
@@ -140,19 +180,30 @@ def policy_update(model, optimizer, completions: Sequence[Completion], advantage
             active = mini[carries[mini]]  # still sorted by length; the normaliser above counts all
             steps["zero_grad_seqs"].append(float(len(mini) - len(active)))
             if len(active) == 0:  # no signal at all: the shortest micro-batch still runs, for the
-                active = mini[:micro_size * par.world]  # statistics; its gradient is exactly zero, as the full one is
+                active = mini[: micro_size * par.world]  # statistics; its gradient is exactly zero, as the full one is
             for micro, real in _micro_batches(active, lengths, micro_size, s.micro_batch_tokens, par):
                 chunk = [completions[i] for i in micro.tolist()]
-                batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk],
-                             packed=s.micro_batch_tokens > 0)
+                batch = pack(
+                    [c.prompt_ids for c in chunk],
+                    [c.token_ids for c in chunk],
+                    pad_id,
+                    [c.mask for c in chunk],
+                    packed=s.micro_batch_tokens > 0,
+                )
                 width = batch.targets.shape[1]
                 logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
                 mask = batch.mask * loss_mask[micro, None] * float(real)  # (b, W); a rank's padding step counts nothing
                 adv = advantages[micro] if advantages.dim() == 1 else advantages[micro, :width]  # (b,) or (b, W)
-                loss, stats = policy_loss(logp, old_logp[micro, :width], adv, mask, s.loss,
-                                          ref_logp=None if ref_logp is None else ref_logp[micro, :width],
-                                          entropy=entropy,
-                                          is_weights=None if is_weights is None else is_weights[micro, :width])
+                loss, stats = policy_loss(
+                    logp,
+                    old_logp[micro, :width],
+                    adv,
+                    mask,
+                    s.loss,
+                    ref_logp=None if ref_logp is None else ref_logp[micro, :width],
+                    entropy=entropy,
+                    is_weights=None if is_weights is None else is_weights[micro, :width],
+                )
                 if fault is not None:
                     loss = fault(loss)
                 weight = unit_fn(mask) / total_units
@@ -189,7 +240,7 @@ def _micro_batches(active: torch.Tensor, lengths: torch.Tensor, micro_size: int,
     them `micro_size` sequences at a time, or by a budget of `tokens` tokens when it is > 0. Every
     rank runs as many forward/backward passes as the rank with the most (FSDP's collectives pair
     them up); a rank that has run out repeats its first sequence with real=False (weight 0)."""
-    shares = [_cut(active[rank::par.world], lengths, micro_size, tokens) for rank in range(par.world)]
+    shares = [_cut(active[rank :: par.world], lengths, micro_size, tokens) for rank in range(par.world)]
     chunks = shares[par.rank]
     for chunk in chunks:
         yield chunk, True

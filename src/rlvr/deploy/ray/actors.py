@@ -121,8 +121,16 @@ class RolloutWorker(Placed):
         self.loads.append(load_published(self.engine, weights, during_sampling))
         self.publication = weights.publication
 
-    def sample(self, start: Shipped, weights: WeightHandle, problems: Sequence[Problem], params: SamplingParams,
-               group_offset: int, rng: dict, speculate: bool = True) -> Sampled:
+    def sample(
+        self,
+        start: Shipped,
+        weights: WeightHandle,
+        problems: Sequence[Problem],
+        params: SamplingParams,
+        group_offset: int,
+        rng: dict,
+        speculate: bool = True,
+    ) -> Sampled:
         """rng: {'state': torch RNG state} continues the trainer's stream (exact embedded equivalence),
         or {'seed': int} for a shard of its own; the state after sampling comes back."""
         t0 = time.time()
@@ -144,12 +152,16 @@ class RolloutWorker(Placed):
         else:
             torch.manual_seed(rng["seed"])
         completions = self.engine.generate(problems, params, group_offset=group_offset)
-        return Sampled(completions=completions, rng_state=torch.get_rng_state(), weights_loaded=self.loads,
-                       speculative=dict(self.engine.speculative_stats if isinstance(self.engine, Speculative)
-                                        else {})).timed(t0)
+        return Sampled(
+            completions=completions,
+            rng_state=torch.get_rng_state(),
+            weights_loaded=self.loads,
+            speculative=dict(self.engine.speculative_stats if isinstance(self.engine, Speculative) else {}),
+        ).timed(t0)
 
-    def check_speculation(self, start: Shipped, problems: Sequence[Problem], params: SamplingParams
-                          ) -> SpeculationChecked:
+    def check_speculation(
+        self, start: Shipped, problems: Sequence[Problem], params: SamplingParams
+    ) -> SpeculationChecked:
         """rlvr.rollout.speculative's fidelity check, here where the engine samples: one calibration
         batch with the speculative engine and one with plain decoding of the same weights, both
         scored by this worker's policy copy; a ConfigError (the run stops) when they disagree."""
@@ -162,8 +174,16 @@ class RolloutWorker(Placed):
         if scorer is None:  # vLLM keeps its weights to itself: a copy to score with
             scorer, _ = self.parts.policy(path, pool_device()[1])
         tokenizer = self.engine.tokenizer
-        stats = check_speculative(self.engine, HFEngine(scorer, tokenizer, dtype=self.parts.dtype), scorer,
-                                  tokenizer, problems, params, method=spec.method, tolerance=spec.check_tolerance)
+        stats = check_speculative(
+            self.engine,
+            HFEngine(scorer, tokenizer, dtype=self.parts.dtype),
+            scorer,
+            tokenizer,
+            problems,
+            params,
+            method=spec.method,
+            tolerance=spec.check_tolerance,
+        )
         return SpeculationChecked(stats=stats).timed(t0)
 
 
@@ -246,8 +266,9 @@ class InferenceWorker(Placed):
                 self.weights_device = str(pool_device()[1])
         return self.learned
 
-    def score_learned(self, name: str, shipped: dict[str, Shipped], problems: Sequence[Problem],
-                      texts: Sequence[str]) -> ComponentScores:
+    def score_learned(
+        self, name: str, shipped: dict[str, Shipped], problems: Sequence[Problem], texts: Sequence[str]
+    ) -> ComponentScores:
         """One learned component's raw scores (an exception in place of a sample's score: invalid),
         and the replies a judge gave (by sample index)."""
         t0 = time.time()
@@ -274,21 +295,40 @@ class TrainerActor(Placed):
     def address(self) -> tuple[str, int]:
         """This node's address and a free port on it: where the group's rank 0 listens."""
         import socket
+
         with socket.socket() as s:
             s.bind(("", 0))
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def train(self, parts: ActorParts, files: RunFiles, workers: dict, pending_events: list[dict], attempt: int,
-              rank: int = 0, world: int = 1, master: tuple[str, int] | None = None) -> dict:
+    def train(
+        self,
+        parts: ActorParts,
+        files: RunFiles,
+        workers: dict,
+        pending_events: list[dict],
+        attempt: int,
+        rank: int = 0,
+        world: int = 1,
+        master: tuple[str, int] | None = None,
+    ) -> dict:
         """files: what the driver shipped; the policy starts from this node's copy of `files.start`."""
         if world > 1:  # the environment a launcher gives a rank (rlvr.train.parallel reads it); Ray shows
             # each actor only its own GPU, as device 0; its CPU threads are its pool's (set above)
-            os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master[0],
-                               "MASTER_PORT": str(master[1]), "LOCAL_RANK": "0"})
+            os.environ.update(
+                {
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(world),
+                    "MASTER_ADDR": master[0],
+                    "MASTER_PORT": str(master[1]),
+                    "LOCAL_RANK": "0",
+                }
+            )
         source = parts.batch_source(workers, pending_events, attempt, files) if rank == 0 else None
         try:  # on the pool's device (train.device=auto: its GPU, else the CPU)
-            return parts.train(source.bind if source else (lambda log: None), materialize(files.start), pool_device()[1])
+            return parts.train(
+                source.bind if source else (lambda log: None), materialize(files.start), pool_device()[1]
+            )
         finally:
             if source is not None:
                 source.close()
@@ -298,6 +338,11 @@ def actor_class(cls, max_restarts: int, partial_rollouts: bool = False):
     """`cls` as a Ray actor that Ray restarts when its process dies; the caller re-issues the lost call
     (max_task_retries=0), so every re-issue is seen and logged. A rollout worker under partial
     rollouts takes offers in a thread of their own (OFFERS); otherwise it runs one call at a time."""
-    groups = ({"concurrency_groups": {"tools": TOOL_THREADS}} if cls is RewardWorker else
-              {"concurrency_groups": {OFFERS: 1}} if cls is RolloutWorker and partial_rollouts else {})
+    groups = (
+        {"concurrency_groups": {"tools": TOOL_THREADS}}
+        if cls is RewardWorker
+        else {"concurrency_groups": {OFFERS: 1}}
+        if cls is RolloutWorker and partial_rollouts
+        else {}
+    )
     return ray.remote(max_restarts=max_restarts, max_task_retries=0, **groups)(cls)

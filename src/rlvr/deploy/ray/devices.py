@@ -24,9 +24,11 @@ def pool_device() -> tuple[torch.device, torch.device]:
         return resolved, resolved
     if os.environ.get(LOGICAL_GPUS) == "1":
         return resolved, torch.device("cpu")
-    raise RuntimeError(f"Ray assigned this actor GPU(s) {ray.get_gpu_ids()} but torch {torch.__version__} on "
-                       f"{ray.util.get_node_ip_address()} sees no CUDA device: install a CUDA build of torch on the "
-                       "GPU nodes, or set the pool's gpus to 0 in deploy.pools")
+    raise RuntimeError(
+        f"Ray assigned this actor GPU(s) {ray.get_gpu_ids()} but torch {torch.__version__} on "
+        f"{ray.util.get_node_ip_address()} sees no CUDA device: install a CUDA build of torch on the "
+        "GPU nodes, or set the pool's gpus to 0 in deploy.pools"
+    )
 
 
 class Placed:
@@ -38,5 +40,11 @@ class Placed:
 
     def placement(self) -> dict:
         resolved, placed = pool_device()
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "device": str(resolved),
-                "placed": str(placed), "weights": self.weights_device}
+        return {
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "device": str(resolved),
+            "placed": str(placed),
+            "weights": self.weights_device,
+        }

@@ -63,7 +63,9 @@ def ship_run_files(start_path: Path, r: RewardConfig, distill: DistillConfig, mo
     from rlvr.deploy.ray.shipping import RunFiles, ship
 
     learned = {name: ship(m.path) for name, m in r.models.items()}
-    learned.update({name: ship(j.model) for name, j in r.judges.items() if j.base_url is None and Path(j.model).is_dir()})
+    learned.update(
+        {name: ship(j.model) for name, j in r.judges.items() if j.base_url is None and Path(j.model).is_dir()}
+    )
     teacher = None
     if distill.teacher:
         path = teacher_path(distill.teacher, model)
@@ -72,17 +74,22 @@ def ship_run_files(start_path: Path, r: RewardConfig, distill: DistillConfig, mo
     return RunFiles(ship(start_path), learned, teacher)
 
 
-def train_pool(ray, trainers: list, parts: ActorParts, files, workers: dict, pending: list[dict], attempt: int
-               ) -> dict:
+def train_pool(ray, trainers: list, parts: ActorParts, files, workers: dict, pending: list[dict], attempt: int) -> dict:
     """Run the trainer pool to the end; rank 0's summary. One trainer: the embedded loop on Ray. N
     (train.strategy=fsdp): one process group, rank 0 listening on its node; the first rank to fail
     fails the pool (the others would wait on it in a collective)."""
     world = len(trainers)
     master = ray.get(trainers[0].address.remote()) if world > 1 else None
-    pending = [*pending, *({"kind": "placement", "module": "trainer", "replica": rank, "attempt": attempt, **info}
-                           for rank, info in enumerate(ray.get([t.placement.remote() for t in trainers])))]
-    refs = [t.train.remote(parts, files, workers, pending, attempt, rank, world, master)
-            for rank, t in enumerate(trainers)]
+    pending = [
+        *pending,
+        *(
+            {"kind": "placement", "module": "trainer", "replica": rank, "attempt": attempt, **info}
+            for rank, info in enumerate(ray.get([t.placement.remote() for t in trainers]))
+        ),
+    ]
+    refs = [
+        t.train.remote(parts, files, workers, pending, attempt, rank, world, master) for rank, t in enumerate(trainers)
+    ]
     left = list(refs)
     while left:
         done, left = ray.wait(left, num_returns=1)
@@ -97,9 +104,14 @@ def failed_summary(store: RunStore | None, run_dir: Path, restarts: int) -> None
         store.pull(checkpoint=False)
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "events.jsonl", "a") as f:
-        f.write(json.dumps({"time": time.time(), "kind": "failed", "step": None,
-                            "error": f"trainer died {restarts + 1} times"}) + "\n")
-    (run_dir / "summary.json").write_text(json.dumps({"status": "failed", "steps": None,
-                                                      "error": "trainer process died"}, indent=2) + "\n")
+        f.write(
+            json.dumps(
+                {"time": time.time(), "kind": "failed", "step": None, "error": f"trainer died {restarts + 1} times"}
+            )
+            + "\n"
+        )
+    (run_dir / "summary.json").write_text(
+        json.dumps({"status": "failed", "steps": None, "error": "trainer process died"}, indent=2) + "\n"
+    )
     if store is not None:
         store.push()

@@ -55,8 +55,10 @@ class Placement:
         for m, pool in self.pools.items():  # a pool colocated with an unused module gets its own group
             if pool.colocate_with is not None and pool.colocate_with not in self.pools:
                 self.pools[m] = dataclasses.replace(pool, colocate_with=None)
-        self.groups = {name: placement_group(bundles, strategy=self.pools[name].strategy, name=f"rlvr-{name}")
-                       for name, bundles in pool_bundles(self.pools).items()}
+        self.groups = {
+            name: placement_group(bundles, strategy=self.pools[name].strategy, name=f"rlvr-{name}")
+            for name, bundles in pool_bundles(self.pools).items()
+        }
         try:
             ray.get([pg.ready() for pg in self.groups.values()], timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -64,13 +66,17 @@ class Placement:
             raise RuntimeError(
                 f"deploy.pools: the placement groups need {required(self.pools)} but the Ray cluster offers "
                 f"{ray.available_resources()} after {timeout_s:.0f}s; lower cpus/gpus/replicas in deploy.pools "
-                f"or add nodes (a local instance takes deploy.num_cpus)") from None
+                f"or add nodes (a local instance takes deploy.num_cpus)"
+            ) from None
 
     def options(self, module: str, replica: int) -> dict:
         pool = self.pools[module]
         group = self.groups[pool.colocate_with or module]
-        out = {"num_cpus": pool.cpus, "num_gpus": pool.gpus,
-               "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=replica)}
+        out = {
+            "num_cpus": pool.cpus,
+            "num_gpus": pool.gpus,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=replica),
+        }
         if pool.runtime_env:
             out["runtime_env"] = dict(pool.runtime_env)
         return out

@@ -31,6 +31,7 @@ class Reply:
 class WeightsLoaded:
     """A rollout worker took a new weight publication: how long the load took and whether the
     checksum of what the engine holds matched the trainer's (rlvr.deploy.ray.sync.load_published)."""
+
     load_s: float
     checksum_ok: bool
     during_sampling: bool = False
@@ -43,6 +44,7 @@ class Sampled(Reply):
     continues from it), the weights loaded during the call (none: it had them; with partial
     rollouts, also those taken while it sampled) and the draft acceptance of speculative decoding
     ({} without it)."""
+
     completions: list[Completion]
     rng_state: torch.Tensor
     weights_loaded: list[WeightsLoaded] = field(default_factory=list)
@@ -52,18 +54,21 @@ class Sampled(Reply):
 @dataclass(kw_only=True)
 class SpeculationChecked(Reply):
     """RolloutWorker.check_speculation: rlvr.rollout.speculative.check_speculative's figures."""
+
     stats: dict[str, float]
 
 
 @dataclass(kw_only=True)
 class Scored(Reply):
     """RewardWorker.score: a RewardResult per text, in order."""
+
     results: list[RewardResult]
 
 
 @dataclass(kw_only=True)
 class LogProbs(Reply):
     """InferenceWorker.ref_logprobs / teacher_logprobs: (N, T) log-probs of the completions' tokens."""
+
     logp: torch.Tensor
 
 
@@ -71,5 +76,6 @@ class LogProbs(Reply):
 class ComponentScores(Reply):
     """InferenceWorker.score_learned: one learned component's score per text (or the error that kept
     it from one), and a judge's raw replies by index (for the samples file)."""
+
     scores: list[float | Exception]
     replies: dict[int, str] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from rlvr.urls import digest_dir
 @dataclass(frozen=True)
 class Shipped:
     """A directory's files in the object store."""
+
     key: str
     """Digest of the files' names, sizes and modification times: a new cold start is a new key."""
     source: str
@@ -36,6 +37,7 @@ class Shipped:
 class RunFiles:
     """Every directory the pools and the trainer ranks load, shipped once by the driver: no node
     needs a path of the driver's (rlvr.deploy.ray.driver.ship_run_files)."""
+
     start: Shipped
     """The policy RL starts from (the cold start, cached)."""
     learned: dict[str, Shipped] = field(default_factory=dict)

@@ -62,19 +62,33 @@ def select_rows(batch: StepBatch, rows: list[int]) -> StepBatch:
     idx = torch.tensor(rows, dtype=torch.long)
     view, seq_idx = batch.view.select(rows) if batch.view is not None else (None, idx)
     return dataclasses.replace(
-        batch, problems=[batch.problems[i] for i in rows], completions=[batch.completions[i] for i in rows],
-        results=[batch.results[i] for i in rows], rewards=batch.rewards[idx], valid=batch.valid[idx],
-        shaped_rewards=batch.shaped_rewards[idx], loss_mask=batch.loss_mask[idx], advantages=batch.advantages[idx],
-        ref_logp=None if batch.ref_logp is None else batch.ref_logp[seq_idx], metrics=dict(batch.metrics), view=view)
+        batch,
+        problems=[batch.problems[i] for i in rows],
+        completions=[batch.completions[i] for i in rows],
+        results=[batch.results[i] for i in rows],
+        rewards=batch.rewards[idx],
+        valid=batch.valid[idx],
+        shaped_rewards=batch.shaped_rewards[idx],
+        loss_mask=batch.loss_mask[idx],
+        advantages=batch.advantages[idx],
+        ref_logp=None if batch.ref_logp is None else batch.ref_logp[seq_idx],
+        metrics=dict(batch.metrics),
+        view=view,
+    )
 
 
 def within_staleness(batch: StepBatch, version: int, max_staleness: int, group_size: int) -> tuple[StepBatch, int]:
     """Drop every group with a completion more than `max_staleness` versions behind `version`;
     returns the kept batch and the number of groups dropped."""
     n_groups = len(batch.completions) // group_size
-    keep = [m for m in range(n_groups)
-            if all(version - c.policy_version <= max_staleness
-                   for c in batch.completions[m * group_size:(m + 1) * group_size])]
+    keep = [
+        m
+        for m in range(n_groups)
+        if all(
+            version - c.policy_version <= max_staleness
+            for c in batch.completions[m * group_size : (m + 1) * group_size]
+        )
+    ]
     if len(keep) == n_groups:
         return batch, 0
     rows = [m * group_size + j for m in keep for j in range(group_size)]
@@ -99,8 +113,9 @@ class _RemoteTeacher:
 
     def logprobs(self, completions) -> torch.Tensor:
         src = self.source
-        return src.logprobs_on_pool(lambda w, part: w.teacher_logprobs.remote(src.start, src.files.teacher, part),
-                                    completions)
+        return src.logprobs_on_pool(
+            lambda w, part: w.teacher_logprobs.remote(src.start, src.files.teacher, part), completions
+        )
 
 
 class _RemoteLearned:
@@ -120,6 +135,7 @@ class _RemoteLearned:
 
         def failed(why: str) -> ComponentScores:
             return ComponentScores(scores=[RuntimeError(why)] * len(texts))
+
         out = src.get("inference", j, call(), call, timeout=src.deploy.reward_timeout_s, fallback=failed)
         self.replies = out.replies
         return out.scores
@@ -156,12 +172,20 @@ class RemoteEngine:
         workers = src.workers["rollout"]
         parts = shards(len(problems), len(workers))
         exact = src.executor is None and len(parts) == 1  # the trainer's RNG stream, as embedded
-        rngs = ([{"state": torch.get_rng_state()}] if exact else
-                [{"seed": (src.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
-                 for j, (a, _) in enumerate(parts)])
-        calls = [lambda j=j, a=a, b=b: workers[j].sample.remote(src.start, self.handle, problems[a:b], params,
-                                                                group_offset + a, rngs[j], src.speculate)
-                 for j, (a, b) in enumerate(parts)]
+        rngs = (
+            [{"state": torch.get_rng_state()}]
+            if exact
+            else [
+                {"seed": (src.seed * 1_000_003 + (group_offset + a) * 7919 + j) % 2**62}
+                for j, (a, _) in enumerate(parts)
+            ]
+        )
+        calls = [
+            lambda j=j, a=a, b=b: workers[j].sample.remote(
+                src.start, self.handle, problems[a:b], params, group_offset + a, rngs[j], src.speculate
+            )
+            for j, (a, b) in enumerate(parts)
+        ]
         refs = [call() for call in calls]
         src.inject_kill("rollout", self.step)
         outs = [src.get("rollout", j, refs[j], calls[j]) for j in range(len(parts))]
@@ -184,23 +208,32 @@ class RemoteReward:
         self.weights = weights
         """The components' weights, for per-turn credit (env.credit=turn)."""
 
-    def score(self, problems: Sequence[Problem], texts: Sequence[str], group_ids: Sequence[Any] | None = None,
-              env: Sequence[EnvOutcome] | None = None) -> list[RewardResult]:
+    def score(
+        self,
+        problems: Sequence[Problem],
+        texts: Sequence[str],
+        group_ids: Sequence[Any] | None = None,
+        env: Sequence[EnvOutcome] | None = None,
+    ) -> list[RewardResult]:
         src, workers = self.source, self.source.workers["reward"]
         starts = [i for i in range(len(group_ids)) if i == 0 or group_ids[i] != group_ids[i - 1]]
         bounds = starts + [len(group_ids)]  # group m is rows bounds[m]:bounds[m + 1]
         parts = [(bounds[a], bounds[b]) for a, b in shards(len(starts), len(workers))]
-        calls = [lambda j=j, a=a, b=b: workers[j].score.remote(problems[a:b], texts[a:b], group_ids[a:b],
-                                                                None if env is None else env[a:b])
-                 for j, (a, b) in enumerate(parts)]
+        calls = [
+            lambda j=j, a=a, b=b: workers[j].score.remote(
+                problems[a:b], texts[a:b], group_ids[a:b], None if env is None else env[a:b]
+            )
+            for j, (a, b) in enumerate(parts)
+        ]
         refs = [call() for call in calls]
         src.inject_kill("reward", getattr(src.collecting, "step", None))
         outs = []
         for j, (a, b) in enumerate(parts):
+
             def invalid(why: str, n=b - a) -> Scored:
                 return Scored(results=[RewardResult.invalid(why) for _ in range(n)])
-            outs.append(src.get("reward", j, refs[j], calls[j], timeout=src.deploy.reward_timeout_s,
-                                fallback=invalid))
+
+            outs.append(src.get("reward", j, refs[j], calls[j], timeout=src.deploy.reward_timeout_s, fallback=invalid))
         return [r for out in outs for r in out.results]
 
 
@@ -208,23 +241,45 @@ class RayBatchSource:
     """A `BatchSource` for `rlvr.assembly.train`: batches collected on the actor pools, in sync
     or async mode (batches sampled ahead with a bounded staleness)."""
 
-    def __init__(self, workers: dict[str, list], pending_events: list[dict], attempt: int, files: RunFiles, *,
-                 deploy: DeployConfig, rollout: RolloutConfig, algo: AlgoConfig, learned: dict[str, Any],
-                 weights: dict[str, float], credit: str, steps: int, seed: int,
-                 held_out: Callable[[], list[Problem]]) -> None:
+    def __init__(
+        self,
+        workers: dict[str, list],
+        pending_events: list[dict],
+        attempt: int,
+        files: RunFiles,
+        *,
+        deploy: DeployConfig,
+        rollout: RolloutConfig,
+        algo: AlgoConfig,
+        learned: dict[str, Any],
+        weights: dict[str, float],
+        credit: str,
+        steps: int,
+        seed: int,
+        held_out: Callable[[], list[Problem]],
+    ) -> None:
         """files: what the workers load (the start of RL, the learned components, the teacher), as the
         driver shipped it. learned: the learned components' sections by name (reward.models, judges),
         scored on the inference pool; weights: every reward component's (per-turn credit); credit:
         env.credit; steps: train.steps; held_out() -> the problems the speculative check samples."""
         self.workers, self.attempt = workers, attempt
-        self.deploy, self.rollout, self.algo, self.credit, self.steps, self.seed = deploy, rollout, algo, credit, steps, seed
+        self.deploy, self.rollout, self.algo, self.credit, self.steps, self.seed = (
+            deploy,
+            rollout,
+            algo,
+            credit,
+            steps,
+            seed,
+        )
         self.held_out = held_out
         self.params, self.batch_size = sampling_params(rollout), rollout.batch_size
         self.pending = list(pending_events)
         self.publisher = WeightPublisher()
         self.reward = RemoteReward(self, weights)
         if learned:  # scored on the inference pool, beside the reference
-            self.reward = LearnedReward(self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()})
+            self.reward = LearnedReward(
+                self.reward, {name: _RemoteLearned(self, name, c) for name, c in learned.items()}
+            )
         self.ref = _RemoteReference(self) if algo.beta > 0 else None
         self.teacher = _RemoteTeacher(self) if algo.distill.teacher else None
         self.files, self.start = files, files.start
@@ -276,8 +331,11 @@ class RayBatchSource:
             self.sampler = sampler
         engine = RemoteEngine(self, self.publisher.handle, step)
         published_s = 0.0
-        if restored or self.publisher.version is None or (
-                (step - 1) % self.rollout.sync_every == 0 and self.publisher.version != version):
+        if (
+            restored
+            or self.publisher.version is None
+            or ((step - 1) % self.rollout.sync_every == 0 and self.publisher.version != version)
+        ):
             t0 = time.time()  # rollout.sync_every; a rollback republishes
             engine.load_weights(model.state_dict().items(), version, tied_names(model))
             published_s = time.time() - t0
@@ -318,11 +376,21 @@ class RayBatchSource:
     def _collect(self, sampler, step: int, handle: WeightHandle) -> StepBatch:
         self.collecting.step = step
         engine = RemoteEngine(self, handle, step)
-        batch = collect_batch(engine, sampler, self.reward, self.params, self.algo, batch_size=self.batch_size,
-                              ref=self.ref, credit=self.credit, teacher=self.teacher)
+        batch = collect_batch(
+            engine,
+            sampler,
+            self.reward,
+            self.params,
+            self.algo,
+            batch_size=self.batch_size,
+            ref=self.ref,
+            credit=self.credit,
+            teacher=self.teacher,
+        )
         if engine.loads:  # the slowest worker's load; a worker whose checksum check failed is a mismatch
-            Synced(max(w.load_s for w in engine.loads), 0, engine.sync_method,
-                   sum(not w.checksum_ok for w in engine.loads)).add_to(batch.metrics)
+            Synced(
+                max(w.load_s for w in engine.loads), 0, engine.sync_method, sum(not w.checksum_ok for w in engine.loads)
+            ).add_to(batch.metrics)
         if self.deploy.partial_rollouts:
             batch.metrics["rollout/weights_taken_midway"] = float(sum(w.during_sampling for w in engine.loads))
         return batch
@@ -361,8 +429,13 @@ class RayBatchSource:
             try:
                 out = ray.get(ref, timeout=timeout)
             except RayActorError as exc:
-                self._event("worker_failed", module=module, replica=j, error=f"{type(exc).__name__}",
-                            reissued=attempt + 1 < tries)
+                self._event(
+                    "worker_failed",
+                    module=module,
+                    replica=j,
+                    error=f"{type(exc).__name__}",
+                    reissued=attempt + 1 < tries,
+                )
                 if attempt + 1 < tries:
                     self._wait_alive(module, j)
                     ref = reissue()
@@ -380,8 +453,10 @@ class RayBatchSource:
             return out
         if fallback is not None:
             return fallback(f"{module} worker died {tries} times")
-        raise RuntimeError(f"{module} replica {j} died {tries} times in one call (deploy.worker_restarts="
-                           f"{self.deploy.worker_restarts}); see events.jsonl")
+        raise RuntimeError(
+            f"{module} replica {j} died {tries} times in one call (deploy.worker_restarts="
+            f"{self.deploy.worker_restarts}); see events.jsonl"
+        )
 
     def _wait_alive(self, module: str, j: int, timeout_s: float = 120.0) -> None:
         """Until Ray has restarted replica j (calls to an actor being restarted fail at once)."""
@@ -427,13 +502,18 @@ class RayBatchSource:
         if not stats or not self.speculate:
             return
         spec = self.rollout.speculative
-        batch.metrics.update({"rollout/spec_accept_rate": stats["accept_rate"],
-                              "rollout/spec_accept_len": stats["accept_len"]})
+        batch.metrics.update(
+            {"rollout/spec_accept_rate": stats["accept_rate"], "rollout/spec_accept_len": stats["accept_len"]}
+        )
         self.low_accept_steps = self.low_accept_steps + 1 if stats["accept_rate"] < spec.min_accept else 0
         if self.low_accept_steps >= spec.patience:
             self.speculate = False
-            self._event("speculative_fallback", accept_rate=stats["accept_rate"], min_accept=spec.min_accept,
-                        steps=self.low_accept_steps)
+            self._event(
+                "speculative_fallback",
+                accept_rate=stats["accept_rate"],
+                min_accept=spec.min_accept,
+                steps=self.low_accept_steps,
+            )
 
     def inject_kill(self, module: str, step: int | None) -> None:
         """Fault injection (deploy.kill_<module>_at_step): SIGKILL replica 0 of `module` right after a
@@ -461,15 +541,25 @@ class RayBatchSource:
         interval = now - (self.last_return or t_enter)  # one step of the pipeline
         self.last_return = now
         wait = now - t_enter
-        out = {"perf/staleness_mean": sum(lag) / len(lag), "perf/staleness_max": float(max(lag)),
-               "rollout/stale_groups_dropped": float(dropped), "perf/policy_version": float(version),
-               "perf/trainer_busy_s": max(0.0, interval - wait), "perf/trainer_idle_s": wait}
+        out = {
+            "perf/staleness_mean": sum(lag) / len(lag),
+            "perf/staleness_max": float(max(lag)),
+            "rollout/stale_groups_dropped": float(dropped),
+            "perf/policy_version": float(version),
+            "perf/trainer_busy_s": max(0.0, interval - wait),
+            "perf/trainer_idle_s": wait,
+        }
         if self.deploy.partial_rollouts:  # per sampled token: the version that sampled it
-            lags = [version - v for c in batch.completions for v, m in
-                    zip(c.token_versions or [c.policy_version] * len(c.token_ids), c.mask) if m] or [0]
+            lags = [
+                version - v
+                for c in batch.completions
+                for v, m in zip(c.token_versions or [c.policy_version] * len(c.token_ids), c.mask)
+                if m
+            ] or [0]
             out["perf/token_staleness_mean"] = sum(lags) / len(lags)
-            out["rollout/partial_frac"] = (sum(c.token_versions is not None for c in batch.completions)
-                                           / max(1, len(batch.completions)))
+            out["rollout/partial_frac"] = sum(c.token_versions is not None for c in batch.completions) / max(
+                1, len(batch.completions)
+            )
         with self.lock:
             busy, self.busy = self.busy, defaultdict(float)
         for m in MODULES:

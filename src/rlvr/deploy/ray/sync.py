@@ -78,16 +78,25 @@ class WeightPublisher:
             names.append(name)
             refs.append(ray.put(tensor.detach().to("cpu", copy=True)))
         self.publications += 1
-        self.handle = WeightHandle(version, refs, tuple(names), publication=f"{self.id}/{self.publications}",
-                                   checksum=meter.checksum, tied=tied, bytes=meter.bytes)
+        self.handle = WeightHandle(
+            version,
+            refs,
+            tuple(names),
+            publication=f"{self.id}/{self.publications}",
+            checksum=meter.checksum,
+            tied=tied,
+            bytes=meter.bytes,
+        )
         return self.handle
 
 
 def fetch_weights(handle: WeightHandle) -> dict:
     """Worker side: the published weights (parameter name -> tensor), for an engine's load_weights."""
     if handle.transport != "object_store":
-        raise ValueError(f"weight transport {handle.transport!r} is unknown; this build ships 'object_store' "
-                         "(CPU); NCCL/CUDA-IPC transports plug in here")
+        raise ValueError(
+            f"weight transport {handle.transport!r} is unknown; this build ships 'object_store' "
+            "(CPU); NCCL/CUDA-IPC transports plug in here"
+        )
     return dict(zip(handle.names, ray.get(handle.refs), strict=True))
 
 
