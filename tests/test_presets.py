@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import rlvr.assembly as assembly
+import rlvr.assembly.parts as parts
 from rlvr.config import load_config
 from rlvr.assembly import train
 
-Reference = assembly.ReferenceModel
+Reference = parts.ReferenceModel
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ["grpo", "dapo", "dr_grpo", "gspo", "rloo"]
@@ -88,7 +88,7 @@ def test_readme_documents_every_preset():
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_runs_on_a_tiny_model(name, tmp_path, sft_cache, monkeypatch):
     references = []
-    monkeypatch.setattr(assembly, "ReferenceModel", lambda *a, **k: references.append(1) or Reference(*a, **k))
+    monkeypatch.setattr(parts, "ReferenceModel", lambda *a, **k: references.append(1) or Reference(*a, **k))
     cfg = load_config(
         ROOT / "configs" / f"{name}.yaml", TINY + [f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"]
     )
