@@ -103,12 +103,12 @@ def test_a_corrupted_weight_sync_alerts_and_rolls_back(overrides, tmp_path, monk
     # version 3 changes one value; the checksum catches it, and the run goes back to step 2
     import copy
 
-    from rlvr import assembly
+    from rlvr.assembly import parts
     from test_weight_sync import corrupting
 
-    build = assembly.build_engine
+    build = parts.build_engine
     monkeypatch.setattr(
-        assembly,
+        parts,
         "build_engine",
         lambda rollout, model, *a, **k: corrupting(build(rollout, copy.deepcopy(model), *a, **k), at_version=3),
     )
