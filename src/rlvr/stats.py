@@ -7,8 +7,7 @@
     sign_flip_p(a, b, ...)         two-sided paired permutation test of mean(b - a) (any real outcomes:
                                    episode returns), exact for up to 16 non-zero differences
 
-(Standardisation of rewards before they are weighted lives here, free of torch, for the reward
-workers; the advantages' group math, on tensors, is rlvr.algos.advantages.)
+Free of torch: `rlvr sweep`'s own process compares its trials with it and imports no torch.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ str Enums of `registry`; a config string selects one:
     KL_ESTIMATORS         k1 | k2 | k3                     kl_estimate(kind=...), LossSettings(kl_kind=...)
     ROLLOUT_IS            none | token | sequence          rollout_is_weights(level=...): engine/trainer mismatch
 
-`standardize` standardises scores within groups before they are weighted (reward components, reward
-models); every other standardisation is the advantages'.
+`rlvr.algos.standardize` standardises scores within groups before they are weighted (reward
+components, reward models), torch-free; every other standardisation is the advantages'.
 
 Recipes (what the names add up to):
     GRPO      estimator=grpo scale=group loss_type=grpo
@@ -72,7 +72,6 @@ _EXPORTS = {
         "registry",
     ),
     **dict.fromkeys(["overlong_penalty"], "shaping"),
-    **dict.fromkeys(["standardize"], "standardize"),
 }
 __all__ = sorted(_EXPORTS)
 
