@@ -17,7 +17,8 @@ from rlvr.config import load_config  # noqa: E402
 from rlvr.configlib import ConfigError  # noqa: E402
 from rlvr.deploy.ray.devices import LOGICAL_GPUS  # noqa: E402
 from rlvr.assembly.on_ray import train_on_ray  # noqa: E402
-from rlvr.deploy.ray.source import select_rows, shards, within_staleness  # noqa: E402
+from rlvr.deploy.ray.remote import shards  # noqa: E402
+from rlvr.deploy.ray.source import select_rows, within_staleness  # noqa: E402
 from rlvr.records import Completion, Problem, RewardResult  # noqa: E402
 from rlvr.assembly import run_sft, train  # noqa: E402
 from rlvr.train.step import StepBatch  # noqa: E402

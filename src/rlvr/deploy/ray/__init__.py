@@ -6,4 +6,5 @@ pools.Placement        deploy.pools -> placement groups and actor options
 actors                 RolloutWorker, RewardWorker, InferenceWorker, TrainerActor
 sync                   weight publication with a version number (object store; NCCL later)
 source.RayBatchSource  the trainer's batch collector: shards, re-issues, staleness, async prefetch
+remote                 the pools as collect_batch's engine, scorer, reference, teacher, learned components
 """
