@@ -27,6 +27,28 @@ def split_settings(flat: dict) -> UpdateSettings:
     return UpdateSettings(**rest, loss=LossSettings(**loss))
 
 
+def update_settings(**changes) -> UpdateSettings:
+    """The tests' update: one epoch, one mini-batch, GRPO's clipped loss without KL, max_len 8; `changes`
+    override any of its keys."""
+    base = dict(
+        ppo_epochs=1,
+        mini_batches=1,
+        micro_batch_size=0,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        loss_type="grpo",
+        clip_low=0.2,
+        clip_high=0.2,
+        dual_clip=None,
+        ratio_level="token",
+        beta=0.0,
+        kl_kind="k3",
+        max_len=8,
+        entropy_coef=0.0,
+    )
+    return split_settings({**base, **changes})
+
+
 def sample(model, tok, problems, params, **kwargs):
     """Completions from transformers' generate (the 'hf' engine) on `model`."""
     return HFEngine(model, tok).generate(problems, params, **kwargs)

@@ -7,7 +7,7 @@ import torch
 from rlvr.scoring import completion_logprobs
 from rlvr.records import Problem
 from rlvr.rollout.decode import decode
-from helpers import sample, split_settings
+from helpers import sample, update_settings
 
 from rlvr.rollout import LoopEngine, SamplingParams, render_prompt
 from rlvr.train.update import policy_update
@@ -104,23 +104,7 @@ def test_loop_samples_softmax_over_temperature_and_respects_top_p(tiny):
 
 
 def _settings(**kw):
-    base = dict(
-        ppo_epochs=2,
-        mini_batches=2,
-        micro_batch_size=2,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        loss_type="grpo",
-        clip_low=0.2,
-        clip_high=0.2,
-        dual_clip=None,
-        ratio_level="token",
-        beta=0.0,
-        kl_kind="k3",
-        max_len=10,
-        entropy_coef=0.0,
-    )
-    return split_settings({**base, **kw})
+    return update_settings(**{**dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2, max_len=10), **kw})
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "token_mean", "dr_grpo"])

@@ -13,30 +13,13 @@ from rlvr.scoring import completion_logprobs  # noqa: E402
 from rlvr.models import export_model, load_policy, reference_policy  # noqa: E402
 from rlvr.models.lora import AdapterDisabled, is_peft  # noqa: E402
 from rlvr.records import Problem  # noqa: E402
-from helpers import sample, split_settings  # noqa: E402
+from helpers import sample, update_settings  # noqa: E402
 
 from rlvr.rollout import SamplingParams  # noqa: E402
 from rlvr.train.update import policy_update  # noqa: E402
 from test_models import CHAT, one_thread, save_tiny  # noqa: E402,F401  (one_thread: autouse fixture)
 
-SETTINGS = split_settings(
-    dict(
-        ppo_epochs=2,
-        mini_batches=1,
-        micro_batch_size=2,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        loss_type="grpo",
-        clip_low=0.2,
-        clip_high=0.2,
-        dual_clip=None,
-        ratio_level="token",
-        beta=0.0,
-        kl_kind="k3",
-        max_len=8,
-        entropy_coef=0.0,
-    )
-)
+SETTINGS = update_settings(ppo_epochs=2, micro_batch_size=2)
 
 
 def _rollout(model, tok, seed=0):

@@ -13,7 +13,7 @@ from rlvr.algos import group_advantages, kl_estimate
 from rlvr.config import AlgoConfig
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.records import Problem, RewardResult
-from helpers import split_settings
+from helpers import update_settings
 
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.algos import fill_invalid
@@ -244,23 +244,7 @@ def test_next_round_size():
 
 
 def _settings(**kw):
-    base = dict(
-        ppo_epochs=1,
-        mini_batches=1,
-        micro_batch_size=0,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        loss_type="grpo",
-        clip_low=0.2,
-        clip_high=0.2,
-        dual_clip=None,
-        ratio_level="token",
-        beta=0.0,
-        kl_kind="k3",
-        max_len=8,
-        entropy_coef=0.0,
-    )
-    return split_settings({**base, **kw})
+    return update_settings(**kw)
 
 
 class _SpeculatingEngine:

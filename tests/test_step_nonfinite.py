@@ -11,7 +11,7 @@ import torch
 
 from rlvr.models.tiny import build_tiny_model, build_tokenizer
 from rlvr.records import Problem
-from helpers import sample, split_settings
+from helpers import sample, update_settings
 
 from rlvr.rollout import SamplingParams
 from rlvr.train.update import policy_update
@@ -20,23 +20,7 @@ G = 4
 
 
 def settings(**kw):
-    base = dict(
-        ppo_epochs=2,
-        mini_batches=2,
-        micro_batch_size=2,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        loss_type="grpo",
-        clip_low=0.2,
-        clip_high=0.2,
-        dual_clip=None,
-        ratio_level="token",
-        beta=0.0,
-        kl_kind="k3",
-        max_len=8,
-        entropy_coef=0.0,
-    )
-    return split_settings({**base, **kw})
+    return update_settings(**{**dict(ppo_epochs=2, mini_batches=2, micro_batch_size=2), **kw})
 
 
 @pytest.fixture
