@@ -223,10 +223,11 @@ def test_rlvr_eval_and_compare_run_episodes(tmp_path, capsys):
 def test_held_out_evaluation_of_an_environment_reports_its_mean_return(tmp_path):
     """Training's greedy evaluation on real FrozenLake episodes, moves scripted: the shortest path on
     some maps, into the first hole on others, and a first turn cut at its token budget (no step: it
-    earned 0). Success rate and mean return (1 at the goal) agree; logged as eval/return_mean."""
+    earned 0). Success rate and mean return (1 at the goal) agree; logged as eval/return_mean, and
+    reported by `rlvr eval` for the greedy and the sampled episodes."""
     from rlvr.config import load_config
     from rlvr.assembly import rule_reward
-    from rlvr.evaluate import eval_metrics, evaluate
+    from rlvr.evaluate import eval_metrics, evaluate, score_problems, summarize
     from rlvr.models import load_model
     from rlvr.models.tiny import save_tiny
     from rlvr.assembly import episode_spec
@@ -266,3 +267,8 @@ def test_held_out_evaluation_of_an_environment_reports_its_mean_return(tmp_path)
     assert result["n"] == 6 and result["accuracy"] == pytest.approx(3 / 6)  # along the top row never reaches G
     assert result["return_mean"] == result["accuracy"]
     assert eval_metrics(result)["eval/return_mean"] == result["return_mean"]
+    with rule_reward(cfg) as reward:  # the sampled episode replays its map's plan as the greedy one does
+        outcomes = score_problems(Scripted(), problems, reward, max_new_tokens=2, samples=1, batch_size=1)
+    assert [o.greedy_return for o in outcomes] == [o.returns[0] for o in outcomes] == [1.0, 0, 1.0, 0, 1.0, 0]
+    report = summarize(outcomes, [1])["frozenlake"]
+    assert report["greedy_return_mean"] == report["return_mean"] == report["greedy_accuracy"] == 3 / 6

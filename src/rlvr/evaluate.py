@@ -102,6 +102,10 @@ class Outcome:
     passed: list[bool] = field(default_factory=list)
     answers: list[str | None] = field(default_factory=list)
     """The extracted final answer of each sample (math), for majority voting; None: none found."""
+    greedy_return: float | None = None
+    """The greedy episode's return, where the environment reports one (rlvr.envs.episode_returns)."""
+    returns: list[float] = field(default_factory=list)
+    """Each sampled episode's return, where the environment reports one."""
 
 
 def _passes(results) -> list[bool]:
@@ -128,11 +132,14 @@ def score_problems(
         group_size=max(samples, 1), temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
     )
     out: list[Outcome] = []
+    greedy_info: list[tuple[Outcome, dict]] = []  # each episode's outcome and its environment's info
+    sampled_info: list[tuple[Outcome, dict]] = []
     for start in range(0, len(problems), batch_size):
         chunk = list(problems[start : start + batch_size])
         greedy_runs = engine.generate(chunk, greedy)
         firsts = _passes(reward.score(chunk, [c.text for c in greedy_runs], **env_kwargs(greedy_runs)))
         outcomes = [Outcome(p.id, p.source, ok) for p, ok in zip(chunk, firsts)]
+        greedy_info += zip(outcomes, (c.env_info for c in greedy_runs))
         if samples:
             completions = engine.generate(chunk, sampled)  # group after group; group id = index in chunk
             results = reward.score(
@@ -142,15 +149,23 @@ def score_problems(
                 answer = r.info.get("answer")
                 outcomes[c.group_id].passed.append(ok)
                 outcomes[c.group_id].answers.append(None if answer is None else normalise(str(answer)).strip())
+            sampled_info += [(outcomes[c.group_id], c.env_info) for c in completions]
         out.extend(outcomes)
         if progress is not None:
             progress(len(chunk))
+    if any("return" in info for _, info in greedy_info + sampled_info):  # as episode_returns counts them:
+        for o, info in greedy_info:  # an episode cut before its first step earned 0
+            o.greedy_return = float(info.get("return", 0.0))
+        for o, info in sampled_info:
+            o.returns.append(float(info.get("return", 0.0)))
     return out
 
 
 def summarize(outcomes: Sequence[Outcome], ks: Sequence[int]) -> dict:
     """Per source and overall: n, greedy accuracy, and with samples pass@k (unbiased), maj@k (math
-    answers only) and avg@k (mean correctness of k samples) for every k <= the samples drawn."""
+    answers only) and avg@k (mean correctness of k samples) for every k <= the samples drawn; where
+    the environment reports episode returns, the greedy episodes' mean (greedy_return_mean) and the
+    sampled ones' (return_mean)."""
     groups: dict[str, list[Outcome]] = {"all": list(outcomes)}
     for o in outcomes:
         groups.setdefault(o.source, []).append(o)
@@ -164,5 +179,11 @@ def summarize(outcomes: Sequence[Outcome], ks: Sequence[int]) -> dict:
             voting = [o for o in rows if any(a is not None for a in o.answers)]
             if voting:
                 entry[f"maj@{k}"] = sum(majority_correct(o.answers[:k], o.passed[:k]) for o in rows) / len(rows)
+        greedy_returns = [o.greedy_return for o in rows if o.greedy_return is not None]
+        if greedy_returns:
+            entry["greedy_return_mean"] = sum(greedy_returns) / len(greedy_returns)
+        sampled_returns = [r for o in rows for r in o.returns]
+        if sampled_returns:
+            entry["return_mean"] = sum(sampled_returns) / len(sampled_returns)
         report[name] = entry
     return report

@@ -175,7 +175,7 @@ def run(args) -> int:
         "samples": args.samples,
         "temperature": args.temperature,
         "by_source": summarize(outcomes, args.k),
-        "problems": [{"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed} for o in outcomes],
+        "problems": [problem_row(o) for o in outcomes],
     }
     print_table(report["by_source"])
     write_report(report, args.out)
@@ -202,6 +202,14 @@ def _pair_accuracy(args, cfg) -> int:
     return 0
 
 
+def problem_row(o) -> dict:
+    """One problem's outcomes in the report; its episodes' returns where the environment reports them."""
+    row = {"id": o.id, "source": o.source, "greedy": o.greedy, "passed": o.passed}
+    if o.greedy_return is not None:
+        row["greedy_return"], row["returns"] = o.greedy_return, o.returns
+    return row
+
+
 def write_report(report: dict, out: str | None) -> None:
     """The JSON report to `out`, or to stdout (the tables go to stderr, so stdout stays parseable)."""
     text = json.dumps(report, indent=1) + "\n"
@@ -214,12 +222,13 @@ def write_report(report: dict, out: str | None) -> None:
 def print_table(by_source: dict) -> None:
     from rich.table import Table
 
+    returns = [k for k in ("greedy_return_mean", "return_mean") if any(k in entry for entry in by_source.values())]
     keys = sorted(
-        {k for entry in by_source.values() for k in entry if k not in ("n", "greedy_accuracy")},
+        {k for entry in by_source.values() for k in entry if "@" in k},
         key=lambda k: (k.split("@")[0], int(k.split("@")[1])),
     )
     table = Table(title="rlvr eval")
-    for column in ("source", "n", "greedy", *keys):
+    for column in ("source", "n", "greedy", *keys, *(k.removesuffix("_mean").replace("_", " ") for k in returns)):
         table.add_column(column, justify="right")
     for name, entry in by_source.items():
         table.add_row(
@@ -227,5 +236,6 @@ def print_table(by_source: dict) -> None:
             str(entry["n"]),
             f"{entry['greedy_accuracy']:.1%}",
             *(f"{entry[k]:.1%}" if k in entry else "-" for k in keys),
+            *(f"{entry[k]:.3g}" if k in entry else "-" for k in returns),
         )
     _stderr().print(table)
