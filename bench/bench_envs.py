@@ -8,7 +8,8 @@ Each task is a plain `rlvr train --config configs/<task>.yaml` in a fresh interp
 included, cached under .cache/sft like any run); the figures come from its run directory:
 summary.json's eval_before/eval_after/eval_change (exact McNemar on the same held-out problems), and
 for Breakout metrics.jsonl's rollout/episode_return_mean per step, plotted with the random policy's
-mean return over the same episodes (one ball, env.max_turns turns) as bench/<task>_return.png. For
+mean return over the same episodes (one ball, env.max_turns turns) as bench/<task>_return.png, and
+the cold start's and the trained policy's held-out returns, greedy and sampled (`rlvr eval`). For
 the pendulum, eval.jsonl's per-episode returns (greedy, held-out seeds) at the first and last
 evaluation and a uniformly random force's on the same seeds, paired (sign-flip test), and the
 sampled return per step as bench/inverted_pendulum_return.png.
@@ -74,6 +75,54 @@ def random_breakout(episodes: int, turns: int, seed: int = 0) -> list[float]:
                 break
         out.append(env.total)
         env.close()
+    return out
+
+
+def breakout_returns(run_dir: Path, task: str, turns: int, samples: int = 4) -> dict:
+    """The cold start's and the trained policy's returns on the held-out episodes (`rlvr eval`): the
+    greedy one (ALE is deterministic and every episode starts from the same serve, so it is one game)
+    and `samples` sampled at T=1.0 per episode, as training samples them, at the preset's turns and at
+    twice as many; the sampled ones of the two policies compared (bootstrap interval of the difference
+    of means, sign-flip test; the episodes are independent draws, paired in their order)."""
+    from rlvr.stats import paired_bootstrap, sign_flip_p
+
+    start = json.loads((run_dir / "summary.json").read_text())["start_from"]
+    out: dict = {}
+    for label, model in (("cold_start", start), ("trained", str(run_dir))):
+        for t in (turns, 2 * turns):
+            report = run_dir / f"eval_{label}_{t}.json"
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "rlvr.cli",
+                    "eval",
+                    model,
+                    "--config",
+                    str(ROOT / "configs" / f"{task}.yaml"),
+                    "--samples",
+                    str(samples),
+                    "--temperature",
+                    "1.0",
+                    "--k",
+                    "1",
+                    "--out",
+                    str(report),
+                    f"env.max_turns={t}",
+                ],
+                check=True,
+                cwd=ROOT,
+            )
+            problems = json.loads(report.read_text())["problems"]
+            sampled = [r for p in problems for r in p["returns"]]
+            out[f"{label}_{t}"] = {
+                "greedy": sum(p["greedy_return"] for p in problems) / len(problems),
+                "sampled": sum(sampled) / len(sampled),
+                "sampled_returns": sampled,
+            }
+    for t in (turns, 2 * turns):
+        a, b = out[f"cold_start_{t}"]["sampled_returns"], out[f"trained_{t}"]["sampled_returns"]
+        out[f"sampled_change_{t}"] = {"diff_ci95": paired_bootstrap(a, b)[1:], "sign_flip_p": sign_flip_p(a, b)}
     return out
 
 
@@ -181,6 +230,7 @@ def main() -> None:
             res["return_first10"] = sum(curve[:10]) / max(1, len(curve[:10]))
             res["return_last10"] = sum(curve[-10:]) / max(1, len(curve[-10:]))
             plot_breakout(metrics, res["random_return_mean"], ROOT / "bench" / f"{task}_return.png", turns)
+            res["held_out_returns"] = breakout_returns(Path(res["run_dir"]), task, turns)
         elif task == "inverted_pendulum":
             res.update(pendulum_figures(Path(res["run_dir"]), metrics))
         else:
