@@ -224,6 +224,10 @@ ATTACKS = {  # name -> (head, unit, tail): head + unit * k + tail, k chosen for 
     "repeated boxes": ("", "\\boxed{12} ", ""),
     "dollar signs": ("", "$", "\\boxed{12}"),
     "long reasoning then a box": ("", "Step: 12 + 345 = 357, carry 1.\n", "\\boxed{12}"),
+    # what stands around the final answer (rlvr.rewards.context): 64 bytes a unit, so 64 KB holds 1,000 boxes and 1,000 nots
+    "boxes and nots": ("", "So $\\boxed{12}$, which is not 13 (or maybe it is, if we count). ", ""),
+    "one box, a tail of hedges": ("$\\boxed{12}$", " It is not 13, or perhaps 14 if it counts;", ""),
+    "operators around boxes": ("", "$-\\sqrt{\\boxed{12}}^{2}! = $ ", ""),
 }
 
 
@@ -281,7 +285,7 @@ def main() -> None:
             json.dumps({mix: ours([tuple(c) for c in cases], args.workers, args.batch) for mix, cases in runs.items()})
         )
         return
-    report = attacks([50, 100, 200, 390]) if args.attacks else throughput(args)
+    report = attacks([50, 64, 100, 200, 390]) if args.attacks else throughput(args)
     if args.json:
         old = json.loads(args.json.read_text()) if args.json.exists() else {}
         old["attacks" if args.attacks else "throughput"] = {

@@ -15,7 +15,11 @@ can say "never credited" or "always credited" without trusting the verifier:
 - the verdict is the same under whitespace, wrapper and padding changes;
 - a percentage off by 100x is never credited; units convert within a dimension and never across;
 - arbitrary text, including adversarial padding, is judged within the budget (no
-  timeout, no exception).
+  timeout, no exception);
+- what stands around the final answer counts: a second value after it under a hedge, or a
+  retraction of it, drawn from a grammar of phrasings written here (not from the verifier's own
+  word lists), is never credited; an operator attached to the box changes the value; a tail that
+  only explains or restates keeps the credit.
 """
 
 from __future__ import annotations
@@ -356,6 +360,94 @@ JUNK = st.lists(
     max_size=200,
 ).map("".join)
 
+# --- what stands around the final answer: a grammar of tails ---------------------------------
+# Written independently of rlvr.rewards.context's cue lists: roles, each phrased several ways.
+
+_ALTERNATIVE = ["or {w}", "or else {w}", "otherwise {w}", "alternatively {w}", "{w} is also possible", "or maybe {w}"]
+_CONDITION = [
+    "if the ends count it is {w}",
+    "assuming order matters; otherwise {w}",
+    "unless repetition is allowed, giving {w}",
+    "provided zero is excluded, else {w}",
+    "though with replacement it would be {w}",
+    "but {w} when the last term counts",
+]
+_MODALITY = ["perhaps {w}", "it could be {w}", "it might be {w}", "possibly {w}", "probably {w} instead"]
+_CORRECTION = ["actually {w}", "wait, it is {w}", "sorry, I meant {w}", "rather, {w}", "on second thought {w}"]
+_RETRACTION = [
+    "That is wrong.",
+    "This answer is incorrect.",
+    "No, that's not right.",
+    "The answer is not {v}.",
+    "It isn't {v}.",
+    "No.",
+    "I was wrong about that result.",
+]
+_ZH_HEDGE = [
+    "或者{w}",
+    "否则是{w}",
+    "如果算上端点则是{w}",
+    "也许是{w}",
+    "可能是{w}",
+    "其实是{w}",
+    "应该是{w}",
+    "要么是{w}",
+]
+_ZH_RETRACTION = ["不对。", "错了。", "答案不是{v}。", "这个结果不正确。"]
+_JOINS = [", ", " (", "; ", ". ", " — ", "。", "，"]
+HEDGED_TAILS = st.tuples(
+    st.sampled_from(_JOINS), st.sampled_from(_ALTERNATIVE + _CONDITION + _MODALITY + _CORRECTION + _ZH_HEDGE)
+)
+RETRACTION_TAILS = st.sampled_from([". " + t for t in _RETRACTION] + ["。" + t for t in _ZH_RETRACTION])
+BENIGN_TAILS = st.sampled_from(
+    [
+        ".",
+        ". This completes the solution.",
+        ". Check: $v - 1 + 1 = v$.",
+        " ways in total.",
+        ", as expected.",
+        ". We are done.",
+        "。验证完毕。",
+        ". Note that the other root, {w}, is not allowed.",
+    ]
+)
+ATTACHED = st.sampled_from(
+    [("-", ""), ("", "^{2}"), ("", "!"), ("2", ""), ("\\sqrt{", "}"), ("", " \\times 3"), ("\\frac{", "}{2}")]
+)
+
+
+def _tail(template: str, v: Fraction, w: Fraction) -> str:
+    return template.replace("{v}", number(v)).replace("{w}", number(w))
+
+
+def hedged_tail_never_credited(verifier, case) -> str | None:
+    (v, w), (join, template) = case
+    text = f"The final answer is $\\boxed{{{number(v)}}}$" + join + _tail(template, v, w)
+    r = judge(verifier, number(v), text)
+    return f"{text!r} credited against gold {number(v)!r}" if credited(r) else None
+
+
+def retracted_answer_never_credited(verifier, case) -> str | None:
+    v, template = case
+    text = f"The final answer is $\\boxed{{{number(v)}}}$" + _tail(template, v, v)
+    r = judge(verifier, number(v), text)
+    return f"{text!r} credited against gold {number(v)!r}" if credited(r) else None
+
+
+def benign_tail_keeps_credit(verifier, case) -> str | None:
+    (v, w), template = case
+    text = f"The final answer is $\\boxed{{{number(v)}}}$" + _tail(template, v, w)
+    r = judge(verifier, number(v), text)
+    return None if credited(r) else f"{text!r} not credited against gold {number(v)!r}: {r.info} {r.error}"
+
+
+def attached_operator_changes_the_value(verifier, case) -> str | None:
+    n, (before, after) = case
+    text = f"So $x = {before}\\boxed{{{n}}}{after}$."
+    r = judge(verifier, str(n), text)
+    return f"{text!r} credited against gold {n}" if credited(r) else None
+
+
 PROPERTIES = {
     "same_value_any_notation": (same_value_any_notation, value_and_two_notations()),
     "different_value_never": (different_value_never, st.tuples(two_values(), st.integers(0, 20), st.integers(0, 20))),
@@ -383,5 +475,12 @@ PROPERTIES = {
             st.one_of(JUNK, st.builds(lambda j, n: j * n, JUNK, st.integers(1, 300))),
             st.sampled_from(["12", "\\frac{1}{2}", "x^2", "2 \\text{ km}", "20\\%"]),
         ),
+    ),
+    "hedged_tail_never_credited": (hedged_tail_never_credited, st.tuples(two_values(), HEDGED_TAILS)),
+    "retracted_answer_never_credited": (retracted_answer_never_credited, st.tuples(values, RETRACTION_TAILS)),
+    "benign_tail_keeps_credit": (benign_tail_keeps_credit, st.tuples(two_values(), BENIGN_TAILS)),
+    "attached_operator_changes_the_value": (
+        attached_operator_changes_the_value,
+        st.tuples(st.integers(3, 10**4), ATTACHED),
     ),
 }

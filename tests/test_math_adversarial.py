@@ -4,8 +4,10 @@ Each line is a completion written the way a reward-hacking policy writes, or a r
 in a form a careless verifier refuses, with the verdict it must get: hedges (several
 candidates), injections (relations, negations, words after the value, text aimed at the
 grader), equivalence traps (look equal, are not), equivalences that must hold (units,
-percent, notations), format tricks, and resource attacks (200 KB completions; `repeat`
-builds them: head + unit * times + tail). English and Chinese. Acceptance: no false
+percent, notations, repeating decimals), format tricks, resource attacks (200 KB completions;
+`repeat` builds them: head + unit * times + tail), and what stands around the final answer
+(`context`: operators, scale words, units and percent signs attached to a box, hedges and
+retractions after it, markers that disagree, a quoted box the completion rejects). English and Chinese. Acceptance: no false
 positive, at most 1% false negatives, and every completion judged within its budget.
 """
 
@@ -45,7 +47,7 @@ def verdicts():
 def test_the_set_is_large_and_covers_every_class_in_both_languages():
     assert len(ROWS) >= 150 and len({r["id"] for r in ROWS}) == len(ROWS)
     classes = Counter(r["class"] for r in ROWS)
-    assert set(classes) == {"hedge", "injection", "trap", "equivalence", "format", "resource"}
+    assert set(classes) == {"hedge", "injection", "trap", "equivalence", "format", "resource", "context"}
     assert all(n >= 10 for n in classes.values()), classes
     for lang in ("en", "zh"):
         assert sum(r["lang"] == lang for r in ROWS) >= 30

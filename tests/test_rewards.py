@@ -37,9 +37,11 @@ def test_boxed_is_brace_matched_and_escaped_braces_are_literal():
     assert find_boxed(r"\boxed 5$") == (["5"], False)
 
 
-def test_policy_order_decides_and_all_hits_of_that_policy_are_kept():
+def test_every_marker_counts_and_the_first_listed_policy_reads_an_overlap():
     policies = ["answer_tag", "boxed", "answer_line", "gsm8k"]
     ex = extract(r"\boxed{3} <answer>4</answer>", policies)
+    assert (ex.answers, ex.policy) == (["3", "4"], "boxed+answer_tag")
+    ex = extract(r"The answer is <answer>\boxed{4}</answer>", policies)
     assert (ex.answers, ex.policy) == (["4"], "answer_tag")
     ex = extract(r"\boxed{1} then \boxed{2} then \boxed{2}", policies)
     assert ex.answers == ["1", "2"] and ex.flag is None

@@ -17,9 +17,11 @@ BUILTIN_COMPONENTS = frozenset({"format", "correct", "process"})
 @dataclass
 class MathConfig:
     extract: list[str] = field(default_factory=lambda: ["answer_tag", "boxed", "answer_line", "gsm8k"])
-    """Answer extraction policies, tried in order; the first that finds an answer decides.
-    Any of 'answer_tag' (<answer>...</answer>), 'boxed' (\\boxed{...}), 'answer_line'
-    ('Answer: ...'), 'gsm8k' ('#### N'), 'last_number' (opt-in fallback: the last number)."""
+    """Answer extraction policies: every final-answer marker of every listed policy counts (two that
+    disagree are several answers), each read in its context (rlvr.rewards.context); where two overlap,
+    the policy listed first reads it. Any of 'answer_tag' (<answer>...</answer>), 'boxed' (\\boxed{...}),
+    'answer_line' ('Answer: ...', 'the answer is ...'), 'gsm8k' ('#### N'), and 'last_number' (opt-in
+    fallback, read only when no marker is found: the last number)."""
     rel_tol: float = 1e-6
     """Relative tolerance when a decimal or irrational number is involved. Two integers,
     or an integer against a decimal, are always compared exactly."""

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from rlvr.rewards.canonical import SPACES_RE, canonical
-from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED, brace_pairs
+from rlvr.rewards.braces import brace_pairs
+from rlvr.rewards.extract import MULTIPLE_ANSWERS, PARSE_FAILED
 from rlvr.rewards.hedges import several_values
 from rlvr.rewards.units import cjk_unit, names_a_unit, parse_unit
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from fractions import Fraction
 
-from rlvr.rewards.extract import brace_pairs, clean_answer, find_boxed
+from rlvr.rewards.braces import brace_pairs, find_boxed
+from rlvr.rewards.extract import clean_answer
 
 _CHAR_MAP = str.maketrans(
     {
@@ -238,6 +240,8 @@ def canonical(s: str) -> str:
         s = _drop_invisible(s)
         for pattern, repl in _LATEX_SUBS:
             s = pattern.sub(repl, s)
+    if "line" in s or "dot" in s or "bar" in s or "(" in s:
+        s = _repeating(s)
     if "," in s or " " in s:
         s = _THOUSANDS_RE.sub(lambda m: _thousands(s, m), s)  # before `\,` is a space
     if "\\" in s:
@@ -252,6 +256,28 @@ def canonical(s: str) -> str:
     if "=" in s and "," in s:
         s = _assignments_as_tuples(s)
     return SPACES_RE.sub(" ", s).strip()
+
+
+_REPEATING_RE = re.compile(
+    r"(?<![\d.])(\d*)\.(\d*)(?:\\(?:overline|bar)\s*\{(\d{1,30})\}"  # 0.4\overline{3}
+    r"|\\dot\s*\{(\d)\}(?:(\d{0,30})\\dot\s*\{(\d)\})?"  # 0.\dot{6}, 0.\dot{1}4\dot{2}
+    r"|\((\d{1,30})\))(?![\d.(])"  # 0.(6)
+)
+
+
+def _repeating(s: str) -> str:
+    """A repeating decimal as its exact fraction: `0.\\overline{6}`, `0.\\dot{6}`, `0.(6)` -> `\\frac{2}{3}`
+    (`0.\\dot{1}4\\dot{2}` repeats 142, the dots marking the block's first and last digit)."""
+
+    def frac(m: re.Match[str]) -> str:
+        whole, fixed = m.group(1), m.group(2)
+        block = m.group(3) or m.group(7) or (m.group(4) + (m.group(5) or "") + (m.group(6) or ""))
+        value = int(whole or "0") + Fraction(
+            int(fixed + block) - int(fixed or "0"), 10 ** len(fixed) * (10 ** len(block) - 1)
+        )
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}" if value.denominator != 1 else str(value)
+
+    return _REPEATING_RE.sub(frac, s)
 
 
 _GSM8K_GOLD_RE = re.compile(r"####[ \t]*([^\n]+)")
