@@ -19,7 +19,8 @@ compared as written) or keeps the sample from scoring:
   answer under a hedge (an alternative, a condition, a modality, a correction, a contrast or a
   negation: `or perhaps 14`, `otherwise 14`, `应该是14`), or a bare value standing right after
   the marker (`\\boxed{9} (14)`, `\\boxed{9} / 14`), makes the sample several answers; a modality
-  in the marker's own sentence does too (`\\boxed{9}, probably`), as it does inside the answer.
+  in the marker's own sentence does too (`\\boxed{9}, probably`), as it does inside the answer. A
+  digit run right before a closing tag (`<answer>899</answer>9</answer>`) is stray markup, no value.
 - **A retraction.** A negation aimed at the answer after it (its value, the word answer or
   result, a verdict such as wrong, or a bare `No.` / `不对`), or a contrast in the next sentence
   that does not restate its value (`A classmate wrote \\boxed{9}, but that double counts`),
@@ -346,7 +347,8 @@ def _sentences(tail: str) -> list[list[_Clause]]:
         elif tok in _CLAUSE_ENDS:
             out[-1].append(_Clause())
         elif tok[0].isdigit() or (tok[0] in "-\\" and any(ch.isdigit() for ch in tok)):
-            c.value(tok, len(out) == 1)
+            if not tail.startswith("</", m.end()):  # `<answer>899</answer>9</answer>`: stray markup, no value
+                c.value(tok, len(out) == 1)
         elif tok in _COMPUTATION:
             c.computation = True
         elif "\u3400" <= tok <= "\u9fff":
