@@ -62,6 +62,32 @@ def completions(base_url, model, problem):
     return text
 
 
+FLAT_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]  # the Responses API's tool shape
+
+
+def responses(base_url, model, problem):
+    """The Responses API as Codex and the Agents SDK speak it: each turn continues the last by its id."""
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    ask = {"model": model, "max_output_tokens": 12, "tools": FLAT_TOOLS, "instructions": "Add."}
+    reply = client.responses.create(input=problem["prompt"], **ask)
+    for _ in range(2):
+        reply = client.responses.create(
+            previous_response_id=reply.id, input=[{"role": "user", "content": "ok\n"}], **ask
+        )
+    return reply.output_text
+
+
+def responses_streamed(base_url, model, problem):
+    """Streamed, nothing stored: the whole conversation each turn, the replies sent back as their items."""
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    items = [{"role": "user", "content": problem["prompt"]}]
+    for _ in range(2):
+        with client.responses.stream(model=model, input=items, max_output_tokens=12, store=False) as events:
+            reply = [e.response for e in events if e.type in ("response.completed", "response.incomplete")][-1]
+        items += [*(i.model_dump() for i in reply.output), {"role": "user", "content": "ok\n"}]
+    return reply.output_text
+
+
 def claude(base_url, model, problem):
     client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="rlvr", max_retries=0)
     messages = [{"role": "user", "content": problem["prompt"]}]

@@ -74,7 +74,7 @@ def check_token_exact(model, tok, out, tol: float = 1e-5) -> list:
 
 
 @pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
-@pytest.mark.parametrize("agent", ["chat", "claude"])
+@pytest.mark.parametrize("agent", ["chat", "claude", "responses"])
 def test_sdk_agents_trajectories_are_token_exact(chatty, host, engine_cls, agent):
     model, _, chat_tok = chatty
     engine = engine_cls(model, chat_tok, episodes=episodes(host, getattr(sdk_agents, agent)))
@@ -88,11 +88,11 @@ def test_sdk_agents_trajectories_are_token_exact(chatty, host, engine_cls, agent
         assert len(mine) == 3 and mine[0].context is None
         assert all((t.context is None) == (c.token_ids[prev.end - 1] == eos) for prev, t in zip(mine, mine[1:]))
         assert c.text == mine[-1].text  # the agent's answer: its last reply
-    if agent == "chat":  # the tools were described (this template takes none: a system message)
+    if agent != "claude":  # the tools were described (this template takes none: a system message)
         assert "note" in chat_tok.decode(out[0].prompt_ids)
 
 
-@pytest.mark.parametrize("agent", ["streamed", "completions"])
+@pytest.mark.parametrize("agent", ["streamed", "responses_streamed", "completions"])
 def test_streamed_and_text_completions_are_token_exact(chatty, host, agent):
     model, tok, chat_tok = chatty
     use = tok if agent == "completions" else chat_tok
@@ -192,3 +192,30 @@ def test_the_shipped_example_agent_trains_on_the_tool_task(sft_cache, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/env_error_frac" in r]
     assert len(steps) == 2 and all(r["rollout/env_error_frac"] == 0.0 and r["rollout/tokens"] > 0 for r in steps)
+
+
+def test_a_call_to_a_tool_the_request_did_not_offer_is_counted_and_warned_once(caplog):
+    """The policy learnt a tool the agent names otherwise: the call goes back as text (the agent sees
+    it), the turn counts it (rollout/unoffered_calls_mean), and the run is warned once."""
+    from test_serve_tools import byte_tokenizer
+
+    from rlvr.agents import session as session_module
+    from rlvr.agents.session import Session
+    from rlvr.rollout.episodes import Renderer
+    from rlvr.train.metrics import agent_metrics
+
+    tok = byte_tokenizer()
+    session_module._warned.clear()
+    call = '<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>'
+    session = Session(Problem(id="p", prompt="1+1=", answer="2"), Renderer(tok))
+    with caplog.at_level("WARNING", logger="rlvr.agents"):
+        for _ in range(2):
+            session.chat_context([{"role": "user", "content": "1+1="}], sdk_agents.TOOLS)
+            ids = tok(call, add_special_tokens=False).input_ids
+            content, calls, _ = session.record((ids, [0.0] * len(ids), "stop"), sdk_agents.TOOLS)
+            assert (content, calls) == (call, [])
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
+    assert "'search'" in caplog.records[0].getMessage() and "offered: note" in caplog.records[0].getMessage()
+    completion = session.completion(0, 0, 0, content, "env_done")
+    assert [t.info.get("unoffered_calls") for t in completion.turns if t.role == "assistant"] == [["search"]] * 2
+    assert agent_metrics([completion])["rollout/unoffered_calls_mean"] == 2

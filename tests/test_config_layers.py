@@ -86,6 +86,18 @@ def test_layering_mistakes_are_config_errors_naming_the_key(tmp_path, monkeypatc
         load_config([tmp_path / "a.yaml"], **args)
 
 
+def test_keys_of_which_one_is_set_replace_each_other_across_layers(tmp_path):
+    """env.agent in a file, env.agent_command on the command line (or the other way): the later wins;
+    both in one layer stay a config error."""
+    agent = write(tmp_path / "agent.yaml", "env:\n  name: agent\n  agent: sdk_agents:chat\n")
+    cfg = load_config(agent, ["env.agent_command=node agent.js"])
+    assert (cfg.env.agent, cfg.env.agent_command, cfg.sources["env.agent_command"]) == ("", "node agent.js", "override")
+    command = write(tmp_path / "command.yaml", "env:\n  name: agent\n  agent_command: node agent.js\n")
+    assert (load_config([agent, command]).env.agent, load_config(command, ["env.agent=m:f"]).env.agent) == ("", "m:f")
+    with pytest.raises(ConfigError, match="exactly one"):
+        load_config(None, ["env.name=agent", "env.agent=m:f", "env.agent_command=node agent.js"])
+
+
 def test_a_secret_never_reaches_a_run_file_or_a_sink(tmp_path, tmp_path_factory, monkeypatch):
     """A webhook URL from ${secret:VAR} and a key named like a secret: the run uses them, and no file of
     its directory (config, checkpoints, logs, report) nor any W&B/MLflow call holds them."""

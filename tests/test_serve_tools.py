@@ -176,6 +176,101 @@ def test_tool_choice_none_offers_no_tools_and_reads_no_calls(served):
         )
 
 
+FLAT = [{"type": "function", **WEATHER[0]["function"]}]  # the Responses API's tool shape
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_function_calls_and_previous_response_id(served, stream):
+    """client.responses.create and .stream: the call comes back as a function_call item; its output
+    continues the stored response; the same turn replayed as items renders the same prompt."""
+    running, backend = served
+    client = running.openai()
+    backend.say = "Let me compute." + CALL
+    ask = {"model": "tiny", "tools": FLAT, "instructions": "Be exact."}
+    if stream:
+        with client.responses.stream(input="482193*39?", **ask) as events:
+            kinds = [e.type for e in events]
+            first = events.get_final_response()
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+        assert "response.output_text.delta" in kinds and "response.function_call_arguments.done" in kinds
+    else:
+        first = client.responses.create(input="482193*39?", **ask)
+    assert first.status == "completed" and first.output_text == "Let me compute."
+    (call,) = [i for i in first.output if i.type == "function_call"]
+    assert call.name == "calculator" and json.loads(call.arguments) == {"expression": "482193*39"}
+    assert backend.prompts[-1].startswith("tools:calculator\nsystem:Be exact.\nuser:482193*39?\nassistant:")
+    backend.say = "It is 18805527."
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "18805527"}
+    second = client.responses.create(input=[result], previous_response_id=first.id, **ask)
+    assert second.output_text == "It is 18805527." and second.previous_response_id == first.id
+    assert backend.prompts[-1].endswith(f"assistant:Let me compute.{CALL}\ntool:18805527\nassistant:")
+    replayed = [{"role": "user", "content": "482193*39?"}, *[i.model_dump() for i in first.output], result]
+    client.responses.create(input=replayed, store=False, **ask)
+    assert backend.prompts[-1] == backend.prompts[-2]
+
+
+def test_fields_clients_echo_back_are_ignored(served):
+    """What real clients send on earlier messages (verifiers' reasoning_content, the SDK's refusal,
+    annotations, audio) is no 400; a legacy function_call, which would drop a call, is."""
+    import httpx
+
+    running, backend = served
+    backend.say = "fine"
+    echoed = {"role": "assistant", "content": "4", "reasoning_content": None, "refusal": None, "annotations": []}
+    messages = [
+        {"role": "user", "content": "2+2", "name": "ann"},
+        {**echoed, "audio": None},
+        {"role": "user", "content": "ok"},
+    ]
+    out = running.openai().chat.completions.create(model="tiny", messages=messages)
+    assert out.choices[0].message.content == "fine" and backend.prompts[-1].endswith("assistant:4\nuser:ok\nassistant:")
+    legacy = {**echoed, "function_call": {"name": "calculator", "arguments": "{}"}}
+    r = httpx.post(
+        f"{running.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": [messages[0], legacy]},
+        headers={"authorization": f"Bearer {KEY}"},
+    )
+    assert r.status_code == 400 and "function_call" in r.json()["error"]["message"]
+
+
+def test_malformed_responses_traffic_is_a_4xx_and_the_server_keeps_serving(served):
+    import httpx
+
+    running, backend = served
+    backend.say = "ok"
+    first = running.openai().responses.create(model="tiny", input="hi", store=False)
+
+    def call(args: str) -> list[dict]:
+        return [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c1", "name": "calculator", "arguments": args},
+        ]
+
+    bad = {
+        "unknown item type": {"input": [{"type": "computer_call", "id": "x", "action": {}}]},
+        "unknown call id": {"input": [{"type": "function_call_output", "call_id": "call_nope", "output": "1"}]},
+        "deep arguments": {"input": call('{"a": ' + "[" * 5000 + "]" * 5000 + "}")},
+        "huge integer": {"input": call('{"a": ' + "9" * 10_000 + "}")},
+        "not an object": {"input": call("[1, 2]")},
+        "no input": {"input": []},
+        "unknown previous response": {"input": "hi", "previous_response_id": "resp_nope"},
+        "a response not stored": {"input": "hi", "previous_response_id": first.id},
+        "a hosted tool": {"input": "hi", "tools": [{"type": "web_search"}]},
+        "a forced tool": {"input": "hi", "tools": FLAT, "tool_choice": "required"},
+        "structured output": {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
+        "something included": {"input": "hi", "include": ["reasoning.encrypted_content"]},
+        "background": {"input": "hi", "background": True},
+        "deep input": {"input": "hi", "metadata": "DEEP"},
+    }
+    for what, fields in bad.items():
+        body = json.dumps({"model": "tiny", **fields}).replace('"DEEP"', "[" * 100_000 + "]" * 100_000)
+        r = httpx.post(
+            f"{running.url}/v1/responses", content=body, headers={"authorization": f"Bearer {KEY}"}, timeout=30
+        )
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (what, r.text[:300])
+    assert running.openai().responses.create(model="tiny", input="hi").output_text == "ok"
+
+
 def test_malformed_tool_traffic_is_a_4xx_and_the_server_keeps_serving(served):
     """Each answer a JSON error body in the API's own shape, never a 500."""
     import httpx

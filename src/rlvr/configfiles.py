@@ -39,6 +39,8 @@ class Layers:
     secrets: list[str] = field(default_factory=list)
     profiles: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
     """name -> (section, the file it came from): every `profiles:` section read."""
+    exclusive: dict[str, str] = field(default_factory=dict)
+    """key -> the key it excludes: a layer that sets one drops the other as an earlier layer set it."""
 
 
 def read_layers(
@@ -47,9 +49,12 @@ def read_layers(
     *,
     profile: str | None = None,
     environ: Mapping[str, str] | None = None,
+    exclusive: Sequence[tuple[str, str]] = (),
 ) -> Layers:
+    """`exclusive`: pairs of keys of which a config sets one (`env.agent`, `env.agent_command`): the
+    later layer's wins, so an override of one replaces the other set in a file."""
     environ = os.environ if environ is None else environ
-    layers = Layers()
+    layers = Layers(exclusive={a: b for pair in exclusive for a, b in (pair, pair[::-1])})
     for path in paths:
         _read_file(Path(path), layers, ())
     name = profile or environ.get(PROFILE_VAR) or None
@@ -202,6 +207,12 @@ def _merge_leaf(layers: Layers, keys: list[str], value: Any, origin: str) -> Non
         node = child
     node[keys[-1]] = value
     dotted = ".".join(keys)
+    other = layers.exclusive.get(dotted)
+    if other is not None and layers.origins.get(other, origin) != origin:  # set by an earlier layer
+        *parents, leaf = other.split(".")
+        section = lookup(layers.data, ".".join(parents), {}) if parents else layers.data
+        section.pop(leaf, None)
+        del layers.origins[other]
     for key in [k for k in layers.origins if k.startswith(dotted + ".")]:
         del layers.origins[key]  # a section replaced by a value
     layers.origins[dotted] = origin

@@ -6,7 +6,8 @@
 
 Routes under `/s/<session>/v1`: `chat/completions` (tools and tool_calls; `stream` answered as
 one chunk of content, its calls, and the finish), `completions` (text), `messages` (Anthropic;
-tools and tool_use). Requests are parsed and checked by rlvr.serve's own models (a malformed
+tools and tool_use), `responses` (OpenAI Responses, rlvr.serve.responses_api: function calls,
+`previous_response_id` within the session, streamed as its events). Requests are parsed and checked by rlvr.serve's own models (a malformed
 request is a 400 in the API's shape); each becomes a token context (rlvr.agents.session) that
 waits in the pump; the thread that runs the rollout samples every waiting context together with
 the rollout engine and its sampling settings (rollout.temperature and the rest: a request's own
@@ -32,10 +33,11 @@ from fastapi import FastAPI
 from rlvr.agents.session import Session
 from rlvr.rollout.controls import Bounded
 from rlvr.serve.anthropic_api import MessagesRequest
-from rlvr.serve.app import listen
+from rlvr.serve.app import KEEP_ALIVE_S, listen
 from rlvr.serve.anthropic_api import chat_messages as anthropic_messages
 from rlvr.serve.errors import APIError, install_handlers
 from rlvr.serve.openai_api import ChatRequest, CompletionRequest, chat_messages
+from rlvr.serve.responses_api import ResponseStore, ResponsesRequest, answered, conversation, streamed
 from rlvr.serve.tools import openai_tool_calls
 from rlvr.tools import ToolCall
 
@@ -117,9 +119,12 @@ class Endpoint:
         self.pump = Pump()
         self.sessions: dict[str, Session] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._responses: dict[str, ResponseStore] = {}
+        """A session's stored responses (`previous_response_id`), gone with it."""
         sock = listen("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self._server = uvicorn.Server(uvicorn.Config(self._app(), log_level="warning"))
+        config = uvicorn.Config(self._app(), log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
+        self._server = uvicorn.Server(config)
         threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="rlvr-agent-endpoint", daemon=True
         ).start()
@@ -139,6 +144,7 @@ class Endpoint:
 
     def close(self, sid: str) -> Session:
         self._locks.pop(sid, None)
+        self._responses.pop(sid, None)
         return self.sessions.pop(sid)
 
     def stop(self) -> None:
@@ -249,6 +255,21 @@ class Endpoint:
                 "stop_sequence": None,
                 "usage": {"input_tokens": n_prompt, "output_tokens": len(sample[0])},
             }
+
+        @app.post("/s/{sid}/v1/responses")
+        async def responses(sid: str, body: ResponsesRequest):
+            if sid not in self.sessions:
+                raise APIError(404, f"no open session {sid[:40]!r} (its episode is over, or it never was)")
+            store = self._responses.setdefault(sid, ResponseStore(capacity=256))
+            tools = body.function_tools()
+            convo, stored, names = conversation(body, store)
+            session, sample, n_prompt = await sampled(
+                sid, lambda s: s.chat_context(convo, tools or None), body.max_output_tokens
+            )
+            content, calls, finish = session.record(sample, tools or None)
+            reply = (content, calls, finish == "length", n_prompt, len(sample[0]))
+            response = answered(body, store, stored, names, f"resp_{uuid.uuid4().hex[:24]}", reply)
+            return streamed(response) if body.stream else response
 
         return app
 

@@ -15,6 +15,7 @@ segment's turns are trained in the context they were sampled in.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,8 @@ from rlvr.records import Completion, Problem, Turn
 from rlvr.rollout.episodes import Renderer, Sample
 from rlvr.serve.tools import split_calls as split_hermes
 from rlvr.tools.calls import parse_tool_calls
+
+log = logging.getLogger("rlvr.agents")
 
 
 @dataclass
@@ -95,9 +98,15 @@ class Session:
 
     def record(self, sample: Sample, tools: list[dict] | None) -> tuple[str, list[tuple[str, dict]], str]:
         """Keep what was sampled (after what its request added); (the text outside tool calls, the calls to
-        offered tools, finish reason)."""
+        offered tools, finish reason). Calls to tools the request did not offer stay in the text, where the
+        agent sees them, and are counted on the turn (rollout/unoffered_calls_mean) and warned of once."""
         ids, logprobs, finish = sample
         text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
+        chat = not (self.history and "text" in self.history[0])
+        content, calls = split_calls(text, tools, self.tool_format) if chat else (text, [])
+        offered = {t["function"]["name"] for t in tools or []}
+        unoffered = [c.name for c in parse_tool_calls(content, self.tool_format) if c.error is None]
+        unoffered = [n for n in unoffered if n not in offered] if chat else []
         with self._lock:
             if not self.closed and self._pending is not None:
                 segment, added, said_text = self._pending
@@ -106,11 +115,14 @@ class Session:
                 if added:
                     segment.append(added, None, said_text, "env")
                 segment.append(list(ids), list(logprobs), text, "assistant")
+                if unoffered:
+                    segment.turns[-1].info["unoffered_calls"] = unoffered
             self._pending = None
-        if self.history and "text" in self.history[0]:  # a text completion: continued by prompt + this text
+        if unoffered:
+            _warn_once(unoffered, offered)
+        if not chat:  # a text completion: continued by prompt + this text
             self.last = _Reply([{"text": True, "content": self.history[0]["content"] + text}], finish == "stop")
             return text, [], finish
-        content, calls = split_calls(text, tools, self.tool_format)
         said = {"role": "assistant", "content": content + "".join(_hermes(name, args) for name, args in calls)}
         self.last = _Reply(self.history + [said], finish == "stop")
         return content, calls, finish
@@ -127,7 +139,7 @@ class Session:
             offset = len(tokens)
             for t in segment.turns:
                 context = None if k == 0 else segment.context + segment.tokens[: t.start]
-                turns.append(Turn(t.role, t.start + offset, t.end + offset, t.text, context=context))  # type: ignore[arg-type]
+                turns.append(Turn(t.role, t.start + offset, t.end + offset, t.text, info=t.info, context=context))  # type: ignore[arg-type]
             tokens += segment.tokens
             logprobs += segment.logprobs
             mask += segment.mask
@@ -143,6 +155,20 @@ class Session:
             policy_version=version,
             loss_mask=None if all(mask) else mask,
             turns=turns,
+        )
+
+
+_warned = threading.Event()
+
+
+def _warn_once(names: list[str], offered: set[str]) -> None:
+    if not _warned.is_set():
+        _warned.set()
+        log.warning(
+            "the policy called %s, which the request did not offer (offered: %s): the call went back to the "
+            "agent as text. Counted in rollout/unoffered_calls_mean; warned once.",
+            ", ".join(repr(n) for n in dict.fromkeys(names)),
+            ", ".join(sorted(offered)) or "none",
         )
 
 

@@ -151,7 +151,7 @@ def run(args) -> int:
     cfg = config_from_args(args)
     import uvicorn
 
-    from rlvr.serve.app import build_app, listen
+    from rlvr.serve.app import KEEP_ALIVE_S, build_app, listen
 
     sock = listen(cfg.serve.host, cfg.serve.port)  # before loading: a taken port fails in a second
     server = open_server(cfg, args.model, args.model_b, args.split)
@@ -190,7 +190,8 @@ def run(args) -> int:
             f"{'API key required' if server.api_keys else 'no API key'}; /healthz /metrics /ab)",
             file=sys.stderr,
         )
-        Uvicorn(uvicorn.Config(build_app(server), log_level="warning")).run(sockets=[sock])
+        config = uvicorn.Config(build_app(server), log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
+        Uvicorn(config).run(sockets=[sock])
     finally:
         close()
     return 0

@@ -259,6 +259,10 @@ class Config:
         return configfiles.redacted(configlib.to_dict(self), self.secrets)
 
 
+EXCLUSIVE = (("env.agent", "env.agent_command"),)
+"""Keys of which a config sets one: a later layer that sets one replaces the other (rlvr.configfiles)."""
+
+
 def load_config(
     path: str | Path | Sequence[str | Path] | None = None,
     overrides: list[str] | None = None,
@@ -268,7 +272,7 @@ def load_config(
     """Config files stacked in order (later wins), the profile, then the overrides (rlvr.configfiles);
     `sources` records where each key was set, `secrets` gains the keys set from ${secret:VAR}."""
     paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
-    layers = configfiles.read_layers(paths, overrides or [], profile=profile)
+    layers = configfiles.read_layers(paths, overrides or [], profile=profile, exclusive=EXCLUSIVE)
     data = {k: v for k, v in layers.data.items() if k != "sources"}
     listed = data.get("secrets", [])
     if not isinstance(listed, list):

@@ -54,7 +54,8 @@ class EnvConfig:
     agent_command: str = ""
     """env.name=agent: the agent program as a command in any language (instead of env.agent), run once
     per episode with RLVR_BASE_URL and RLVR_MODEL set and the problem as JSON on its standard input;
-    what it prints last is its answer, a reward, or {"answer", "reward"} as JSON (rlvr.agents.command)."""
+    what it prints last is its answer, a reward, or {"answer", "reward"} as JSON (rlvr.agents.command).
+    Setting either of env.agent and env.agent_command in a later layer (an override) drops the other."""
     agent_concurrency: int = 256
     """env.name=agent: episodes in flight at once (their requests are sampled together: once a request
     waits, the others' are gathered until each episode in flight has asked or env.step_wait_s passes

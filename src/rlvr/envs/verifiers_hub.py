@@ -90,7 +90,10 @@ class Rollout:
         out = asyncio.run_coroutine_threadsafe(env.run_rollout(row, client, model, {}), loop).result()
         error = out.get("error")
         if error and error.get("error") not in POLICY_ERRORS:
-            raise RuntimeError(f"{self.env_id}'s rollout failed: {error.get('error')}: {error.get('message')}")
+            # its message is often the bare class name (`ModelError`): the chain of causes says what failed
+            chain = error.get("error_chain_repr") or ""
+            cause = f" (from {chain})" if " -> " in chain else ""
+            raise RuntimeError(f"{self.env_id}'s rollout failed: {error.get('error')}: {error.get('message')}{cause}")
         names = set(env.rubric._get_reward_func_names())  # its monitors' metrics are not rewards
         metrics = {k: v for k, v in (out.get("metrics") or {}).items() if k in names}
         return {"reward": out["reward"], "components": metrics}

@@ -21,20 +21,20 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from rlvr.serve.errors import error_body
-from rlvr.serve.schema import Strict, TextPart
+from rlvr.serve.schema import Lenient, Strict, TextPart
 from rlvr.serve.tools import anthropic_blocks, as_hermes, known_call, split_calls
 
 STOP_REASON = {"stop": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens"}
 
 
-class ToolUseBlock(Strict):
+class ToolUseBlock(Lenient):
     type: Literal["tool_use"]
     id: str
     name: str
     input: dict[str, Any]
 
 
-class ToolResultBlock(Strict):
+class ToolResultBlock(Lenient):
     type: Literal["tool_result"]
     tool_use_id: str
     content: str | list[TextPart] = ""
@@ -51,7 +51,7 @@ class ToolChoice(Strict):
     type: Literal["auto", "none"]
 
 
-class Message(Strict):
+class Message(Lenient):
     role: Literal["user", "assistant"]
     content: str | list[Annotated[TextPart | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]]
 

@@ -36,6 +36,12 @@ from rlvr.serve.metrics import MetricsMiddleware, ServeMetrics
 from rlvr.serve.text import TextStream
 
 
+KEEP_ALIVE_S = 3600
+"""How long an idle client connection stays open (uvicorn closes it after 5 s by default): longer than
+anything between two requests of one client (a training step between two rollouts), so a client that
+reuses its connection with retries off never has it closed under it."""
+
+
 @dataclass
 class Arm:
     key: str
@@ -322,7 +328,7 @@ def model_list(server: Server) -> dict:
 def build_app(server: Server) -> FastAPI:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    from rlvr.serve import anthropic_api, openai_api
+    from rlvr.serve import anthropic_api, openai_api, responses_api
 
     app = FastAPI(title="rlvr serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
@@ -365,6 +371,7 @@ def build_app(server: Server) -> FastAPI:
 
     openai_api.add_routes(api, server)
     anthropic_api.add_routes(api, server)
+    responses_api.add_routes(api, server)
     app.include_router(api)
     return app
 

@@ -16,7 +16,16 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 ROUTES = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/models", "/healthz", "/metrics", "/ab"}
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/messages",
+        "/v1/responses",
+        "/v1/models",
+        "/healthz",
+        "/metrics",
+        "/ab",
+    }
 )
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

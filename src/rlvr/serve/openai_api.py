@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from rlvr.serve.errors import APIError, error_body
-from rlvr.serve.schema import Strict, TextPart
+from rlvr.serve.schema import Lenient, Strict, TextPart
 from rlvr.serve.tools import as_hermes, call_arguments, known_call, openai_tool_calls, split_calls
 
 FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}
@@ -39,22 +39,25 @@ class ToolDef(Strict):
     function: FunctionDef
 
 
-class FunctionCall(Strict):
+class FunctionCall(Lenient):
     name: str
     arguments: str
     """JSON text, as OpenAI sends it."""
 
 
-class ToolCallPart(Strict):
+class ToolCallPart(Lenient):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(Strict):
+class ChatMessage(Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    function_call: None = None
+    """The legacy single call: refused (it would be a call the conversation drops), as `tool_calls` it is read."""
+    audio: None = None
     tool_calls: list[ToolCallPart] | None = None
     """assistant: the calls it made (rendered back as the model wrote them)."""
     tool_call_id: str | None = None

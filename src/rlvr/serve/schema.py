@@ -1,4 +1,5 @@
-"""Request pieces both APIs share: models that refuse unknown fields, and a text content part."""
+"""Request pieces the APIs share: models that refuse unknown fields, models of a message's parts that
+ignore what clients echo back, and a text content part."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TextPart(Strict):
+class Lenient(BaseModel):
+    """A message or a part of one. Clients send back what they were given, and more
+    (`reasoning_content`, `refusal`, `annotations`, `cache_control`, `citations`, `index`, ...):
+    such fields do not change what the model reads and are ignored, never a 400. What would change
+    it is declared where it can appear (a legacy `function_call`, `audio`) and refused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(Lenient):
     """{"type": "text", "text": ...}: OpenAI's content part, Anthropic's text block."""
 
     type: Literal["text"]

@@ -52,6 +52,7 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
     """Turns, tool use and how episodes ended, per trajectory (nothing for single-turn rollouts):
     `rollout/turns_mean`, `rollout/tool_calls_mean`, `rollout/tool_failure_frac` and
     `rollout/tool_timeout_frac` (of the calls), `rollout/traj_tokens_mean` (sampled + appended),
+    `rollout/unoffered_calls_mean` (calls an agent's request did not offer the tool of, rlvr.agents.session),
     `rollout/finish/<reason>_frac`."""
     if all(c.finish_reason in ("stop", "length") and len(c.turns) <= 1 and not c.env_components for c in completions):
         return {}  # single-turn rollouts
@@ -63,6 +64,10 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
         "rollout/tool_failure_frac": sum(not call["ok"] for call in calls) / max(1, len(calls)),
         "rollout/tool_timeout_frac": sum(bool(call["timeout"]) for call in calls) / max(1, len(calls)),
         "rollout/traj_tokens_mean": sum(len(c.token_ids) for c in completions) / n,
+        "rollout/unoffered_calls_mean": sum(
+            len(t.info.get("unoffered_calls", ())) for c in completions for t in c.turns
+        )
+        / n,
     }
     for reason in ("stop", "length", "max_turns", "env_done"):
         out[f"rollout/finish/{reason}_frac"] = sum(c.finish_reason == reason for c in completions) / n
