@@ -1,12 +1,14 @@
-"""An agent written with the OpenAI SDK alone (no rlvr import): the tool task's calculator loop.
+"""Agents written without rlvr: the tool task's calculator loop, with the OpenAI SDK alone (`solve`)
+and with the OpenAI Agents SDK (`solve_with_agents_sdk`, its own loop over the Responses API).
 
 rlvr calls `solve(base_url, model, problem)` for each episode; the agent asks the policy through
 `base_url` with tools offered, runs the calculator for each call the model makes, sends the results
-back, and returns the model's final answer (which rlvr grades). Train it on the tool task:
+back, and returns the model's final answer (which rlvr grades). Train either on the tool task:
 
     rlvr train --config configs/agent_tool_arithmetic.yaml
+    rlvr train --config configs/agents_sdk_tool_arithmetic.yaml
 
-The same function works against any OpenAI-compatible server (`rlvr serve`, vLLM, a hosted API).
+The same functions work against any OpenAI-compatible server (`rlvr serve`, vLLM, a hosted API).
 """
 
 from __future__ import annotations
@@ -47,10 +49,48 @@ def solve(base_url: str, model: str, problem: dict) -> str:
 def run(function) -> str:
     """The calculator's answer to one call, or the error the model reads."""
     try:
-        expression = json.loads(function.arguments)["expression"]
-        return show(evaluate(ast.parse(expression.strip()[:200], mode="eval").body))
-    except (ValueError, KeyError, SyntaxError, ZeroDivisionError, TypeError) as exc:
+        return calculate(json.loads(function.arguments)["expression"])
+    except (ValueError, KeyError, TypeError) as exc:
         return f"error: {type(exc).__name__}: {exc}"
+
+
+def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression exactly: numbers with + - * / and parentheses."""
+    try:
+        return show(evaluate(ast.parse(expression.strip()[:200], mode="eval").body))
+    except (ValueError, SyntaxError, ZeroDivisionError, TypeError) as exc:
+        return f"error: {type(exc).__name__}: {exc}"
+
+
+async def solve_with_agents_sdk(base_url: str, model: str, problem: dict) -> str:
+    """The same agent written with the OpenAI Agents SDK: its Runner calls the model through the
+    Responses API, runs the function tool, and stops at the first reply without a call."""
+    from agents import (
+        Agent,
+        MaxTurnsExceeded,
+        ModelBehaviorError,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # no traces sent anywhere
+    client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    agent = Agent(
+        name="calculator agent",  # no instructions: the prompt stays the task's own
+        tools=[function_tool(calculate, name_override="calculator")],
+        model=OpenAIResponsesModel(model=model, openai_client=client),
+    )
+    try:
+        return str((await Runner.run(agent, problem["prompt"], max_turns=MAX_TURNS)).final_output)
+    except MaxTurnsExceeded:
+        return ""  # still calling the calculator at its last turn: no answer
+    except ModelBehaviorError:
+        return ""  # a reply cut at its token budget (status incomplete), which the SDK refuses: no answer
+    finally:
+        await client.close()
 
 
 def evaluate(node: ast.AST) -> Fraction:

@@ -43,6 +43,19 @@ class GuessEnv(Environment[GuessAction, GuessObservation, State]):
         return self._state
 
 
+class WideGuessEnv(GuessEnv):
+    """Constructor arguments of its own, and a reset that takes no seed (it draws from its own)."""
+
+    def __init__(self, high: int, rng_seed: int) -> None:
+        super().__init__()
+        self.high, self.rng = high, random.Random(rng_seed)
+
+    def reset(self) -> GuessObservation:  # type: ignore[override]
+        self._target = self.rng.randint(1, self.high)
+        self._state = State(episode_id=str(uuid.uuid4()), step_count=0)
+        return GuessObservation(prompt=f"Guess a number from 1 to {self.high}.")
+
+
 class TwoTexts(Action):
     """An action with two text fields: which one a turn fills must be said (env.settings.text_field)."""
 

@@ -88,6 +88,31 @@ def responses_streamed(base_url, model, problem):
     return reply.output_text
 
 
+def agents_sdk(base_url, model, problem):
+    """An OpenAI Agents SDK agent (openai-agents, not written here): its own loop over the Responses API,
+    a function tool, at most three model calls."""
+    import asyncio
+
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def note(text: str) -> str:
+        """Keep a note."""
+        return "kept"
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    agent = Agent(
+        name="adder",
+        instructions="Add.",
+        tools=[note],
+        model=OpenAIResponsesModel(model=model, openai_client=client),
+        model_settings=ModelSettings(max_tokens=12),
+    )
+    return asyncio.run(Runner.run(agent, problem["prompt"], max_turns=3)).final_output
+
+
 def claude(base_url, model, problem):
     client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="rlvr", max_retries=0)
     messages = [{"role": "user", "content": problem["prompt"]}]
@@ -116,6 +141,16 @@ async def asynchronous(base_url, model, problem):
         model=model, messages=[{"role": "user", "content": problem["prompt"]}], max_tokens=12
     )
     return {"answer": reply.choices[0].message.content, "reward": 1.0}
+
+
+def overlong(base_url, model, problem):
+    """A harness that takes a refused request as the policy's failure and ends its episode."""
+    client = openai.OpenAI(base_url=base_url, api_key="rlvr", max_retries=0)
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "7" * 20_000}])
+    except openai.BadRequestError as exc:
+        assert exc.code == "context_length_exceeded", exc.body
+    return ""
 
 
 def hangs(base_url, model, problem):

@@ -104,6 +104,19 @@ def test_streamed_and_text_completions_are_token_exact(chatty, host, agent):
     assert all(sum(t.role == "assistant" for t in c.turns) == (3 if agent == "completions" else 2) for c in out)
 
 
+def test_an_openai_agents_sdk_agent_is_token_exact(chatty, host):
+    """An agent written with the OpenAI Agents SDK runs its own loop through the endpoint's Responses
+    route; what it sampled is what the trainer recomputes."""
+    model, _, chat_tok = chatty
+    engine = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.agents_sdk))
+    torch.manual_seed(3)
+    out = engine.generate(PROBLEMS, PARAMS)
+    assert all("env_error" not in c.env_info for c in out), [c.env_info for c in out]
+    check_token_exact(model, chat_tok, out)
+    assert all(any(t.role == "assistant" for t in c.turns) for c in out)
+    assert "note" in chat_tok.decode(out[0].prompt_ids)  # its tool was offered
+
+
 def test_a_rewritten_history_starts_a_segment_trained_in_its_own_context(chatty, host):
     model, _, chat_tok = chatty
     engine = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.rewrites))
@@ -118,12 +131,14 @@ def test_a_rewritten_history_starts_a_segment_trained_in_its_own_context(chatty,
     assert len(seqs) == 3 * len(out)
 
 
-def test_rewards_async_agents_and_a_hanging_agent(chatty, host):
+def test_rewards_async_agents_a_refused_request_and_a_hanging_agent(chatty, host):
     model, _, chat_tok = chatty
     out = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.reward_only)).generate(PROBLEMS, PARAMS)
     assert all(c.env_components == {"agent": float(len(c.turns[0].text))} for c in out)
     out = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.asynchronous)).generate(PROBLEMS, PARAMS)
     assert all(c.env_components == {"agent": 1.0} and c.text == c.turns[0].text for c in out)
+    out = LoopEngine(model, chat_tok, episodes=episodes(host, sdk_agents.overlong)).generate(PROBLEMS[:1], PARAMS)
+    assert "its requests were refused: the conversation" in out[0].env_info["error"], out[0].env_info
     import psutil
 
     def worker_pids() -> set[int]:
@@ -154,10 +169,12 @@ def test_an_agent_in_any_language_is_a_command(chatty, host):
     assert out[0].env_info["env_error"] == "raised" and "exited with code 3" in out[0].env_info["error"]
 
 
-def test_the_shipped_example_agent_trains_on_the_tool_task(sft_cache, tmp_path):
-    """configs/agent_tool_arithmetic.yaml (examples/openai_agent.py, the OpenAI SDK alone) for two tiny
-    steps: every episode reaches the policy through the endpoint, none fails. Its learning figures:
-    bench/bench_envs.py --tasks agent_tool_arithmetic (docs/benchmarks.md)."""
+@pytest.mark.parametrize("config", ["agent_tool_arithmetic", "agents_sdk_tool_arithmetic"])
+def test_the_shipped_example_agents_train_on_the_tool_task(sft_cache, tmp_path, config):
+    """configs/agent_tool_arithmetic.yaml (examples/openai_agent.py, the OpenAI SDK alone) and
+    configs/agents_sdk_tool_arithmetic.yaml (the same agent with the OpenAI Agents SDK, over Responses)
+    for two tiny steps: every episode reaches the policy through the endpoint, none fails. Their
+    learning figures: bench/bench_envs.py --tasks <config> (docs/benchmarks.md)."""
     import json
 
     from rlvr.cli import main
@@ -167,7 +184,7 @@ def test_the_shipped_example_agent_trains_on_the_tool_task(sft_cache, tmp_path):
             [
                 "train",
                 "--config",
-                "configs/agent_tool_arithmetic.yaml",
+                f"configs/{config}.yaml",
                 "model.tiny_hidden=32",
                 "model.tiny_layers=2",
                 "model.tiny_heads=2",

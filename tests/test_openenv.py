@@ -42,6 +42,21 @@ def test_an_openenv_environment_runs_as_an_episode_in_a_worker():
     assert {c.env_info["success"] for c in out} == {True, False}
 
 
+def test_constructor_arguments_from_settings_and_a_reset_without_seed():
+    """env.settings.args build the environment; a reset that takes no seed is called without one.
+    (WideGuessEnv needs both: without its arguments, or given a seed, the episode would fail.)"""
+    wide = [*GUESS, "env.settings.environment=openenv_guess:WideGuessEnv"]
+    problem, params = [Problem(id="g", prompt="")], SamplingParams(group_size=1, max_new_tokens=4)
+    for args, expected in (("{high: 1, rng_seed: 5}", None), ("7", "env.settings.args")):
+        spec = episode_spec(load_config(None, [*wide, f"env.settings.args={args}"]))
+        out = run_episodes(Scripted("1"), problem, params, spec)
+        spec.host.shutdown()
+        if expected is None:
+            assert "env_error" not in out[0].env_info and out[0].env_info["success"], out[0].env_info
+        else:
+            assert expected in out[0].env_info["error"]
+
+
 def test_an_action_with_two_text_fields_needs_the_one_named():
     spec = episode_spec(load_config(None, [*GUESS[:2], "env.settings.action=openenv_guess:TwoTexts"]))
     out = run_episodes(

@@ -54,16 +54,19 @@ def byte_tokenizer():
 
 
 class Scripted:
-    """A backend that answers every prompt with `self.say`, and keeps the prompts it was given."""
+    """A backend that answers every prompt with `self.say` (or, while `self.script` holds replies, the
+    next of them), and keeps the prompts it was given."""
 
     context_len = 4096
 
     def __init__(self, tok) -> None:
-        self.tok, self.say, self.prompts = tok, "", []
+        self.tok, self.say, self.prompts, self.script = tok, "", [], []
         self.eos_ids = frozenset({tok.eos_token_id})
 
     async def stream(self, prompt_ids, params):
         self.prompts.append(self.tok.decode(prompt_ids))
+        if self.script:
+            self.say = self.script.pop(0)
         ids = self.tok(self.say, add_special_tokens=False).input_ids + [self.tok.eos_token_id]
         for i in range(0, len(ids), 4):
             yield ids[i : i + 4]
@@ -207,6 +210,42 @@ def test_responses_function_calls_and_previous_response_id(served, stream):
     replayed = [{"role": "user", "content": "482193*39?"}, *[i.model_dump() for i in first.output], result]
     client.responses.create(input=replayed, store=False, **ask)
     assert backend.prompts[-1] == backend.prompts[-2]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_openai_agents_sdk_agent_runs_its_tool_loop_against_rlvr_serve(served, streamed):
+    """The OpenAI Agents SDK (openai-agents, Responses by default), unmodified: its function tool is
+    called with the model's arguments, the result goes back in, and the final answer comes out."""
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    running, backend = served
+    set_tracing_disabled(True)  # no traces sent anywhere
+    asked = []
+
+    @function_tool
+    def calculator(expression: str) -> str:
+        """Exact arithmetic."""
+        asked.append(expression)
+        return "18805527"
+
+    client = openai.AsyncOpenAI(base_url=f"{running.url}/v1", api_key=KEY, max_retries=0)
+    model = OpenAIResponsesModel(model="tiny", openai_client=client)
+    agent = Agent(name="calc", instructions="Be exact.", tools=[calculator], model=model)
+    backend.script = ["Let me compute." + CALL, "It is 18805527."]
+
+    async def run():
+        if not streamed:
+            return (await Runner.run(agent, "482193*39?")).final_output
+        result = Runner.run_streamed(agent, "482193*39?")
+        async for _ in result.stream_events():
+            pass
+        return result.final_output
+
+    assert asyncio.run(run()) == "It is 18805527." and asked == ["482193*39"]
+    assert backend.prompts[-1].startswith("tools:calculator\nsystem:Be exact.\nuser:482193*39?\n")
+    assert backend.prompts[-1].endswith(f"assistant:Let me compute.{CALL}\ntool:18805527\nassistant:")
 
 
 def test_fields_clients_echo_back_are_ignored(served):

@@ -165,7 +165,8 @@ class Endpoint:
                 try:
                     sample = await asyncio.wrap_future(self.pump.ask(ids, max_tokens or 1 << 30))
                 except ValueError as exc:
-                    raise APIError(400, str(exc)) from None
+                    session.refused = str(exc)  # what the episode's failure says if nothing was sampled
+                    raise APIError(400, str(exc), code="context_length_exceeded") from None
                 return session, sample, len(ids)
 
         @app.post("/s/{sid}/v1/chat/completions")

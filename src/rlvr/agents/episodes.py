@@ -95,7 +95,8 @@ def _completion(
 ) -> Completion:
     answer, components, fault = _outcome(episode, agent, timeout_s)
     if not session.segments:  # no request: one unsampled token stands for the episode (never in the loss)
-        fault = fault or ("bad_result", "", "made no request to the policy")
+        why = f"its requests were refused: {session.refused}" if session.refused else "made no request to the policy"
+        fault = fault or ("bad_result", "", why)
         session.segments.append(Segment(renderer.prompt(session.problem.prompt)))
         session.segments[0].append([engine.tokenizer.eos_token_id], None, "", "env")
     said = [t for s in session.segments for t in s.turns if t.role == "assistant"]

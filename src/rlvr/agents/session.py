@@ -65,6 +65,8 @@ class Session:
         self._lock = threading.Lock()
         self.closed = False
         """The episode is over: a late sample is answered but not kept."""
+        self.refused: str | None = None
+        """Why the endpoint last refused a request of this session (a conversation past the model's context)."""
 
     def chat_context(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
         """The token context a chat request samples from (see the module docstring)."""

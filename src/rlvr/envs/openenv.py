@@ -1,8 +1,10 @@
 """OpenEnv environments (Meta's `openenv-core`) as text episodes, in process, no container.
 
     env.name=openenv env.settings.environment=mypkg.guess:GuessEnv env.settings.action=mypkg.guess:GuessAction
+    env.settings.args='{high: 100}'     # the environment's constructor arguments, if it takes any
 
-An OpenEnv environment is a class with `reset(seed=...)`, `step(action)` and `state` whose
+An OpenEnv environment is a class (built with `env.settings.args` as keyword arguments) with
+`reset()` (given the episode's `seed` when it takes one), `step(action)` and `state` whose
 observations carry `done`, `reward` and fields of their own; its actions are pydantic models. The
 adapter builds the action from the policy's turn (its text in the action's one text field, or
 `env.settings.text_field`), shows the observation's own fields as the next user message (one field's
@@ -15,6 +17,7 @@ environment of your own. OpenEnv's HTTP and WebSocket servers and its Docker pro
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 from rlvr.configlib import ConfigError, import_object
@@ -28,7 +31,7 @@ _HIDDEN = {"done", "reward", "metadata"}
 class OpenEnv(Environment):
     components: ClassVar[dict[str, float]] = {"env": 1.0}
     max_turns = 8
-    settings_keys = frozenset({"environment", "action", "text_field", "observation_field"})
+    settings_keys = frozenset({"environment", "action", "args", "text_field", "observation_field"})
     hosts_user_code = True
 
     def __init__(self, settings: dict[str, Any] | None = None, **context: Any) -> None:
@@ -38,13 +41,18 @@ class OpenEnv(Environment):
                 raise ConfigError(
                     f"env.settings.{key}: env.name=openenv needs the OpenEnv {key} class as 'module:Class'"
                 )
-        self.env = import_object(self.settings["environment"], "env.settings.environment")()
+        args = self.settings.get("args") or {}
+        if not isinstance(args, dict):
+            raise ConfigError(f"env.settings.args: the environment's constructor arguments as a mapping, got {args!r}")
+        self.env = import_object(self.settings["environment"], "env.settings.environment")(**args)
+        params = inspect.signature(self.env.reset).parameters.values()
+        self.seeded = any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params)
         self.action = import_object(self.settings["action"], "env.settings.action")
         self.text_field = self.settings.get("text_field") or _text_field(self.action)
         self.total = 0.0
 
     def reset(self, problem: Problem, seed: int) -> str:
-        return self._show(self.env.reset(seed=seed))
+        return self._show(self.env.reset(seed=seed) if self.seeded else self.env.reset())
 
     def step(self, assistant_turn: str) -> StepResult:
         obs = self.env.step(self.action(**{self.text_field: assistant_turn}))
