@@ -189,6 +189,11 @@ def test_chat_wrapping_system_prompt_and_prompt_length_policies(tmp_path):
         DataError, match=r"(?s)d\.jsonl:7: prompt is 1\d\d tokens.*data.on_long_prompt=skip or truncate"
     ):
         run_task(_cfg(tmp_path, *base), tokenizer=tok)
+    # the model's context binds below data.max_prompt_tokens: a prompt must leave a position to answer in
+    roomy = [*base[:-1], "data.max_prompt_tokens=4096"]
+    with pytest.raises(DataError, match=r"longer than the model's context \(64 positions, one left to answer in\)"):
+        run_task(_cfg(tmp_path, *roomy), tokenizer=tok, context=64)
+    assert len(run_task(_cfg(tmp_path, *roomy), tokenizer=tok, context=4097).all_problems()) == 7
     events = []
     task = run_task(
         _cfg(tmp_path, *base, "data.on_long_prompt=skip"),

@@ -162,7 +162,8 @@ def open_run(
     if par.sharded:  # the engines (and the reference) keep full weights of their own; the policy is sharded
         model = copy.deepcopy(trained)
     reward = rule_reward(cfg)
-    task = run_task(cfg, tokenizer=tokenizer, on_event=log.event)  # data files: skipped/cut records -> events
+    context = getattr(trained.config, "max_position_embeddings", None)  # a prompt must fit the model
+    task = run_task(cfg, tokenizer=tokenizer, on_event=log.event, context=context)  # skipped/cut records -> events
     engines = {}  # engine name -> engine, so evaluation shares the rollout engine when they are the same
     episodes = episode_spec(cfg)  # one set of environment workers for both
     for name in (cfg.rollout.engine if source is None else None, cfg.eval.engine or cfg.rollout.engine):

@@ -51,9 +51,9 @@ from rlvr.tools import hosted, resolve_tools
 from rlvr.urls import URL_CACHE, cache_dir, is_url
 
 
-def run_task(cfg, *, tokenizer=None, on_event=None):
+def run_task(cfg, *, tokenizer=None, on_event=None, context=None):
     """The run's task (sections task and data; env for the problems an environment grades), holding
-    out eval.n problems. tokenizer, on_event: rlvr.tasks.build_task's."""
+    out eval.n problems. tokenizer, on_event, context: rlvr.tasks.build_task's."""
     return build_task(
         cfg.task,
         cfg.data,
@@ -63,6 +63,7 @@ def run_task(cfg, *, tokenizer=None, on_event=None):
         eval_n_set="eval.n" in cfg.sources,
         tokenizer=tokenizer,
         on_event=on_event,
+        context=context,
     )
 
 

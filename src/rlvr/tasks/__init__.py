@@ -61,16 +61,18 @@ def build_task(
     eval_n_set: bool = False,
     tokenizer=None,
     on_event=None,
+    context: int | None = None,
 ):
     """The task of sections task and data (env: a verifiers environment's rows, or the one that grades
     problems with verifier 'env'), holding out eval_n problems (eval.n; eval_n_set: the run set it, so
     data files must hold that many). With a tokenizer, data-file prompts are rendered once up front and
-    the prompt-length policy applied; on_event(kind, **fields) receives every skipped or cut record."""
+    the prompt-length policy applied (within `context`, the model's positions, when given); on_event(kind,
+    **fields) receives every skipped or cut record."""
     paths = data_paths(task, data)
     if paths:
-        return _file_task(data, env, paths, seed, eval_n if eval_n_set else None, tokenizer, on_event)
+        return _file_task(data, env, paths, seed, eval_n if eval_n_set else None, tokenizer, on_event, context)
     if task.name == VERIFIERS:
-        return _verifiers_task(data, env, seed, tokenizer, on_event)
+        return _verifiers_task(data, env, seed, tokenizer, on_event, context)
     names = builtin_names(task.name) or []  # not a data file (data_paths): one or more built-in tasks
     eval_size = max(task.eval_size, eval_n)
     tasks = {n: _builtin(n, task, eval_size, seed) for n in names}
@@ -97,7 +99,9 @@ def _builtin(name: str, t: TaskConfig, eval_size: int, seed: int):
     return CodeTask(eval_size=eval_size, seed=seed)
 
 
-def _file_task(d: DataConfig, env: EnvConfig, paths: list[str], seed: int, eval_n: int | None, tokenizer, on_event):
+def _file_task(
+    d: DataConfig, env: EnvConfig, paths: list[str], seed: int, eval_n: int | None, tokenizer, on_event, context
+):
     from rlvr.tasks.files import as_chat, load_problems
     from rlvr.tasks.mix import FileTask
     from rlvr.tasks.prompts import limit_prompts
@@ -127,13 +131,13 @@ def _file_task(d: DataConfig, env: EnvConfig, paths: list[str], seed: int, eval_
         raise ConfigError("data.system_prompt: needs data.chat=true (a system message goes through the chat template)")
     task = FileTask(problems, mix=d.mix, eval_size=d.eval_size, seed=seed)
     if tokenizer is not None:
-        limit_prompts(task, tokenizer, d.max_prompt_tokens, d.on_long_prompt, on_event)
+        limit_prompts(task, tokenizer, d.max_prompt_tokens, d.on_long_prompt, on_event, context)
     if on_event:
         on_event("data_loaded", files=[str(p) for p in paths], **task.describe())
     return task
 
 
-def _verifiers_task(data: DataConfig, env: EnvConfig, seed: int, tokenizer, on_event):
+def _verifiers_task(data: DataConfig, env: EnvConfig, seed: int, tokenizer, on_event, context):
     """The rows of a verifiers environment: its eval dataset held out, else data.eval_size of its rows."""
     from rlvr.tasks.mix import FileTask
     from rlvr.tasks.prompts import limit_prompts
@@ -147,7 +151,7 @@ def _verifiers_task(data: DataConfig, env: EnvConfig, seed: int, tokenizer, on_e
     train, held_out = verifiers_hub.problems(env, chat)
     task = FileTask(train, mix={}, eval_size=data.eval_size, seed=seed, held_out=held_out)
     if tokenizer is not None:
-        limit_prompts(task, tokenizer, data.max_prompt_tokens, data.on_long_prompt, on_event)
+        limit_prompts(task, tokenizer, data.max_prompt_tokens, data.on_long_prompt, on_event, context)
     if on_event:
         on_event("data_loaded", files=[env.name], **task.describe())
     return task

@@ -48,8 +48,14 @@ def truncate_prompt(tokenizer, problem: Problem, limit: int) -> Problem | None:
     return problem if rendered_lengths(tokenizer, [problem])[0] <= limit else None
 
 
-def limit_prompts(task, tokenizer, limit: int, policy: str, on_event: EventFn | None = None) -> None:
-    """Apply the prompt-length policy to every problem of a FileTask, in place."""
+def limit_prompts(
+    task, tokenizer, limit: int, policy: str, on_event: EventFn | None = None, context: int | None = None
+) -> None:
+    """Apply the prompt-length policy to every problem of a FileTask, in place. `context`: the model's
+    positions; a prompt must leave one to answer in, whatever data.max_prompt_tokens allows."""
+    what = f"data.max_prompt_tokens={limit}"
+    if context is not None and context - 1 < limit:
+        limit, what = context - 1, f"the model's context ({context} positions, one left to answer in)"
     problems = task.all_problems()
     if tokenizer.chat_template is None and any(not isinstance(p.prompt, str) for p in problems):
         raise DataError(
@@ -64,8 +70,7 @@ def limit_prompts(task, tokenizer, limit: int, policy: str, on_event: EventFn | 
     if policy == "error":
         more = f"\n  ... and {len(long) - 5} more" if len(long) > 5 else ""
         raise DataError(
-            f"{len(long)} prompt(s) longer than data.max_prompt_tokens={limit} (chat template "
-            f"included):\n  "
+            f"{len(long)} prompt(s) longer than {what} (chat template included):\n  "
             + "\n  ".join(where[:5])
             + more
             + "\nraise data.max_prompt_tokens, or set data.on_long_prompt=skip or truncate"
@@ -74,17 +79,17 @@ def limit_prompts(task, tokenizer, limit: int, policy: str, on_event: EventFn | 
     for (p, n), msg in zip(long, where):
         new = None if policy == "skip" else truncate_prompt(tokenizer, p, limit)
         if policy == "truncate" and new is None:
-            raise DataError(f"{msg}; even with its last message emptied it exceeds data.max_prompt_tokens={limit}")
+            raise DataError(f"{msg}; even with its last message emptied it exceeds {what}")
         changes[p.id] = new
         kind = "prompt_skipped" if new is None else "prompt_truncated"
         log.warning("%s %s (limit %d)", kind.replace("_", " "), msg, limit)
         if on_event:
             on_event(kind, where=p.metadata.get("where", p.id), tokens=n, limit=limit)
     log.warning(
-        "%d of %d prompt(s) over data.max_prompt_tokens=%d were %s",
+        "%d of %d prompt(s) over %s were %s",
         len(long),
         len(problems),
-        limit,
+        what,
         "skipped" if policy == "skip" else "truncated",
     )
     task.replace(changes)
