@@ -20,7 +20,7 @@ compared as written) or keeps the sample from scoring:
   negation: `or perhaps 14`, `otherwise 14`, `应该是14`), or a bare value standing right after
   the marker (`\\boxed{9} (14)`, `\\boxed{9} / 14`), makes the sample several answers; a modality
   in the marker's own sentence does too (`\\boxed{9}, probably`), as it does inside the answer. A
-  digit run right before a closing tag (`<answer>899</answer>9</answer>`) is stray markup, no value.
+  digit run right before a closing answer tag (`<answer>899</answer>9</answer>`) is stray markup, no value.
 - **A retraction.** A negation aimed at the answer after it (its value, the word answer or
   result, a verdict such as wrong, or a bare `No.` / `不对`), or a contrast in the next sentence
   that does not restate its value (`A classmate wrote \\boxed{9}, but that double counts`),
@@ -112,14 +112,15 @@ def _is_stop(tok: str, in_math: bool) -> bool:
         return True
     if in_math:
         return False
-    return tok in _TEXT_STOPS or tok.isspace() or (tok.isalpha() and len(tok) > 1)
+    return tok in _TEXT_STOPS or tok.isspace() or (tok.isalpha() and (len(tok) > 1 or not tok.isascii()))
 
 
 _QUICK_STOPS = frozenset("$=:,;.\n")
 
 
-def _attached(window: str, in_math: bool, reverse: bool) -> tuple[str, int]:
-    """The run of `window` that belongs to the box's expression, read away from the box, and its length."""
+def _attached(window: str, in_math: bool, reverse: bool) -> tuple[str | None, int]:
+    """The run of `window` that belongs to the box's expression, read away from the box, and its length;
+    None when it fills the whole window (an expression longer than _WINDOW is not read)."""
     near = window.rstrip() if reverse else window.lstrip()
     if not near or (near[-1] if reverse else near[0]) in _QUICK_STOPS:  # most boxes: `= \boxed{9}$.`
         return "", 0
@@ -131,6 +132,9 @@ def _attached(window: str, in_math: bool, reverse: bool) -> tuple[str, int]:
         if _is_stop(tok, in_math):
             break
         taken.append(tok)
+    else:
+        if len(window) >= _WINDOW:  # the expression runs past what is read: no value to stand for it
+            return None, 0
     if reverse:
         taken.reverse()
     run = "".join(taken)
@@ -171,12 +175,12 @@ def _join(prefix: str, content: str, suffix: str) -> str:
 
 # Right after the box (past the math's closing delimiter): a percent sign, a scale word or a unit.
 _AFTER_RE = re.compile(
-    r"[ \t]*(?:\$\$|\$|\\\)|\\\])?[ \t~]*(?:\\[,;: ]|\\quad)*[ \t]*"
-    r"(?P<pct>\\%|%|‰|per ?cent\b|percent\b)"
-    r"|[ \t]*(?:\$\$|\$|\\\)|\\\])?[ \t~]*(?:\\[,;: ]|\\quad)*[ \t]*"
-    r"(?:\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?P<group>[^{}]{1,40}?)\s*\}|(?P<word>[A-Za-zµμΩ°/]{1,20})\b"
+    r"(?:[ \t~]|\$\$|\$|\\\)|\\\]|\\[,;: ]|\\quad)*"  # blanks, the math's closing delimiter, spacing
+    r"(?:(?P<pct>\\%|%|‰|per ?cent\b|percent\b)"
+    r"|\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?P<group>[^{}]{1,40}?)\s*\}|(?P<word>[A-Za-zµμΩ°/]{1,20})\b"
     r"|(?P<cjk>[\u3400-\u9fff]{1,4}))"
 )
+"""Matched on a slice of at most _WINDOW characters: what joins a box stands right after it."""
 _SCALES = {"hundred", "thousand", "million", "billion", "trillion", "hundreds", "thousands", "millions", "billions"}
 _CJK_SCALES = set("百千万亿兆")
 
@@ -204,15 +208,15 @@ def _after_cjk(run: str) -> tuple[str, int] | None:
 def _trailing(text: str, pos: int, in_math: bool, span_end: int) -> tuple[str, int]:
     """What right after the expression joins it (a percent sign, a scale word, a unit), and where it ends."""
     if in_math and text[pos:span_end].strip():  # the math goes on: it ended at a relation or text group
-        rest = text[pos:span_end]
+        rest = text[pos : min(span_end, pos + _WINDOW)]
         m = _AFTER_RE.match(rest)
         if m is None or m.end() != len(rest.rstrip(" .,;")):
             return "", pos
         return _joined_after(m, pos)
-    m = _AFTER_RE.match(text, pos)
+    m = _AFTER_RE.match(text[pos : pos + _WINDOW])
     if m is None:
         return "", pos
-    joined, end = _joined_after(m, 0)
+    joined, end = _joined_after(m, pos)
     return joined, end if joined else pos
 
 
@@ -230,16 +234,21 @@ def _joined_after(m: re.Match[str], offset: int) -> tuple[str, int]:
     return (joined, offset + m.end()) if joined else ("", offset)
 
 
-def expression(text: str, content: str, start: int, end: int, spans: MathSpans) -> tuple[str | None, int]:
+def expression(
+    text: str, content: str, start: int, end: int, spans: MathSpans, floor: int = 0
+) -> tuple[str | None, int]:
     """What the box at text[start:end] (holding `content`) states with what is attached to it, and
-    where that ends; None when what is attached cannot be read (brackets cut by a relation)."""
+    where that ends; None when what is attached cannot be read (brackets cut by a relation, an
+    expression longer than _WINDOW). Nothing before `floor` (the previous marker's end) is read."""
     span = spans.at(start)
     in_math = span is not None
     lo, hi = span if span is not None else (text.rfind("\n", 0, start) + 1, len(text))
-    left = text[max(lo, start - _WINDOW) : start]
+    left = text[max(lo, floor, start - _WINDOW) : start]
     right = text[end : min(hi, end + _WINDOW)]
     prefix, _ = _attached(left, in_math, reverse=True)
     suffix, used = _attached(right, in_math, reverse=False)
+    if prefix is None or suffix is None:
+        return None, end
     prefix, suffix = _unwrap(_meaningful(prefix), _meaningful(suffix))
     if prefix.count("{") - prefix.count("}") != suffix.count("}") - suffix.count("{"):
         return None, end + used
@@ -261,28 +270,40 @@ _NEGATION_REACH = 2
 _EN = {
     # offers another value, or makes the one given depend on something
     "hedge": "or otherwise alternatively else instead either unless if assuming assume assumed provided "
-    "suppose supposing depending depends whether when perhaps maybe possibly possible probably might "
+    "suppose supposing depending depends whether perhaps maybe possibly possible probably might "
     "could may likely guess unsure should actually rather correction correct wait hmm oops sorry "
-    "reflection thought recheck recheck recompute recalculate also alternative another",
+    "reflection thought recheck recompute recalculate also alternative another",
     # denies
     "negation": "not no never wrong incorrect false mistaken mistake error invalid nope none rejected "
     "reject wrongly bogus",
     "contrast": "but however yet though although nevertheless whereas",
-    # what a negation must name to retract the answer
-    "verdict": "answer answers result solution right correct true wrong incorrect false mistake error final",
+    # a judgement of correctness: with a negation in its clause it retracts (`that is not right`)
+    "verdict": "right correct true wrong incorrect false mistake mistaken error",
     # a modality in the marker's own sentence hedges the answer itself
     "modality": "perhaps maybe possibly probably might likely guess unsure",
 }
-_ZH = {
+_ZH = {  # read as each character arrives: a cue counts when the text so far ends with it
     "hedge": "或者 或 否则 要么 还是 不然 如果 若 假如 假设 要是 倘若 除非 取决 可能 也许 或许 大概 应该 应为 "
     "其实 实际 更正 改为 等等",
-    "negation": "不 非 没 错 误",
+    "negation": "不 没",
     "contrast": "但 但是 然而 可是 不过 却",
-    "verdict": "答案 结果 对 错 正确 错误",
     "modality": "可能 也许 或许 大概",
 }
+_ZH_WRONG = ("不对", "不正确", "错了", "是错的", "错误", "有误")
+"""Said of the answer, these retract it (a negation and a verdict at once)."""
+_ZH_RIGHT = ("没错", "不错")
+"""...and these, which end the same way, say it is right."""
 _CUES = {role: frozenset(_EN[role].split()) for role in _EN}
 _ZH_CUES = {role: tuple(_ZH[role].split()) for role in _ZH}
+
+
+def _zh_roles(said: str) -> set[str]:
+    """The roles of the Chinese cue the text so far (its last characters) ends with."""
+    if said.endswith(_ZH_RIGHT):
+        return {"affirmation"}  # takes back the negation it starts with
+    if said.endswith(_ZH_WRONG):
+        return {"negation", "verdict"}
+    return {role for role, words in _ZH_CUES.items() if said.endswith(words)}
 
 
 def _value(tok: str) -> Fraction | None:
@@ -322,9 +343,11 @@ class _Clause:
         self._since_negation = _NEGATION_REACH + 1
 
     def has(self, role: str) -> bool:
-        return role in self.cues or any(w in self.zh for w in _ZH_CUES[role])
+        return role in self.cues
 
     def word(self, roles: set[str]) -> None:
+        if "affirmation" in roles:
+            self.cues.discard("negation")
         self.cues |= roles
         self.words += 1
         self._since_negation = 0 if "negation" in roles else self._since_negation + 1
@@ -347,13 +370,13 @@ def _sentences(tail: str) -> list[list[_Clause]]:
         elif tok in _CLAUSE_ENDS:
             out[-1].append(_Clause())
         elif tok[0].isdigit() or (tok[0] in "-\\" and any(ch.isdigit() for ch in tok)):
-            if not tail.startswith("</", m.end()):  # `<answer>899</answer>9</answer>`: stray markup, no value
+            if not tail.startswith("</answer>", m.end()):  # `<answer>899</answer>9</answer>`: stray markup
                 c.value(tok, len(out) == 1)
         elif tok in _COMPUTATION:
             c.computation = True
         elif "\u3400" <= tok <= "\u9fff":
-            c.zh += tok
-            c.word({role for role, words in _ZH_CUES.items() if any(c.zh.endswith(w) for w in words)})
+            c.zh = (c.zh + tok)[-4:]  # the longest cue: bounded, so a long Chinese tail stays linear
+            c.word(_zh_roles(c.zh))
         elif tok[0].isalpha():
             low = tok.lower()
             c.word({"negation"} if low[-3:] in ("n't", "n’t") else {r for r, words in _CUES.items() if low in words})
@@ -369,25 +392,27 @@ def tail_verdict(answer: str, tail: str) -> str | None:
         return None
     value = answer_value(answer)
 
-    def same(v: Fraction | None, tok: str) -> bool:  # any value differs from an answer that is no number
+    def same(v: Fraction | None) -> bool:  # any value differs from an answer that is no number
         return value is not None and v == value
 
+    sentences = _sentences(tail)
+    restated = [any(same(v) for c in sentence for v, _, _ in c.values) for sentence in sentences] + [False]
     several = False
-    for i, sentence in enumerate(_sentences(tail)):
-        restated = any(same(v, t) for c in sentence for v, t, _ in c.values)
+    for i, sentence in enumerate(sentences):
         hedged = False
         for c in sentence:
-            if any(denied and same(v, t) for v, t, denied in c.values) or (c.has("negation") and c.has("verdict")):
-                return RETRACTED  # `the answer is not 9`, `不是9`, `that is wrong`, `不对`
-            if i <= 1 and c.has("contrast") and not restated:
+            if any(denied and same(v) for v, _, denied in c.values) or (c.has("negation") and c.has("verdict")):
+                return RETRACTED  # `the answer is not 9`, `不是9`, `that is not right`, `不对`
+            if i <= 1 and c.has("contrast") and not (restated[i] or restated[i + 1]):
                 return RETRACTED  # `A classmate wrote \\boxed{9}, but that double counts`
             hedged = hedged or c.has("hedge") or c.has("negation") or c.has("contrast")
-            restates = any(same(v, t) for v, t, _ in c.values)
-            other = any(not same(v, t) and not denied for v, t, denied in c.values)
+            restates = any(same(v) for v, _, _ in c.values)
+            other = any(not same(v) and not denied for v, _, denied in c.values)
             if other and hedged and not (restates and c.computation):  # not `since 4 + 5 = 9`
                 several = True
             if i == 0 and ((other and c.bare_value and not c.computation) or c.has("modality")):
                 several = True
-        if sum(c.words for c in sentence) <= 2 and not restated and any(c.has("negation") for c in sentence):
-            return RETRACTED  # `No.`
+        bare = sum(c.words for c in sentence) <= 2 and not any(c.values for c in sentence)
+        if bare and any(c.has("negation") for c in sentence):
+            return RETRACTED  # `No.`, `Wrong.`
     return SEVERAL if several else None

@@ -164,7 +164,8 @@ def _markers(text: str, policies: list[str], max_chars: int) -> tuple[list[Hit],
     """Every final-answer marker of every policy, in order of appearance. Where two overlap
     (a box inside an answer tag, `The answer is $\\boxed{5}$`), the policy listed first reads it;
     an answer line that runs into a box keeps what it states before the box, unless that is only
-    the left side of the box's equation (`the answer is 14, so the total is \\boxed{9}` is two)."""
+    the left side of the box's equation (`the answer is 14, so the total is \\boxed{9}` is two). Beside
+    other markers, a sentence's `the answer is` followed by words is prose, not a marker."""
     taken: list[Hit] = []
     for policy in policies:
         hits, broken = _policy_hits(policy, text, max_chars)
@@ -180,7 +181,15 @@ def _markers(text: str, policies: list[str], max_chars: int) -> tuple[list[Hit],
                 taken.append(hit)
         if len(taken) > MAX_ANSWERS:
             return taken, True
+    if any(h.policy != "answer_line" for h in taken):  # prose that says "the answer is" is no second answer
+        taken = [h for h in taken if not _prose(text, h)]
     return sorted(taken, key=lambda h: h.start), False
+
+
+def _prose(text: str, hit: Hit) -> bool:
+    """`check that the answer is an integer`: a sentence's `the answer is` followed by words, not a value."""
+    sentence = text[hit.start : hit.at].lstrip().lower().startswith("the")
+    return hit.policy == "answer_line" and sentence and hit.value[:1].isalpha()
 
 
 _LEFT_SIDE_RE = re.compile(r"(?:=|\\approx|\\Rightarrow|\\implies|\\therefore)\s*$")
@@ -224,7 +233,7 @@ def in_context(text: str, hits: list[Hit], max_chars: int) -> tuple[list[str], s
     answers: list[str] = []
     several = False
     for i, hit in enumerate(hits):
-        readings, end = _readings(text, hit, spans, max_chars)
+        readings, end = _readings(text, hit, spans, max_chars, hits[i - 1].end if i else 0)
         if readings is None:
             return [], PARSE_FAILED
         last, after = readings[-1]
@@ -239,12 +248,14 @@ def in_context(text: str, hits: list[Hit], max_chars: int) -> tuple[list[str], s
     return answers, (None if answers else PARSE_FAILED)
 
 
-def _readings(text: str, hit: Hit, spans: MathSpans, max_chars: int) -> tuple[list[tuple[str, str]] | None, int]:
+def _readings(
+    text: str, hit: Hit, spans: MathSpans, max_chars: int, floor: int
+) -> tuple[list[tuple[str, str]] | None, int]:
     """(answer, the text after it that bears on it) for each answer a marker states, and where the
     marker's context ends: a box with what is attached to it; an answer block that itself boxes its
     answer, each box with what is attached to it and the rest of the block up to the next box."""
     if hit.policy == "boxed":
-        stated, end = expression(text, hit.value, hit.start, hit.end, spans)
+        stated, end = expression(text, hit.value, hit.start, hit.end, spans, floor)
         return (None if stated is None else [(stated, "")]), end
     if hit.policy in FALLBACKS or len(hit.value) > max_chars:
         return [(hit.value, "")], hit.end
@@ -253,7 +264,7 @@ def _readings(text: str, hit: Hit, spans: MathSpans, max_chars: int) -> tuple[li
         return [(hit.value, "")], hit.end
     block, out = MathSpans(hit.value), []
     for j, (content, start, end) in enumerate(inner):
-        stated, used = expression(hit.value, content, start, end, block)
+        stated, used = expression(hit.value, content, start, end, block, inner[j - 1][2] if j else 0)
         if stated is None:
             return None, hit.end
         out.append((stated, hit.value[used : inner[j + 1][1] if j + 1 < len(inner) else len(hit.value)]))
