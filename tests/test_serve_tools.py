@@ -288,6 +288,12 @@ def test_malformed_responses_traffic_is_a_4xx_and_the_server_keeps_serving(serve
     bad = {
         "unknown item type": {"input": [{"type": "computer_call", "id": "x", "action": {}}]},
         "unknown call id": {"input": [{"type": "function_call_output", "call_id": "call_nope", "output": "1"}]},
+        "a result before its call": {
+            "input": [
+                {"type": "function_call_output", "call_id": "c1", "output": "1"},
+                {"type": "function_call", "call_id": "c1", "name": "calculator", "arguments": "{}"},
+            ]
+        },
         "deep arguments": {"input": call('{"a": ' + "[" * 5000 + "]" * 5000 + "}")},
         "huge integer": {"input": call('{"a": ' + "9" * 10_000 + "}")},
         "not an object": {"input": call("[1, 2]")},

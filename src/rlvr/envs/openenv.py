@@ -45,8 +45,11 @@ class OpenEnv(Environment):
         if not isinstance(args, dict):
             raise ConfigError(f"env.settings.args: the environment's constructor arguments as a mapping, got {args!r}")
         self.env = import_object(self.settings["environment"], "env.settings.environment")(**args)
-        params = inspect.signature(self.env.reset).parameters.values()
-        self.seeded = any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params)
+        try:
+            params = inspect.signature(self.env.reset).parameters.values()
+            self.seeded = any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params)
+        except (TypeError, ValueError):  # a reset without a signature to read: OpenEnv's own takes a seed
+            self.seeded = True
         self.action = import_object(self.settings["action"], "env.settings.action")
         self.text_field = self.settings.get("text_field") or _text_field(self.action)
         self.total = 0.0

@@ -181,13 +181,13 @@ def conversation(
     call names by call id)."""
     history, names = store.get(body.previous_response_id) if body.previous_response_id else ([], {})
     items = [MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input
-    names |= {i.call_id: i.name for i in items if isinstance(i, FunctionCallItem)}
     for k, item in enumerate(items):
         where = f"input[{k}]"
         if isinstance(item, MessageItem):
             role = "system" if item.role == "developer" else item.role
             history.append({"role": role, "content": _text(item.content)})
         elif isinstance(item, FunctionCallItem):
+            names[item.call_id] = item.name  # a result answers a call made before it
             said = as_hermes(item.name, call_arguments(item.arguments, f"{where}.arguments"))
             if history and history[-1]["role"] == "assistant":
                 history[-1] = {"role": "assistant", "content": history[-1]["content"] + said}

@@ -73,7 +73,8 @@ def limit_prompts(
             f"{len(long)} prompt(s) longer than {what} (chat template included):\n  "
             + "\n  ".join(where[:5])
             + more
-            + "\nraise data.max_prompt_tokens, or set data.on_long_prompt=skip or truncate"
+            + f"\nraise {'data.max_prompt_tokens' if what.startswith('data.') else 'the model context'}, "
+            + "or set data.on_long_prompt=skip or truncate"
         )
     changes: dict[str, Problem | None] = {}
     for (p, n), msg in zip(long, where):
