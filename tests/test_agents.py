@@ -3,6 +3,8 @@ per-turn sequences, and what a run of the tool task logs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from helpers import CHATML, chatter_spec, chatty_tiny
@@ -22,12 +24,13 @@ def chatty():
     return chatty_tiny()
 
 
-def check_token_exact(model, tok, completions, tol: float, renderer=None, message=None) -> None:
-    """The trainer's log-probs equal the sampler's on every sampled token; the mask is 1 on exactly
-    the sampled tokens; what the environment appended is its message rendered once."""
+def check_token_exact(model, tok, completions, tol: float, renderer=None, message=None, truncation=None) -> None:
+    """The trainer's log-probs equal the sampler's on every sampled token (over each token's kept set
+    with `truncation`: sampling replay); the mask is 1 on exactly the sampled tokens; what the
+    environment appended is its message rendered once."""
     renderer = renderer or Renderer(tok)
     assert any(sum(t.role == "assistant" for t in c.turns) >= 2 for c in completions), "no multi-turn episode"
-    ref = completion_logprobs(model, completions, tok.pad_token_id, PARAMS.temperature)  # (N, T)
+    ref = completion_logprobs(model, completions, tok.pad_token_id, PARAMS.temperature, truncation=truncation)
     worst = 0.0
     for i, c in enumerate(completions):
         mask = torch.tensor(c.mask, dtype=torch.bool)
@@ -46,14 +49,18 @@ def check_token_exact(model, tok, completions, tol: float, renderer=None, messag
     assert worst < tol, worst
 
 
+@pytest.mark.parametrize("top_k", [0, 5], ids=["untruncated", "top_k"])
 @pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
-def test_trajectories_are_token_exact(chatty, engine_cls):
+def test_trajectories_are_token_exact(chatty, engine_cls, top_k):
     model, tok = chatty
     engine = engine_cls(model, tok, episodes=chatter_spec())
     torch.manual_seed(0)
-    out = engine.generate(PROBLEMS, PARAMS)
+    params = dataclasses.replace(PARAMS, top_k=top_k)
+    out = engine.generate(PROBLEMS, params)
     assert len(out) == 16 and [c.group_id for c in out] == [i for i in range(4) for _ in range(4)]
-    check_token_exact(model, tok, out, 1e-5)
+    check_token_exact(model, tok, out, 1e-5, truncation=params.truncation if top_k else None)
+    if top_k:  # every sampled token carries its kept set, every appended one none
+        assert all(bool(k) == bool(m) for c in out for k, m in zip(c.kept, c.mask))
     assert {c.finish_reason for c in out} <= {"max_turns", "length"}
     # each answered turn records the reward its step earned (what per-turn credit reads)
     assert all(t.info.get("components") == {"turn": 1.0} for c in out for t in c.turns[:-1] if t.role == "assistant")

@@ -364,7 +364,9 @@ def test_rollout_is_weights_by_hand():
     assert rollout_is_weights(old, behaviour, mask, level="none", cap=2.0) == (None, {})
     m = logprob_mismatch(old, behaviour, mask)
     k3 = (math.exp(-ln2) - 1 + ln2 + math.exp(ln2) - 1 - ln2) / 2
-    assert m == pytest.approx({"logprob_diff_mean": ln2, "logprob_diff_max": ln2, "engine_kl": k3})
+    assert m == pytest.approx(
+        {"logprob_diff_mean": ln2, "logprob_diff_p99": ln2, "logprob_diff_max": ln2, "engine_kl": k3}
+    )
 
 
 def test_is_weights_scale_each_tokens_policy_gradient_term():

@@ -1,11 +1,14 @@
 """rlvr's decode loop agrees with transformers' generate, samples the right distribution, and
 its behaviour log-probs match re-scoring; the update's zero-gradient skip changes no weight."""
 
+import math
+
 import pytest
 import torch
 
 from rlvr.scoring import completion_logprobs
 from rlvr.records import Problem
+from rlvr.algos.truncation import SIZE_BITS, Truncation
 from rlvr.rollout.decode import decode
 from helpers import sample, update_settings
 
@@ -61,7 +64,7 @@ def test_sampled_rows_leave_the_batch_and_logprobs_match_rescoring(tiny):
     assert reasons  # (both kinds usually occur; the per-row checks above hold either way)
 
 
-def test_loop_samples_softmax_over_temperature_and_respects_top_p(tiny):
+def test_loop_samples_softmax_over_temperature(tiny):
     model, tok = tiny
     prompt = render_prompt(tok, PROBLEMS[1])
     with torch.no_grad():
@@ -70,14 +73,14 @@ def test_loop_samples_softmax_over_temperature_and_respects_top_p(tiny):
     torch.manual_seed(1)
     n = 4000
     first = [
-        ids[0]
-        for ids, _, _ in decode(
+        s[0][0]
+        for s in decode(
             model,
             [prompt],
             n,
             max_new_tokens=1,
             temperature=0.7,
-            top_p=1.0,
+            truncation=Truncation(),
             greedy=False,
             eos_id=tok.eos_token_id,
             pad_id=tok.pad_token_id,
@@ -85,9 +88,28 @@ def test_loop_samples_softmax_over_temperature_and_respects_top_p(tiny):
     ]
     freq = torch.bincount(torch.tensor(first), minlength=len(p)).float() / n
     assert (freq - p).abs().max() < 4 * (p * (1 - p) / n).sqrt().max() + 1e-3
-    nucleus = p.sort(descending=True)
-    keep = int((nucleus.values.cumsum(0) - nucleus.values <= 0.5).sum())  # smallest set with mass >= 0.5
-    allowed = set(nucleus.indices[:keep].tolist())
+
+
+@pytest.mark.parametrize("rule", [Truncation(top_p=0.5), Truncation(top_k=5), Truncation(min_p=0.3)])
+def test_loop_draws_from_the_truncated_set_and_records_its_log_prob(tiny, rule):
+    """Every draw lies in the kept set (computed here by sorting, as transformers' warpers do), and its
+    behaviour log-prob is that of the renormalised truncated distribution, not of the whole softmax."""
+    model, tok = tiny
+    prompt = render_prompt(tok, PROBLEMS[1])
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1]
+    p = torch.softmax(logits / 0.7, -1)
+    order = p.sort(descending=True)
+    if rule.top_p < 1:
+        keep = int((order.values.cumsum(0) - order.values < rule.top_p).sum())
+    elif rule.top_k:
+        keep = rule.top_k
+    else:
+        keep = int((order.values >= rule.min_p * order.values[0]).sum())
+    allowed = order.indices[:keep]
+    assert 1 < keep < len(p)
+    truncated = torch.zeros_like(p).scatter(0, allowed, p[allowed])
+    truncated /= truncated.sum()
     torch.manual_seed(2)
     sampled = decode(
         model,
@@ -95,12 +117,15 @@ def test_loop_samples_softmax_over_temperature_and_respects_top_p(tiny):
         500,
         max_new_tokens=1,
         temperature=0.7,
-        top_p=0.5,
+        truncation=rule,
         greedy=False,
         eos_id=tok.eos_token_id,
         pad_id=tok.pad_token_id,
     )
-    assert {ids[0] for ids, _, _ in sampled} <= allowed
+    assert {s[0][0] for s in sampled} <= set(allowed.tolist())
+    for ids, logps, _, kept in sampled:
+        assert abs(logps[0] - math.log(truncated[ids[0]])) < 1e-5
+        assert kept[0] & ((1 << SIZE_BITS) - 1) == keep
 
 
 def _settings(**kw):
@@ -224,7 +249,6 @@ def test_speculative_sampling_keeps_the_distribution(tiny):
         n,
         max_new_tokens=4,
         temperature=1.0,
-        top_p=1.0,
         greedy=False,
         eos_id=eos,
         pad_id=tok.pad_token_id,
@@ -252,8 +276,8 @@ def test_packed_micro_batches_give_the_loss_and_gradients_of_unpacked_ones(tiny,
         shapes.append((len(batch.starts), len(batch.input_ids)))
         return batch
 
-    pack = update.pack
-    monkeypatch.setattr(update, "pack", spy)
+    pack = update.pack_completions
+    monkeypatch.setattr(update, "pack_completions", spy)
     model, tok = tiny
     torch.manual_seed(5)
     completions = sample(model, tok, PROBLEMS, SamplingParams(group_size=4, temperature=1.3, max_new_tokens=12))

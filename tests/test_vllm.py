@@ -154,6 +154,35 @@ def test_multi_turn_trajectories_are_token_exact_on_vllm(engine, tiny_dir):
         engine.load_weights(load_model(tiny_dir)[0].state_dict().items(), 0)
 
 
+@pytest.mark.parametrize("rule", [dict(top_p=0.9), dict(top_k=20), dict(min_p=0.05)], ids=["top_p", "top_k", "min_p"])
+def test_truncated_sampling_is_replayed_over_the_rule_in_vllms_order(engine, tiny_dir, rule):
+    """vLLM returns the renormalised log-probs but no kept set: the trainer applies the rule again to its
+    own logits (rlvr.algos.truncation.RECOMPUTE, vLLM's order) and agrees with it in fp32."""
+    from rlvr.algos.truncation import RECOMPUTE, ReplayStats, Truncation
+
+    model, tok = load_model(tiny_dir)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(6.0)  # sharper distributions: each truncation cuts real mass
+    engine.load_weights(model.state_dict().items(), 7)
+    torch.manual_seed(0)
+    out = engine.generate(PROBLEMS, SamplingParams(group_size=4, temperature=1.0, max_new_tokens=16, **rule))
+    assert all(set(c.kept) == {RECOMPUTE} for c in out)
+    stats = ReplayStats()
+    replayed = completion_logprobs(
+        model, out, tok.pad_token_id, 1.0, truncation=Truncation(**rule, order="vllm"), replay_stats=stats
+    )
+    whole = completion_logprobs(model, out, tok.pad_token_id, 1.0)
+
+    def gap(trainer):
+        return max(
+            float((trainer[i, : len(c.logprobs)] - torch.tensor(c.logprobs)).abs().max()) for i, c in enumerate(out)
+        )
+
+    print(f"vLLM {rule}: replayed gap {gap(replayed):.2e}, whole-vocabulary gap {gap(whole):.2e}")
+    assert gap(replayed) <= 1e-5 and gap(whole) > 1e-2
+    assert stats.tokens == sum(len(c.token_ids) for c in out)
+
+
 def test_five_step_run_on_vllm_keeps_the_engine_and_trainer_log_probs_together(tmp_path_factory, tmp_path):
     cfg = load_config(
         None,

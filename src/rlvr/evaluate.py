@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from rlvr.algos.truncation import Truncation
 from rlvr.envs import episode_returns
 from rlvr.records import Problem
 from rlvr.rewards.canonical import normalise
@@ -121,15 +122,21 @@ def score_problems(
     max_new_tokens: int,
     samples: int = 0,
     temperature: float = 1.0,
-    top_p: float = 1.0,
+    truncation: Truncation = Truncation(),
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
 ) -> list[Outcome]:
-    """Greedy decoding of every problem, then `samples` completions each at `temperature`, scored
-    by `reward`; `batch_size` problems per engine call; progress(n) after each chunk."""
+    """Greedy decoding of every problem, then `samples` completions each at `temperature` (truncated by
+    `truncation`: the run's rollout.top_k/top_p/min_p), scored by `reward`; `batch_size` problems per
+    engine call; progress(n) after each chunk."""
     greedy = SamplingParams(greedy=True, max_new_tokens=max_new_tokens)
     sampled = SamplingParams(
-        group_size=max(samples, 1), temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
+        group_size=max(samples, 1),
+        temperature=temperature,
+        top_p=truncation.top_p,
+        top_k=truncation.top_k,
+        min_p=truncation.min_p,
+        max_new_tokens=max_new_tokens,
     )
     out: list[Outcome] = []
     greedy_info: list[tuple[Outcome, dict]] = []  # each episode's outcome and its environment's info

@@ -8,6 +8,8 @@ module's internals, so any module can move to its own process.
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +36,11 @@ class Problem:
     ending with an assistant turn): what cold-start SFT imitates. Never shown to the policy."""
 
 
+def fingerprint(ids: Sequence[int]) -> int:
+    """A token sequence's CRC-32 (the same in every process)."""
+    return zlib.crc32(b"".join(i.to_bytes(4, "little", signed=True) for i in ids))
+
+
 FinishReason = Literal["stop", "length", "max_turns", "env_done"]
 
 
@@ -55,6 +62,9 @@ class Turn:
     context: list[int] | None = None
     """assistant turns sampled in a history an agent program rewrote (rlvr.agents): the whole context the
     policy saw; None: the prompt and token_ids[context_start:start]."""
+    sampled: int | None = None
+    """assistant turns: `fingerprint` of the token ids as the engine sampled them, which the parity
+    check compares with token_ids[start:end] (a turn re-encoded on its way to the trainer differs)."""
 
 
 @dataclass
@@ -74,7 +84,8 @@ class Completion:
     """Every token after the prompt: the ones the engine sampled (ending with the end-of-sequence token
     when it was produced) and the ones environments appended, each exactly once, never re-tokenised."""
     logprobs: list[float]
-    """Behaviour-policy log-prob of each token of token_ids (0.0 on appended tokens)."""
+    """Behaviour-policy log-prob of each token of token_ids (0.0 on appended tokens): under the
+    distribution it was drawn from, truncated and renormalised when rollout.top_k/top_p/min_p cut it."""
     finish_reason: FinishReason
     """'stop' / 'length' (the last turn ended with eos / at its token budget), 'max_turns' (env.max_turns
     reached), 'env_done' (the environment ended the episode after a turn it answered)."""
@@ -87,6 +98,10 @@ class Completion:
     loss_mask: list[int] | None = None
     """Per token of token_ids: 1 = sampled by the policy (trained on), 0 = appended by an environment.
     None: every token was sampled (a trajectory of one turn)."""
+    kept: list[int] | None = None
+    """Per token of token_ids: the record of the set a truncated distribution kept (its size and a
+    hash, rlvr.algos.truncation; 0 untruncated or appended), for the trainer's sampling replay.
+    None: nothing was truncated."""
     turns: list[Turn] = field(default_factory=list)
     env_components: dict[str, float] = field(default_factory=dict)
     """Reward components the environment gave, summed over the steps (weighted by reward.weights)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algos import token_logprobs
+from rlvr.algos.truncation import NEG, Replay, ReplayStats, Truncation
 from rlvr.records import Completion
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "forward_logits",
     "left_pad",
     "pack",
+    "pack_completions",
 ]
 
 COMPUTE_DTYPES = {"bfloat16": torch.bfloat16}
@@ -56,6 +58,7 @@ class TokenBatch:
     starts: torch.Tensor  # (B,) index in its row of the logit that predicts the first completion token
     rows: torch.Tensor | None = None  # (B,) the row of each sequence; None = row i holds sequence i
     position_ids: torch.Tensor | None = None  # (R, L) when packed
+    kept: torch.Tensor | None = None  # (B, T) int64 kept-set records (rlvr.algos.truncation); None: untruncated
 
     def to(self, device) -> "TokenBatch":
         return TokenBatch(
@@ -69,6 +72,7 @@ class TokenBatch:
                     self.starts,
                     self.rows,
                     self.position_ids,
+                    self.kept,
                 )
             )
         )
@@ -105,9 +109,11 @@ def pack(
     masks: Sequence[Sequence[int]] | None = None,
     *,
     packed: bool = False,
+    kept: Sequence[Sequence[int] | None] | None = None,
 ) -> TokenBatch:
     """Prompt + completion token lists as right-padded training tensors. masks: per completion token,
-    1 where it counts (a trajectory's sampled tokens; default every completion token).
+    1 where it counts (a trajectory's sampled tokens; default every completion token). kept: per
+    completion, its tokens' kept-set records (Completion.kept; None where untruncated).
 
     packed=True: rows as wide as the longest sequence, each holding as many sequences as fit
     (first-fit, longest first), position ids restarting at 0 for each; the targets, mask and
@@ -134,9 +140,27 @@ def pack(
             targets[i, : len(c)] = torch.tensor(list(c))
             mask[i, : len(c)] = 1.0 if masks is None else torch.tensor(list(masks[i]), dtype=torch.float32)
         starts[i] = at + len(p) - 1
+    records = None
+    if kept is not None and any(k for k in kept):
+        records = torch.zeros((b, t), dtype=torch.long)
+        for i, k in enumerate(kept):
+            if k:
+                records[i, : len(k)] = torch.tensor(list(k), dtype=torch.long)
     if not packed:
-        return TokenBatch(input_ids, attention_mask, targets, mask, starts)
-    return TokenBatch(input_ids, None, targets, mask, starts, torch.tensor(row_of), position_ids)
+        return TokenBatch(input_ids, attention_mask, targets, mask, starts, kept=records)
+    return TokenBatch(input_ids, None, targets, mask, starts, torch.tensor(row_of), position_ids, records)
+
+
+def pack_completions(completions: Sequence[Completion], pad_id: int, *, packed: bool = False) -> TokenBatch:
+    """`pack` of completions: their prompts, tokens, loss masks and kept-set records."""
+    return pack(
+        [c.prompt_ids for c in completions],
+        [c.token_ids for c in completions],
+        pad_id,
+        [c.mask for c in completions],
+        packed=packed,
+        kept=[c.kept for c in completions],
+    )
 
 
 def _place(lengths: Sequence[int], width: int) -> tuple[list[int], list[int]]:
@@ -193,14 +217,17 @@ class _HeadScores(torch.autograd.Function):
     SmolLM2's 49k vocabulary on the 2-core Xeon. Backward recomputes under the forward's autocast."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature):
+    def forward(ctx, hidden, weight, bias, targets, temperature, replay: Replay | None = None):
         z = torch.nn.functional.linear(hidden, weight, bias).float().div_(temperature)  # (C, V)
+        out = None if replay is None else replay.dropped(z, targets)  # (C, V): outside the kept sets
+        if out is not None:
+            z.masked_fill_(out, NEG)
         lse = torch.logsumexp(z, dim=-1)  # (C,)
         logp = z.gather(-1, targets[:, None]).squeeze(-1) - lse  # (C,)
         p = torch.softmax(z, dim=-1)  # (C, V)
         entropy = lse - torch.bmm(p[:, None, :], z[:, :, None]).view(-1)  # H = lse - sum p z
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
-        ctx.temperature = temperature
+        ctx.temperature, ctx.replay = temperature, replay
         device = hidden.device.type
         ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         return logp, entropy
@@ -211,8 +238,13 @@ class _HeadScores(torch.autograd.Function):
         device, enabled, dtype = ctx.autocast
         with torch.autocast(device, dtype=dtype, enabled=enabled):
             log_p = torch.nn.functional.linear(hidden, weight, bias).float().div_(ctx.temperature)  # (C, V) z
+        out = None if ctx.replay is None else ctx.replay.dropped(log_p, targets, count=False)
         log_p.sub_(lse[:, None])
+        if out is not None:  # outside the kept set: p = 0, and no gradient
+            log_p.masked_fill_(out, 0.0)
         p = log_p.exp()
+        if out is not None:
+            p.masked_fill_(out, 0.0)
         dz = log_p.add_(entropy[:, None]).mul_(g_entropy[:, None]).add_(g_logp[:, None]).mul_(p).neg_()
         dz.scatter_add_(-1, targets[:, None], g_logp[:, None]).div_(ctx.temperature)  # (C, V)
         dz = dz if enabled else dz.to(weight.dtype)  # bf16 weights without autocast: products in theirs
@@ -220,7 +252,7 @@ class _HeadScores(torch.autograd.Function):
             g_hidden = (dz @ weight).to(hidden.dtype) if ctx.needs_input_grad[0] else None  # (C, H)
             g_weight = (dz.t() @ hidden).to(weight.dtype) if ctx.needs_input_grad[1] else None  # (V, H)
         g_bias = dz.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
-        return g_hidden, g_weight, g_bias, None, None
+        return g_hidden, g_weight, g_bias, None, None, None
 
 
 class _ScoringHead(torch.nn.Module):
@@ -228,25 +260,34 @@ class _ScoringHead(torch.nn.Module):
     of the n selected positions, `chunk` at a time (`_HeadScores`)."""
 
     def __init__(
-        self, head: torch.nn.Linear, where: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int
+        self,
+        head: torch.nn.Linear,
+        where: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float,
+        chunk: int,
+        replay: Replay | None = None,
     ) -> None:
         super().__init__()
         object.__setattr__(self, "head", head)  # not a submodule: the model's parameters stay as they are
         self.where, self.targets, self.temperature, self.chunk = where, targets, temperature, chunk
+        self.replay = replay
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         picked = hidden.reshape(-1, hidden.shape[-1])[self.where]  # (n, H)
         weight, bias = self.head.weight, self.head.bias
         parts = []
         for start in range(0, len(picked), self.chunk):
+            rows = slice(start, start + self.chunk)
             parts.append(
                 torch.stack(
                     _HeadScores.apply(
-                        picked[start : start + self.chunk],
+                        picked[rows],
                         weight,
                         bias,
-                        self.targets[start : start + self.chunk],
+                        self.targets[rows],
                         self.temperature,
+                        None if self.replay is None else self.replay.part(rows),
                     ),
                     dim=-1,
                 )
@@ -271,25 +312,45 @@ def _scoring_head(model, head: _ScoringHead):
 
 
 def completion_scores(
-    model, batch: TokenBatch, temperature: float, *, dtype: str = "float32", chunk_tokens: int | None = None
+    model,
+    batch: TokenBatch,
+    temperature: float,
+    *,
+    dtype: str = "float32",
+    chunk_tokens: int | None = None,
+    truncation: Truncation | None = None,
+    replay_stats: ReplayStats | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """logp and entropy (B, T) fp32 of the completion tokens under softmax(logits / temperature),
     the distribution they were sampled from; 0 where batch.mask is 0. Carries gradient when
     autograd is on. The (B, T, V) logits never exist: see the module docstring. dtype: the
     forward's compute precision (`compute`); the log-probs are fp32 either way. The batch moves
-    to the model's device (train.device); so are the results."""
+    to the model's device (train.device); so are the results.
+
+    truncation: sampling replay (rlvr.algos.truncation): the tokens with a kept-set record in
+    batch.kept are scored over that set, renormalised (None: over the whole vocabulary);
+    replay_stats counts what the replay found."""
     batch = batch.to(next(model.parameters()).device)
+    replay = None
+    if truncation is not None and batch.kept is not None:
+        replay = Replay(truncation, batch.kept, replay_stats or ReplayStats())
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not isinstance(head, torch.nn.Linear):  # no plain linear head to stand in for: the full logits
         with compute(model, dtype):
             logits = forward_logits(model, batch)  # (R, K, V)
-        logp, entropy = token_logprobs(completion_logits(logits, batch) / temperature, batch.targets)
+        z = completion_logits(logits, batch) / temperature  # (B, T, V)
+        if replay is not None:
+            flat = z.reshape(-1, z.shape[-1])  # (B*T, V)
+            z = flat.masked_fill(replay.dropped(flat.detach().float(), batch.targets.reshape(-1)), NEG).view(z.shape)
+        logp, entropy = token_logprobs(z, batch.targets)
         return logp * batch.mask, entropy * batch.mask
     keep = batch.input_ids.shape[1] - int(batch.starts.min())
     selected = batch.mask > 0  # (B, T)
     where = batch.completion_positions(batch.input_ids.shape[1] - keep)[selected]  # (n,)
     chunk = chunk_tokens or max(1, CHUNK_FLOATS // head.out_features)
-    scorer = _ScoringHead(head, where, batch.targets[selected], temperature, chunk)
+    if replay is not None:
+        replay = Replay(replay.rule, batch.kept[selected], replay.stats).part(slice(None))
+    scorer = _ScoringHead(head, where, batch.targets[selected], temperature, chunk, replay)
     with compute(model, dtype), _scoring_head(model, scorer):
         scores = model(
             input_ids=batch.input_ids,
@@ -314,14 +375,18 @@ def completion_logprobs(
     *,
     micro_batch: int = 64,
     dtype: str = "float32",
+    truncation: Truncation | None = None,
+    replay_stats: ReplayStats | None = None,
 ) -> torch.Tensor:
     """logp (N, T) fp32 of each completion's sampled tokens under `model`, 0 on padding and on the
-    tokens an environment appended."""
+    tokens an environment appended; truncation, replay_stats: sampling replay (completion_scores)."""
     t = max(1, max(len(c.token_ids) for c in completions))
     out = torch.zeros(len(completions), t)  # (N, T)
     for start in range(0, len(completions), micro_batch):
         chunk = completions[start : start + micro_batch]
-        batch = pack([c.prompt_ids for c in chunk], [c.token_ids for c in chunk], pad_id, [c.mask for c in chunk])
-        logp, _ = completion_scores(model, batch, temperature, dtype=dtype)  # (b, T')
+        batch = pack_completions(chunk, pad_id)
+        logp, _ = completion_scores(
+            model, batch, temperature, dtype=dtype, truncation=truncation, replay_stats=replay_stats
+        )  # (b, T')
         out[start : start + len(chunk), : logp.shape[1]] = logp.cpu() * batch.mask
     return out

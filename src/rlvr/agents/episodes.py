@@ -98,7 +98,7 @@ def _completion(
         why = f"its requests were refused: {session.refused}" if session.refused else "made no request to the policy"
         fault = fault or ("bad_result", "", why)
         session.segments.append(Segment(renderer.prompt(session.problem.prompt)))
-        session.segments[0].append([engine.tokenizer.eos_token_id], None, "", "env")
+        session.segments[0].append([engine.tokenizer.eos_token_id], None, "")
     said = [t for s in session.segments for t in s.turns if t.role == "assistant"]
     text = answer if answer is not None else (said[-1].text if said else "")
     completion = session.completion(group_offset + episode.key[0], episode.key[1], engine.version, text, "env_done")

@@ -20,8 +20,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.records import Completion, Problem, Turn
-from rlvr.rollout.episodes import Renderer, Sample
+from rlvr.records import Completion, Problem, Turn, fingerprint
+from rlvr.rollout.episodes import Renderer, Sample, kept_of
 from rlvr.serve.tools import split_calls as split_hermes
 from rlvr.tools.calls import parse_tool_calls
 
@@ -34,15 +34,20 @@ class Segment:
     """The prompt this segment was sampled from, rendered once."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
 
-    def append(self, ids: list[int], logprobs: list[float] | None, text: str, role: str) -> None:
+    def append(self, ids: list[int], logprobs: list[float] | None, text: str, kept: list[int] | None = None) -> None:
+        """A sampled turn (with its log-probs and kept-set records), or tokens a request added (None)."""
         start = len(self.tokens)
         self.tokens += ids
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.kept += kept or [0] * len(ids)
         self.mask += [1 if logprobs is not None else 0] * len(ids)
-        self.turns.append(Turn(role, start, len(self.tokens), text))  # type: ignore[arg-type]
+        sampled = fingerprint(ids) if logprobs is not None else None
+        role = "assistant" if logprobs is not None else "env"
+        self.turns.append(Turn(role, start, len(self.tokens), text, sampled=sampled))
 
 
 @dataclass
@@ -102,7 +107,7 @@ class Session:
         """Keep what was sampled (after what its request added); (the text outside tool calls, the calls to
         offered tools, finish reason). Calls to tools the request did not offer stay in the text, where the
         agent sees them, and are counted on the turn (rollout/unoffered_calls_mean) and warned of once."""
-        ids, logprobs, finish = sample
+        ids, logprobs, finish = sample[:3]
         text = self.renderer.tokenizer.decode(ids, skip_special_tokens=True)
         chat = not (self.history and "text" in self.history[0])
         content, calls = split_calls(text, tools, self.tool_format) if chat else (text, [])
@@ -115,8 +120,8 @@ class Session:
                 if not self.segments or segment is not self.segments[-1]:
                     self.segments.append(segment)
                 if added:
-                    segment.append(added, None, said_text, "env")
-                segment.append(list(ids), list(logprobs), text, "assistant")
+                    segment.append(added, None, said_text)
+                segment.append(list(ids), list(logprobs), text, kept_of(sample))
                 if unoffered:
                     segment.turns[-1].info["unoffered_calls"] = unoffered
             self._pending = None
@@ -135,15 +140,26 @@ class Session:
         is closed: what a request still in flight samples is not kept."""
         with self._lock:
             self.closed = True
-        tokens, logprobs, mask, turns = [], [], [], []
+        tokens, logprobs, kept, mask, turns = [], [], [], [], []
         first = self.segments[0].context if self.segments else []
         for k, segment in enumerate(self.segments):
             offset = len(tokens)
             for t in segment.turns:
                 context = None if k == 0 else segment.context + segment.tokens[: t.start]
-                turns.append(Turn(t.role, t.start + offset, t.end + offset, t.text, info=t.info, context=context))  # type: ignore[arg-type]
+                turns.append(
+                    Turn(
+                        t.role,
+                        t.start + offset,
+                        t.end + offset,
+                        t.text,
+                        info=t.info,
+                        context=context,
+                        sampled=t.sampled,
+                    )
+                )
             tokens += segment.tokens
             logprobs += segment.logprobs
+            kept += segment.kept
             mask += segment.mask
         return Completion(
             problem_id=self.problem.id,
@@ -153,6 +169,7 @@ class Session:
             prompt_ids=first,
             token_ids=tokens,
             logprobs=logprobs,
+            kept=kept if any(kept) else None,
             finish_reason=finish,  # type: ignore[arg-type]
             policy_version=version,
             loss_mask=None if all(mask) else mask,

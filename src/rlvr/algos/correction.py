@@ -14,6 +14,7 @@ detached, so it scales the gradient without being differentiated.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -68,17 +69,20 @@ def rollout_is_weights(
 
 
 def logprob_mismatch(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor) -> dict[str, float]:
-    """How far the engine's log-probs are from the trainer's on the sampled tokens: mean and max
-    |difference| and KL(engine || trainer) (k3 on the engine's samples), over masked tokens."""
+    """How far the engine's log-probs are from the trainer's on the sampled tokens: mean, 99th
+    percentile and max |difference| and KL(engine || trainer) (k3 on the engine's samples), over
+    masked tokens."""
     mask = mask.float()
     live = mask != 0
     if not bool(live.any()):
-        return {"logprob_diff_mean": 0.0, "logprob_diff_max": 0.0, "engine_kl": 0.0}
+        return {"logprob_diff_mean": 0.0, "logprob_diff_p99": 0.0, "logprob_diff_max": 0.0, "engine_kl": 0.0}
     diff = (old_logp.float() - behaviour_logp.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
     k3 = torch.expm1(diff) - diff  # (B, T): log q/p with q the trainer, p the engine that sampled
+    gaps = diff.abs()[live]  # (n,)
     n = mask.sum()
     return {
         "logprob_diff_mean": float((diff.abs() * mask).sum() / n),
-        "logprob_diff_max": float(diff.abs()[live].max()),
+        "logprob_diff_p99": float(gaps.kthvalue(max(1, math.ceil(0.99 * len(gaps)))).values),
+        "logprob_diff_max": float(gaps.max()),
         "engine_kl": float((k3 * mask).sum() / n),
     }

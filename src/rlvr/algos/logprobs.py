@@ -20,12 +20,14 @@ __all__ = ["chunk_logprobs", "token_logprobs"]
 def chunk_logprobs(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
     """(C, V) any dtype, (C,) long -> logp (C,), entropy (C,), fp32."""
     x = logits.float()  # (C, V)
-    # -inf logits (masked vocabulary) become the most negative finite float: p is still
-    # exactly 0, but p * log p is 0 instead of 0 * -inf = NaN, in forward and backward.
+    # -inf logits (masked vocabulary, tokens outside a kept set) become the most negative finite
+    # float: p is still exactly 0, but p * log p is 0 instead of 0 * -inf = NaN.
     x = x.clamp(min=torch.finfo(torch.float32).min)  # (C, V)
     log_norm = torch.logsumexp(x, dim=-1, keepdim=True)  # (C, 1)
     log_p = x - log_norm  # (C, V)
-    entropy = -(log_p.exp() * log_p).sum(dim=-1)  # (C,); sum of non-negative terms, no cancellation
+    # sum of non-negative terms, no cancellation; log p floored at -1e4 (below any real one, -104 in
+    # fp32) so that a masked token's gradient g * log p * p is 0, not an overflow times 0 = NaN
+    entropy = -(log_p.exp() * log_p.clamp(min=-1e4)).sum(dim=-1)  # (C,)
     logp = log_p.gather(-1, targets[:, None]).squeeze(-1)  # (C,)
     return logp, entropy
 

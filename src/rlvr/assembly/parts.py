@@ -48,6 +48,7 @@ from rlvr.tasks import (
 )
 from rlvr.tasks.files import data_files
 from rlvr.tools import hosted, resolve_tools
+from rlvr.train.update import replay_rule
 from rlvr.urls import URL_CACHE, cache_dir, is_url
 
 
@@ -141,8 +142,15 @@ def teacher_model(cfg, tokenizer, device=None, path: str | None = None) -> Refer
 
 
 def reference_model(cfg, model, tokenizer) -> ReferenceModel:
-    """A frozen copy of `model` (the start of RL) scoring at the sampling temperature, for the KL term."""
-    return ReferenceModel(reference_policy(model), tokenizer.pad_token_id, cfg.rollout.temperature, cfg.model.dtype)
+    """A frozen copy of `model` (the start of RL) scoring at the sampling temperature, for the KL term
+    (over each token's kept set with sampling replay, as the policy is)."""
+    return ReferenceModel(
+        reference_policy(model),
+        tokenizer.pad_token_id,
+        cfg.rollout.temperature,
+        cfg.model.dtype,
+        replay_rule(cfg.rollout),
+    )
 
 
 def episode_spec(cfg, tool_host=None) -> EpisodeSpec:

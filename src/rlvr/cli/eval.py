@@ -117,6 +117,7 @@ def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
     """Outcomes of one model on `problems` (rlvr.evaluate.score_problems), with a progress bar."""
     from rich.progress import Progress
 
+    from rlvr.algos.truncation import Truncation
     from rlvr.evaluate import score_problems
     from rlvr.assembly import episode_spec, rollout_engine
 
@@ -145,7 +146,7 @@ def evaluate_model(cfg, path: str, problems, args, reward, label: str = ""):
             max_new_tokens=max_new_tokens,
             samples=args.samples,
             temperature=args.temperature,
-            top_p=cfg.rollout.top_p,
+            truncation=Truncation(cfg.rollout.top_k, cfg.rollout.top_p, cfg.rollout.min_p),
             batch_size=args.batch_size,
             progress=lambda n: bar.advance(task, n),
         )

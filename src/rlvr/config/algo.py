@@ -70,13 +70,17 @@ class AlgoConfig:
     with no reward variance stay at zero advantage."""
     recompute_logprobs: Literal["auto", "always", "never"] = "auto"
     """Score each batch with the trainer's weights before the update and use those log-probs as the PPO
-    anchor, reporting rollout/logprob_diff_mean|max and rollout/engine_kl against the engine's.
+    anchor, reporting rollout/logprob_diff_mean|p99|max and rollout/engine_kl against the engine's.
     'auto': when the engine holds its own weights (rollout.engine=vllm) or algo.rollout_is is on."""
     rollout_is: RolloutIS = RolloutIS.NONE
     """Truncated importance-sampling correction for the engine/trainer mismatch (rlvr.algos.correction):
     per token, or one weight per sequence."""
     rollout_is_cap: float = 2.0
     """Truncation of the rollout-correction weights."""
+    parity_threshold: float = 1e-3
+    """The parity check (rlvr.train.parity): when the largest |log-prob gap| between the engine and the
+    trainer on the step's on-policy tokens exceeds it, its cause is named (weights, template,
+    truncation, precision or kernel: rlvr.algos.parity) in rollout/parity_cause and an alert."""
     distill: DistillConfig = field(default_factory=DistillConfig)
     """algo.distill.teacher: a per-token reverse-KL advantage toward a teacher model on the policy's own samples."""
 
@@ -87,6 +91,7 @@ class AlgoConfig:
         require(self.noise_std >= 0, "noise_std", f"must be >= 0, got {self.noise_std}")
         require(self.beta >= 0, "beta", f"must be >= 0, got {self.beta}")
         require(self.rollout_is_cap > 0, "rollout_is_cap", f"must be > 0, got {self.rollout_is_cap}")
+        require(self.parity_threshold > 0, "parity_threshold", f"must be > 0, got {self.parity_threshold}")
         require(
             self.rollout_is == "none" or self.recompute_logprobs != "never",
             "rollout_is",

@@ -118,6 +118,20 @@ class RolloutConfig:
     """The sampling temperature (the lowest that rollout.auto_temperature measures)."""
     auto_temperature: AutoTemperatureConfig = field(default_factory=AutoTemperatureConfig)
     top_p: float = 1.0
+    """Nucleus sampling: each token is drawn from the largest probabilities whose mass before them
+    is below top_p (1.0: off). Truncations apply to softmax(logits / temperature) in the order
+    top_k, top_p, min_p (transformers'; vLLM applies min_p first), and each token's behaviour
+    log-prob is that of the truncated, renormalised distribution (rlvr.algos.truncation)."""
+    top_k: int = 0
+    """Draw from the top_k largest logits only (0: off)."""
+    min_p: float = 0.0
+    """Drop the tokens less probable than min_p times the most probable one (0.0: off)."""
+    sampling_replay: bool = True
+    """With a truncation active, the trainer's, the reference's and the KL's log-probs are
+    renormalised over the set each token was drawn from (recorded by the engine: its size and a
+    hash, 8 bytes per token; vLLM: the rule applied again to the trainer's logits). false: they are
+    scored over the whole vocabulary, against behaviour log-probs of the truncated distribution (an
+    off-policy gap that algo.rollout_is corrects)."""
     max_new_tokens: int = 48
 
     def __post_init__(self) -> None:
@@ -129,6 +143,15 @@ class RolloutConfig:
         )
         require(self.temperature > 0, "temperature", f"must be > 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.top_k >= 0, "top_k", f"must be >= 0 (0: off), got {self.top_k}")
+        require(0 <= self.min_p < 1, "min_p", f"must be in [0, 1) (0: off), got {self.min_p}")
+        truncated = self.top_k > 0 or self.top_p < 1 or self.min_p > 0
+        require(
+            not truncated or self.speculative.method == "none" or self.engine == "vllm",
+            "speculative.method",
+            "the loop engine's speculative decoding samples the untruncated distribution: set rollout.top_k=0, "
+            "rollout.top_p=1 and rollout.min_p=0, or rollout.speculative.method=none",
+        )
         require(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         require(self.sync_every >= 1, "sync_every", f"must be >= 1, got {self.sync_every}")
         require(self.sync_timeout_s > 0, "sync_timeout_s", f"must be > 0, got {self.sync_timeout_s}")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlvr.algos.truncation import Truncation
 from rlvr.config.model import ModelConfig
 from rlvr.configlib import ConfigError
 from rlvr.models.gguf import ModelNotFound
@@ -18,15 +19,21 @@ from rlvr.scoring import completion_logprobs
 class ReferenceModel:
     """A frozen copy of the starting policy. Never built when beta = 0."""
 
-    def __init__(self, model, pad_id: int, temperature: float, dtype: str = "float32"):
+    def __init__(
+        self, model, pad_id: int, temperature: float, dtype: str = "float32", truncation: Truncation | None = None
+    ):
         self.model = model.eval().requires_grad_(False)
         self.pad_id = pad_id
         self.temperature = temperature
         self.dtype = dtype  # compute precision (rlvr.scoring.compute)
+        self.truncation = truncation
+        """Sampling replay (rlvr.algos.truncation): scored over each token's kept set, as the policy is."""
 
     def logprobs(self, completions: Sequence[Completion]) -> torch.Tensor:
         """(N, T) fp32, right-padded with 0."""
-        return completion_logprobs(self.model, completions, self.pad_id, self.temperature, dtype=self.dtype)
+        return completion_logprobs(
+            self.model, completions, self.pad_id, self.temperature, dtype=self.dtype, truncation=self.truncation
+        )
 
 
 def teacher_path(name: str, model: ModelConfig) -> str:

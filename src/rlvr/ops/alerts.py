@@ -36,6 +36,7 @@ RULES = (
     "throughput",
     "reward_agreement",
     "weight_sync",
+    "logprob_parity",
 )
 
 
@@ -176,6 +177,20 @@ class AlertRules:
             ),
         )
 
+    def _logprob_parity(self, m: dict[str, Any]):
+        gap = _num(m, "rollout/parity_gap_max")
+        if gap is None:
+            return None  # nothing on-policy to compare this step
+        cause = m.get("rollout/parity_cause")
+        return (
+            cause is not None,
+            gap,
+            (
+                f"engine/trainer log-prob gap max {gap:.3g} (p99 {_num(m, 'rollout/parity_gap_p99') or 0:.3g}) over "
+                f"algo.parity_threshold: cause {cause}: {m.get('rollout/parity_evidence')}"
+            ),
+        )
+
     def _eval_decline(self, m: dict[str, Any]):
         acc = _num(m, "eval/accuracy")
         if acc is None or not self.cfg.eval_drops:
@@ -223,6 +238,7 @@ class AlertRules:
             "eval_decline": self._eval_decline,
             "reward_agreement": self._reward_agreement,
             "weight_sync": self._weight_sync,
+            "logprob_parity": self._logprob_parity,
         }
         alerts = []
         for rule, condition in conditions.items():

@@ -81,6 +81,12 @@ def default_specs(
         ),
         PlotSpec("throughput", "Rollout throughput", ["perf/rollout_tok_s"], "tokens / s"),
         PlotSpec("sync", "Weight sync, trainer to rollout engine", ["sync/seconds"], "seconds"),
+        PlotSpec(
+            "parity",
+            "Engine/trainer log-prob gap on the sampled tokens (rlvr.train.parity)",
+            ["rollout/parity_gap_max", "rollout/parity_gap_p99", "rollout/parity_gap_mean"],
+            "|log-prob difference|",
+        ),
         PlotSpec("loss", "Policy loss and gradient norm", ["actor/loss", "actor/grad_norm"], ""),
     ]
     if len(sources) > 1:

@@ -6,19 +6,23 @@ rollouts waste most of that: here each distinct prompt is prefilled once
 and its KV cache repeated G times, and a row that emits eos leaves the
 batch (its cache row at the next compaction), so compute follows the tokens actually
 generated. The sampling distribution is the same (softmax of logits /
-temperature, optional nucleus); behaviour log-probs are read off each
+temperature, optionally truncated: rlvr.algos.truncation); behaviour log-probs are read off each
 step's logits, one (rows, V) slice at a time, never (rows, T, V).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 
 import torch
 
+from rlvr.algos.truncation import Truncation, prefix_records
 from rlvr.rollout import native
 from rlvr.rollout.stepper import make_stepper
+
+NO_TRUNCATION = Truncation()
 
 
 def supports_loop(model) -> bool:
@@ -29,44 +33,53 @@ def supports_loop(model) -> bool:
     return bool(getattr(model, "can_generate", lambda: False)()) and hasattr(Cache, "batch_select_indices")
 
 
-def processed_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """The sampling distribution (..., V): softmax(logits / temperature), cut to the nucleus (not
-    renormalised: multinomial does not need it)."""
-    probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # (..., V)
-        outside = sorted_p.cumsum(-1) - sorted_p > top_p  # tokens past the nucleus; the first always stays
-        sorted_p = sorted_p.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return probs
+def processed_probs(logits: torch.Tensor, temperature: float, rule: Truncation = NO_TRUNCATION) -> torch.Tensor:
+    """The sampling distribution (..., V): softmax(logits / temperature) over the kept set of `rule`
+    (rlvr.algos.truncation)."""
+    z = logits.float() / temperature  # (..., V)
+    if rule.active:
+        flat = z.reshape(-1, z.shape[-1])  # (R, V)
+        z = flat.masked_fill(flat < rule.threshold(flat)[:, None], -math.inf).reshape(z.shape)
+    return torch.softmax(z, dim=-1)
 
 
 def sample_with_logprobs(
-    logits: torch.Tensor, temperature: float, top_p: float, greedy: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its log-prob under softmax(logits / temperature) (1 when greedy),
-    (R, V) -> (R,), (R,). Sampling by inverse CDF: one uniform per row, where multinomial draws an
-    exponential per vocabulary entry (6% of the loop's time on SmolLM2 at 16 rows, profiled)."""
-    if not greedy and top_p >= 1.0 and logits.dtype == torch.float32 and logits.device.type == "cpu":
+    logits: torch.Tensor, temperature: float, rule: Truncation, greedy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One token per row, its log-prob under the distribution it was drawn from (softmax(logits /
+    temperature) renormalised over the kept set of `rule`; 1 when greedy), and the kept sets'
+    records (rlvr.algos.truncation.prefix_records; None untruncated): (R, V) -> (R,), (R,), (R,) | None.
+    Sampling by inverse CDF: one uniform per row, where multinomial draws an exponential per
+    vocabulary entry (6% of the loop's time on SmolLM2 at 16 rows, profiled)."""
+    truncated = rule.active and not greedy
+    if not greedy and not truncated and logits.dtype == torch.float32 and logits.device.type == "cpu":
         lib = native.library()
         if lib is not None:  # the same draw in one pass over exp (rlvr.rollout.native.sample)
-            return native.sample(lib, logits, temperature, torch.rand(len(logits)))
-    log_p = torch.log_softmax(logits / (1.0 if greedy else temperature), dim=-1)  # (R, V)
+            return (*native.sample(lib, logits, temperature, torch.rand(len(logits))), None)
+    z = logits.float() / (1.0 if greedy else temperature)  # (R, V)
+    if truncated:  # drawn among each row's kept set: the n largest of its K candidates
+        vals, ids, n = rule.kept_prefix(z)  # (R, K), (R, K), (R,)
+        outside = torch.arange(vals.shape[1], device=vals.device) >= n[:, None]  # (R, K)
+        tok, log_p = _draw(torch.log_softmax(vals.masked_fill(outside, -math.inf), dim=-1))
+        return ids.gather(-1, tok[:, None]).squeeze(-1), log_p, prefix_records(ids, n, z.shape[-1])
+    log_p = torch.log_softmax(z, dim=-1)  # (R, V)
     if greedy:
         tok = logits.argmax(-1)  # (R,)
-    else:
-        probs = log_p.exp() if top_p >= 1.0 else processed_probs(logits, temperature, top_p)  # (R, V)
-        cdf = probs.cumsum(-1)  # (R, V)
-        u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # (R, 1)
-        tok = (
-            torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
-        )  # (R,): cdf > u, never a zero-probability token
+        return tok, log_p.gather(-1, tok[:, None]).squeeze(-1), None
+    return (*_draw(log_p), None)
+
+
+def _draw(log_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One index per row of log-probs (R, N) by inverse CDF, and its log-prob."""
+    cdf = log_p.exp().cumsum(-1)  # (R, N)
+    u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # (R, 1)
+    tok = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)  # (R,): never p = 0
     return tok, log_p.gather(-1, tok[:, None]).squeeze(-1)
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:
-    """One token per row, (R, V) -> (R,)."""
-    return sample_with_logprobs(logits, temperature, top_p, greedy)[0]
+def sample_tokens(logits: torch.Tensor, temperature: float, greedy: bool) -> torch.Tensor:
+    """One token per row from softmax(logits / temperature), (R, V) -> (R,)."""
+    return sample_with_logprobs(logits, temperature, NO_TRUNCATION, greedy)[0]
 
 
 @torch.no_grad()
@@ -77,14 +90,14 @@ def decode(
     *,
     max_new_tokens: int,
     temperature: float,
-    top_p: float,
+    truncation: Truncation,
     greedy: bool,
     eos_id: int,
     pad_id: int,
     stop: threading.Event | None = None,
-) -> list[tuple[list[int], list[float], str]]:
-    """(token ids, behaviour log-probs, finish reason) for `group_size` samples of each prompt,
-    prompt after prompt. Token ids end with eos when it was produced ('stop'), else 'length';
+) -> list[tuple[list[int], list[float], str, list[int] | None]]:
+    """(token ids, behaviour log-probs, finish reason, kept-set records or None) for `group_size`
+    samples of each prompt, prompt after prompt (rlvr.rollout.episodes.Sample). Token ids end with eos when it was produced ('stop'), else 'length';
     once `stop` is set (new weights: rlvr.rollout.controls.NewWeights), the rows still decoding end
     after the step in hand, 'interrupted'."""
     device = next(model.parameters()).device
@@ -96,12 +109,16 @@ def decode(
     rows = torch.arange(n, device=device)  # (R,) which output row each active row is
     tokens = [[] for _ in range(n)]
     logps: list[list[float]] = [[] for _ in range(n)]
+    kept: list[list[int]] = [[] for _ in range(n)]
     finish = ["length"] * n
     for step in range(max_new_tokens):
-        tok, lp = sample_with_logprobs(logits, temperature, top_p, greedy)  # (R,) each
+        tok, lp, records = sample_with_logprobs(logits, temperature, truncation, greedy)  # (R,) each
         for r, t, p in zip(rows.tolist(), tok.tolist(), lp.tolist()):
             tokens[r].append(t)
             logps[r].append(p)
+        if records is not None:
+            for r, k in zip(rows.tolist(), records.tolist()):
+                kept[r].append(k)
         done = tok == eos_id  # (R,)
         for r in rows[done].tolist():
             finish[r] = "stop"
@@ -116,4 +133,4 @@ def decode(
             stepper.select(keep)
             rows, tok = rows[keep], tok[keep]
         logits = stepper.step(tok)  # (R, V)
-    return [(tokens[r], logps[r], finish[r]) for r in range(n)]
+    return [(tokens[r], logps[r], finish[r], kept[r] or None) for r in range(n)]

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import torch
 
+from rlvr.algos.truncation import Truncation
 from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
@@ -35,9 +36,16 @@ class SamplingParams:
     group_size: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
     max_new_tokens: int = 48
     greedy: bool = False
     """Argmax decoding, one completion per problem (evaluation)."""
+
+    @property
+    def truncation(self) -> Truncation:
+        """The kept set each token is drawn from (rlvr.algos.truncation), in transformers' order."""
+        return Truncation(top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
 
 
 def sampling_params(rollout, *, greedy: bool = False) -> SamplingParams:
@@ -46,6 +54,8 @@ def sampling_params(rollout, *, greedy: bool = False) -> SamplingParams:
         group_size=rollout.group_size,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        min_p=rollout.min_p,
         max_new_tokens=rollout.max_new_tokens,
         greedy=greedy,
     )

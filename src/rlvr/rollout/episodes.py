@@ -34,15 +34,23 @@ from rlvr.envs import Environment, SingleTurn, episode_seed, schemas
 from rlvr.envs.checks import Limits
 from rlvr.envs.faults import FaultLedger, overran, record_fault
 from rlvr.envs.host import EnvHost, Handle, ThreadHost
-from rlvr.records import Completion, Message, Problem, Turn
+from rlvr.records import Completion, Message, Problem, Turn, fingerprint
 from rlvr.rollout.controls import Bounded, NewWeights
 
-Sample = tuple[list[int], list[float], str]
-"""(token ids, behaviour log-probs, finish reason 'stop' | 'length' | 'interrupted') of one sampled
+Sample = tuple[list[int], list[float], str] | tuple[list[int], list[float], str, list[int] | None]
+"""(token ids, behaviour log-probs, finish reason 'stop' | 'length' | 'interrupted'[, the kept-set
+record of each token: rlvr.algos.truncation, None or absent when untruncated]) of one sampled
 continuation; 'interrupted': stopped for new weights (EpisodeSpec.new_weights), to be sampled on."""
 
-Versioned = tuple[list[int], list[float], str, list[int]]
-"""A Sample and the policy version that sampled each of its tokens."""
+Versioned = tuple[list[int], list[float], str, list[int], list[int]]
+"""A Sample's ids, log-probs and finish, the policy version that sampled each token, and each
+token's kept-set record (0: untruncated)."""
+
+
+def kept_of(sample: Sample) -> list[int]:
+    """A Sample's kept-set records, one per token (0 where it has none)."""
+    kept = sample[3] if len(sample) > 3 else None
+    return list(kept) if kept else [0] * len(sample[0])
 
 
 class TokenSampler(Protocol):
@@ -194,6 +202,8 @@ class _Trajectory:
     prompt_ids: list[int]
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    """Each token's kept-set record (rlvr.algos.truncation; 0: untruncated or appended)."""
     mask: list[int] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     """The policy version behind each token (an appended token: its turn's last sampled token's)."""
@@ -346,35 +356,42 @@ def _sample(
     if spec.new_weights is not None and spec.new_weights.arrived.is_set():  # arrived before this turn
         spec.new_weights.take()
     out = [
-        (ids, logps, finish, [engine.version] * len(ids))
-        for ids, logps, finish in engine.sample(contexts, params, group_size)
+        (s[0], s[1], s[2], [engine.version] * len(s[0]), kept_of(s))
+        for s in engine.sample(contexts, params, group_size)
     ]
     while spec.new_weights is not None and any(s[2] == "interrupted" for s in out):
         spec.new_weights.take()
         by_left: dict[int, list[int]] = {}  # rows stopped together have the same budget left
-        for k, (ids, _, finish, _) in enumerate(out):
+        for k, (ids, _, finish, _, _) in enumerate(out):
             if finish == "interrupted":
                 by_left.setdefault(params.max_new_tokens - len(ids), []).append(k)
         for left, rows in sorted(by_left.items()):
             more = engine.sample(
                 [[*contexts[k // group_size], *out[k][0]] for k in rows], _turn_params(params, spec, left), 1
             )
-            for k, (ids, logps, finish) in zip(rows, more):
-                done, done_logps, _, versions = out[k]
-                out[k] = (done + ids, done_logps + logps, finish, versions + [engine.version] * len(ids))
+            for k, sample in zip(rows, more):
+                ids, logps, finish = sample[:3]
+                done, done_logps, _, versions, kept = out[k]
+                out[k] = (
+                    done + ids,
+                    done_logps + logps,
+                    finish,
+                    versions + [engine.version] * len(ids),
+                    kept + kept_of(sample),
+                )
     return out
 
 
 def _record_turn(traj: _Trajectory, sample: Versioned, context_start: int, tokenizer) -> None:
-    ids, logps, finish, versions = sample
+    ids, logps, finish, versions, kept = sample
     start = len(traj.tokens)
     traj.tokens += ids
     traj.logprobs += logps
+    traj.kept += kept
     traj.mask += [1] * len(ids)
     traj.versions += versions
-    traj.turns.append(
-        Turn("assistant", start, len(traj.tokens), tokenizer.decode(ids, skip_special_tokens=True), context_start)
-    )
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    traj.turns.append(Turn("assistant", start, len(traj.tokens), text, context_start, sampled=fingerprint(ids)))
     if finish == "length" and traj.finish is None:  # cut at its budget: the environment never sees a truncated turn
         traj.finish = "length"
 
@@ -460,6 +477,7 @@ def _after_step(traj: _Trajectory, outcome: dict, renderer: Renderer, spec: Epis
     start = len(traj.tokens)
     traj.tokens += appended
     traj.logprobs += [0.0] * len(appended)
+    traj.kept += [0] * len(appended)
     traj.mask += [0] * len(appended)
     traj.versions += traj.versions[-1:] * len(appended)
     text = renderer.tokenizer.decode(appended, skip_special_tokens=False)
@@ -480,6 +498,7 @@ def _completion(traj: _Trajectory, engine: TokenSampler) -> Completion:
         prompt_ids=traj.prompt_ids,
         token_ids=traj.tokens,
         logprobs=traj.logprobs,
+        kept=traj.kept if any(traj.kept) else None,
         finish_reason=traj.finish or "stop",  # type: ignore[arg-type]
         policy_version=min(sampled_by, default=engine.version),
         token_versions=traj.versions if len(sampled_by) > 1 else None,

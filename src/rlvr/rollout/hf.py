@@ -1,7 +1,8 @@
 """Rollout with Hugging Face `generate` (`rollout.engine=hf`): G sampled completions per prompt.
 
 Behaviour log-probs are taken from the generation logits divided by the
-temperature, the same distribution the trainer scores with, so the
+temperature (truncated: from generate's processed scores, which hold -inf
+outside the kept set), the same distribution the trainer scores with, so the
 importance ratio starts at 1 on the first update.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlvr.algos.truncation import kept_records
 from rlvr.rollout.engine import ModelEngine, SamplingParams
 from rlvr.rollout.episodes import Sample
 from rlvr.scoring import left_pad
@@ -32,10 +34,18 @@ class HFEngine(ModelEngine):
         eos_id = tok.eos_token_id
         input_ids, attention_mask = left_pad([prompts[i] for i, _ in rows], tok.pad_token_id)  # (B, P)
         input_ids, attention_mask = input_ids.to(self.model.device), attention_mask.to(self.model.device)
+        truncated = params.truncation.active and not params.greedy
         kwargs = (
             dict(do_sample=False)
             if params.greedy
-            else dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+            else dict(
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                min_p=params.min_p,  # 0.0 as well: a model's generation_config must not truncate unseen
+                output_scores=truncated,
+            )
         )
         new_weights = self.episodes.new_weights
         if new_weights is not None:
@@ -52,14 +62,14 @@ class HFEngine(ModelEngine):
         )
         new = gen.sequences[:, input_ids.shape[1] :]  # (B, T)
         temp = 1.0 if params.greedy else params.temperature
-        # one step at a time: a (B, V) fp32 slice instead of (B, T, V) copies of every logit
+        # one step at a time: a (B, V) fp32 slice instead of (B, T, V) copies of every logit. Truncated:
+        # generate's processed scores (logits / temperature, -inf outside the kept set) are what it drew from
+        steps = gen.scores if truncated else [step.float() / temp for step in gen.logits]
         logp = torch.stack(
-            [
-                torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t, None]).squeeze(-1)
-                for t, step in enumerate(gen.logits)
-            ],
+            [torch.log_softmax(z.float(), dim=-1).gather(-1, new[:, t, None]).squeeze(-1) for t, z in enumerate(steps)],
             dim=1,
         )  # (B, T)
+        kept = torch.stack([kept_records(torch.isfinite(z)) for z in steps], dim=1) if truncated else None  # (B, T)
         samples: list[Sample] = []
         cut_short = (
             new_weights is not None
@@ -72,7 +82,8 @@ class HFEngine(ModelEngine):
             if eos_id in ids:
                 ids = ids[: ids.index(eos_id) + 1]
                 finish = "stop"
-            samples.append((ids, logp[row, : len(ids)].tolist(), finish))
+            records = None if kept is None else kept[row, : len(ids)].tolist()
+            samples.append((ids, logp[row, : len(ids)].tolist(), finish, records))
         return samples
 
 

@@ -91,7 +91,6 @@ def decode_speculative(
     *,
     max_new_tokens: int,
     temperature: float,
-    top_p: float,
     greedy: bool,
     eos_id: int,
     pad_id: int,
@@ -112,7 +111,7 @@ def decode_speculative(
     rows = _Rows(prompts, group_size, mask.repeat_interleave(group_size, 0), max_new_tokens, eos_id)
     temp = 1.0 if greedy else temperature
     proposed = accepted = verified = emitted = 0
-    pending = sample_tokens(logits, temperature, top_p, greedy)  # (R,) drawn, not yet fed to the model
+    pending = sample_tokens(logits, temperature, greedy)  # (R,) drawn, not yet fed to the model
     pending_lp = _logp_of(logits, pending, temp)  # (R,)
     while True:
         for a in range(len(rows.active)):
@@ -141,7 +140,7 @@ def decode_speculative(
         )
         cache = cache_of(out)
         step_logits = out.logits.float()  # (R, k + 1, V): position j predicts the token after input j
-        probs = processed_probs(step_logits, temperature, top_p)
+        probs = processed_probs(step_logits, temperature)
         probs = probs / probs.sum(-1, keepdim=True)  # (R, k + 1, V) the target distribution
         if greedy:
             ok = d == step_logits[:, :k].argmax(-1)  # (R, k)

@@ -38,7 +38,6 @@ class LoopEngine(ModelEngine):
             kwargs = dict(
                 max_new_tokens=params.max_new_tokens,
                 temperature=params.temperature,
-                top_p=params.top_p,
                 greedy=params.greedy,
                 eos_id=self.tokenizer.eos_token_id,
                 pad_id=self.tokenizer.pad_token_id,
@@ -59,6 +58,7 @@ class LoopEngine(ModelEngine):
                     [contexts[i] for i in idx],
                     g,
                     stop=new_weights.arrived if new_weights else None,
+                    truncation=params.truncation,
                     **kwargs,
                 )
             out.extend(samples)

@@ -6,9 +6,11 @@ trainer's tensors go in through vLLM's in-place reload
 policy version; a reload that fails or outlasts `rollout.sync_timeout_s`
 raises `WeightSyncError` naming the step instead of hanging the run.
 
-Behaviour log-probs come from vLLM's sampler after temperature scaling
-(`logprobs_mode="processed_logprobs"`), the distribution the trainer scores
-with; the trainer recomputes them every step and reports the difference
+Behaviour log-probs come from vLLM's sampler after temperature scaling and
+truncation (`logprobs_mode="processed_logprobs"`: renormalised over the kept
+set), the distribution the trainer scores with; vLLM returns no kept set, so
+the trainer applies the rule again to its own logits (rlvr.algos.truncation,
+`RECOMPUTE`, in vLLM's order); the trainer recomputes them every step and reports the difference
 (rlvr.train.update.recompute_anchor, rlvr.algos.logprob_mismatch). Sampling is
 seeded per call from torch's generator (on CPU it draws from that generator
 itself), so a seeded run samples the same on the same machine.
@@ -31,6 +33,7 @@ import torch
 from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
 from rlvr.rollout.engine import NamedTensors, SamplingParams, WeightSyncError
+from rlvr.algos.truncation import RECOMPUTE
 from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
 from rlvr.rollout.sync import checksum
 
@@ -198,11 +201,14 @@ class VLLMEngine:
             n=group_size,
             temperature=0.0 if params.greedy else params.temperature,
             top_p=params.top_p,
+            top_k=params.top_k,
+            min_p=params.min_p,
             max_tokens=params.max_new_tokens,
             logprobs=0,
             seed=seed,
             stop_token_ids=[self.tokenizer.eos_token_id],
         )
+        truncated = params.truncation.active and not params.greedy  # its log-probs are renormalised already
         outputs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in contexts], sampling, use_tqdm=False)
         if self.speculative:
             counts, before = self._spec_counts(), self._counts
@@ -217,7 +223,8 @@ class VLLMEngine:
             for sample in request.outputs:
                 ids = list(sample.token_ids)
                 logps = [step[tok].logprob for tok, step in zip(ids, sample.logprobs)]
-                out.append((ids, logps, "stop" if ids and ids[-1] == self.tokenizer.eos_token_id else "length"))
+                finish = "stop" if ids and ids[-1] == self.tokenizer.eos_token_id else "length"
+                out.append((ids, logps, finish, [RECOMPUTE] * len(ids) if truncated else None))
         return out
 
     def load_weights(self, named_tensors: NamedTensors, version: int) -> None:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from rlvr.algos.truncation import ReplayStats
 from rlvr.checkpoint import Checkpointer, check_loaded_keys
 from rlvr.config import AlgoConfig, CkptConfig, EvalConfig, LogConfig, RolloutConfig
 from rlvr.console import RunConsole
@@ -40,6 +43,7 @@ from rlvr.train.sft import sft_info
 from rlvr.train.state import TrainerState
 from rlvr.train.step import BatchSource, StepBatch
 from rlvr.train.sync import Synced, sync_weights
+from rlvr.train.parity import batch_evidence, engine_precision, engine_weights_differ, parity_metrics
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor
 
 
@@ -192,6 +196,7 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     state.consumed = batch.sampler_position
     anchor = None
     sequences, advantages, loss_mask = batch.update_inputs()
+    replay = ReplayStats()
     if run.recompute and sequences:  # the trainer's log-probs of the batch, before any update
         a = run.algo
         anchor = recompute_anchor(
@@ -203,7 +208,12 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
             rollout_is=a.rollout_is,
             cap=a.rollout_is_cap,
             dtype=run.settings.dtype,
+            truncation=run.settings.truncation,
+            replay_stats=replay,
         )
+    probe = None
+    if anchor is None and sequences:
+        probe = torch.full((len(sequences), max(1, max(len(c.token_ids) for c in sequences))), math.nan)
     t_update = time.time()
     actor = policy_update(
         state.model,
@@ -218,13 +228,17 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
         fault=run.guard.fault(state.step),
         anchor=anchor,
         par=run.par,
+        replay_stats=replay if anchor is None else None,
+        probe=probe,
     )
+    parity = step_parity(run, state, batch, sequences, loss_mask, anchor.old_logp if anchor else probe, replay)
     lr = state.scheduler.get_last_lr()[0]  # the rate this update used
     state.scheduler.step()
     memory = {k: max(v) for k, v in _columns(run.par.gather([peak_memory()])).items()}  # the largest rank's
     metrics = {
         **batch.metrics,
         **(anchor.metrics if anchor else {}),
+        **parity,
         **actor,
         "actor/lr": lr,
         "time/update_s": time.time() - t_update,
@@ -236,6 +250,29 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
         run.eval_sync = None
     # every rank acts on rank 0's figures (alerts, rollbacks, the monitor): they decide the same
     return batch, run.par.broadcast(metrics)
+
+
+def step_parity(run: Run, state: TrainerState, batch, sequences, loss_mask, trainer_logp, replay: ReplayStats) -> dict:
+    """The step's parity check (rlvr.train.parity), on the trainer's log-probs before the update."""
+    if trainer_logp is None:
+        return {}
+    if run.par.world > 1:  # each rank scored its share: the rows a rank left NaN another one has
+        parts = run.par.gather([(trainer_logp, replay.set_mismatch)])
+        trainer_logp = functools.reduce(lambda a, b: torch.where(a.isnan(), b, a), [p[0] for p in parts])
+        replay = ReplayStats(set_mismatch=sum(p[1] for p in parts))
+
+    def evidence():
+        synced = int(batch.metrics.get("sync/checksum_mismatch", 0))
+        return batch_evidence(
+            sequences,
+            replayed=run.settings.truncation is not None,
+            replay=replay,
+            engine_dtype=engine_precision(run.engine),
+            trainer_dtype=run.settings.dtype,
+            weights_mismatch=synced or engine_weights_differ(run.engine, run.rollout_model, state.step - 1),
+        )
+
+    return parity_metrics(trainer_logp, sequences, loss_mask, state.step - 1, run.algo.parity_threshold, evidence)
 
 
 def _columns(rows: list[dict[str, float]]) -> dict[str, list[float]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algos.advantages import advantage_scale, turn_advantages, zero_variance_groups
-from rlvr.records import Completion
+from rlvr.records import Completion, Turn
 
 
 @dataclass
@@ -68,9 +68,11 @@ def turn_sequences(c: Completion) -> list[Completion]:
                 else c.prompt_ids + c.token_ids[t.context_start : t.start],
                 token_ids=c.token_ids[t.start : t.end],
                 logprobs=c.logprobs[t.start : t.end],
+                kept=None if c.kept is None else c.kept[t.start : t.end],
                 finish_reason=c.finish_reason,
                 policy_version=c.policy_version,
                 token_versions=None if c.token_versions is None else c.token_versions[t.start : t.end],
+                turns=[Turn("assistant", 0, t.end - t.start, t.text, sampled=t.sampled)],
             )
         )
     return out

@@ -22,7 +22,8 @@ import torch
 from rlvr.algos import LossSettings, logprob_mismatch, policy_loss, rollout_is_weights
 from rlvr.config import AlgoConfig, RolloutConfig, TrainConfig
 from rlvr.records import Completion
-from rlvr.scoring import completion_logprobs, completion_scores, pack
+from rlvr.algos.truncation import ReplayStats, Truncation
+from rlvr.scoring import completion_logprobs, completion_scores, pack_completions
 from rlvr.train.parallel import Parallel
 
 
@@ -40,6 +41,9 @@ class UpdateSettings:
     """Compute precision of the forward passes (model.dtype): 'bfloat16' is mixed precision."""
     micro_batch_tokens: int = 0
     """Token budget per forward/backward, sequences packed (replaces micro_batch_size); 0 = off."""
+    truncation: Truncation | None = None
+    """Sampling replay (rollout.sampling_replay with a truncation active): tokens with a kept-set
+    record are scored over that set, renormalised (rlvr.algos.truncation); None: the whole vocabulary."""
 
 
 def update_settings(a: AlgoConfig, t: TrainConfig, r: RolloutConfig, dtype: str) -> UpdateSettings:
@@ -65,7 +69,15 @@ def update_settings(a: AlgoConfig, t: TrainConfig, r: RolloutConfig, dtype: str)
         loss=loss,
         dtype=dtype,
         micro_batch_tokens=t.micro_batch_tokens,
+        truncation=replay_rule(r),
     )
+
+
+def replay_rule(r: RolloutConfig) -> Truncation | None:
+    """The truncation the trainer replays (rollout.sampling_replay), in the order the engine applies
+    it; None when off or when nothing is truncated."""
+    rule = Truncation(r.top_k, r.top_p, r.min_p, order="vllm" if r.engine == "vllm" else "hf")
+    return rule if r.sampling_replay and rule.active else None
 
 
 def build_optimizer(train, model) -> torch.optim.Optimizer:
@@ -92,16 +104,21 @@ def recompute_anchor(
     rollout_is: str,
     cap: float,
     dtype: str = "float32",
+    truncation: Truncation | None = None,
+    replay_stats: ReplayStats | None = None,
 ) -> Anchor:
-    """Score the batch with the trainer's weights before any update; compare with the engine's
-    behaviour log-probs (rollout/logprob_diff_mean|max, rollout/engine_kl)."""
+    """Score the batch with the trainer's weights before any update (over each token's kept set with
+    `truncation`: sampling replay); compare with the engine's behaviour log-probs
+    (rollout/logprob_diff_mean|p99|max, rollout/engine_kl)."""
     t = max(1, max(len(c.token_ids) for c in completions))
     behaviour = _padded([c.logprobs for c in completions], t)  # (N, T)
     mask = _token_mask(completions, torch.arange(len(completions)), t) * loss_mask[:, None]  # (N, T)
     was_training = model.training
     model.eval()
     try:
-        old = completion_logprobs(model, completions, pad_id, temperature, dtype=dtype)  # (N, T)
+        old = completion_logprobs(
+            model, completions, pad_id, temperature, dtype=dtype, truncation=truncation, replay_stats=replay_stats
+        )  # (N, T)
     finally:
         model.train(was_training)
     weights, is_stats = rollout_is_weights(old, behaviour, mask, level=rollout_is, cap=cap)
@@ -132,6 +149,8 @@ def policy_update(
     skip_zero_gradient: bool = True,
     anchor: Anchor | None = None,
     par: Parallel | None = None,
+    replay_stats: ReplayStats | None = None,
+    probe: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Apply the updates; returns averaged actor/* stats. advantages: (N,), or per token (N, T) (on-policy
     distillation). loss_mask (N,) is 0 for excluded samples.
@@ -141,7 +160,9 @@ def policy_update(
     micro-batch loss (fault injection). skip_zero_gradient=False runs the sequences that cannot
     move the weights too (the reference the skip is tested against). par: the trainer group
     (rlvr.train.parallel); every rank passes the same batch and runs its share of each
-    mini-batch's sequences, and the summed gradients make the single-process step."""
+    mini-batch's sequences, and the summed gradients make the single-process step. replay_stats:
+    what sampling replay (s.truncation) found. probe (N, T), NaN: filled with the log-probs of the
+    first mini-batch's sequences, scored before its optimizer step (rlvr.train.parity)."""
     par = par or Parallel()
     n = len(completions)
     if n == 0:  # dynamic sampling found no group with signal: nothing to learn from, nothing applied
@@ -167,6 +188,7 @@ def policy_update(
         else torch.ones(n, dtype=torch.bool)
     )  # (N,) on the CPU, as the indices are
     model.train()
+    first = True  # the first mini-batch: scored with the weights that sampled the batch
     for _ in range(s.ppo_epochs):
         order = torch.randperm(n, generator=generator)
         for mini in order.chunk(s.mini_batches):
@@ -183,15 +205,18 @@ def policy_update(
                 active = mini[: micro_size * par.world]  # statistics; its gradient is exactly zero, as the full one is
             for micro, real in _micro_batches(active, lengths, micro_size, s.micro_batch_tokens, par):
                 chunk = [completions[i] for i in micro.tolist()]
-                batch = pack(
-                    [c.prompt_ids for c in chunk],
-                    [c.token_ids for c in chunk],
-                    pad_id,
-                    [c.mask for c in chunk],
-                    packed=s.micro_batch_tokens > 0,
-                )
+                batch = pack_completions(chunk, pad_id, packed=s.micro_batch_tokens > 0)
                 width = batch.targets.shape[1]
-                logp, entropy = completion_scores(model, batch, s.temperature, dtype=s.dtype)  # (b, W)
+                logp, entropy = completion_scores(
+                    model,
+                    batch,
+                    s.temperature,
+                    dtype=s.dtype,
+                    truncation=s.truncation,
+                    replay_stats=replay_stats if first else None,
+                )  # (b, W)
+                if first and probe is not None and real:
+                    probe[micro, :width] = logp.detach().cpu()
                 mask = batch.mask * loss_mask[micro, None] * float(real)  # (b, W); a rank's padding step counts nothing
                 adv = advantages[micro] if advantages.dim() == 1 else advantages[micro, :width]  # (b,) or (b, W)
                 loss, stats = policy_loss(
@@ -217,6 +242,7 @@ def policy_update(
                     extremes["ratio_min"] = min(extremes["ratio_min"], float(stats["ratio_min"]))
                     extremes["ratio_max"] = max(extremes["ratio_max"], float(stats["ratio_max"]))
                 mini_loss += float(loss.detach()) * float(weight)
+            first = False
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
             grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
             mini_loss = par.sum(mini_loss)

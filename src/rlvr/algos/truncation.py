@@ -1,0 +1,177 @@
+"""Truncated sampling (top-k, top-p, min-p) and its replay in the trainer.
+
+    rule = Truncation(top_k=20, top_p=0.9, min_p=0.05)
+    vals, ids, n = rule.kept_prefix(z)               # each row keeps its n largest of z = logits / T
+    records = prefix_records(ids, n, vocab)          # (R,) int64: what the engine keeps per token
+    out = dropped(z, records, targets, rule, stats)  # the trainer: (R, V) True outside the same set
+
+Every truncation keeps an upper set of the tempered logits (the largest ones), so a kept set is
+known by its size and checked by a hash of its ids. An engine that samples from a truncated
+distribution records both per sampled token in one int64 (8 bytes): the size in the low 20 bits,
+a 43-bit hash in the rest (0: untruncated, or a token an environment appended; `RECOMPUTE`: the
+engine kept no set, as vLLM, whose log-probs are already renormalised, and the trainer applies the
+rule to its own logits). The trainer takes the `size` largest of its own logits, always with the
+sampled token, and renormalises over them: the log-prob of the distribution the token was drawn
+from (sampling replay: vLLM's mask replay, prime-rl's and SkyRL's of 2026, after DeepSeek-V3.2's
+"keep sampling mask"). Where the trainer's logits order the boundary differently, the tokens
+swapped have logits that differ by less than the two sides' gap, so the normaliser moves by less
+than that gap times their probability; the hash counts such sets (`set_mismatch`), and the parity
+check (rlvr.algos.parity) names a truncation cause when they matter.
+
+The order of the rules is transformers' (top-k, then top-p over what top-k kept, then min-p),
+which rlvr's loop and hf engines share; vLLM applies min-p first (`order="vllm"`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+SIZE_BITS = 20
+"""Kept-set sizes up to 2**20 - 1: vocabularies up to a million tokens."""
+HASH_BITS = 43
+RECOMPUTE = -1
+"""A record that says: truncated, set not kept; the trainer applies the rule to its own logits."""
+NEG = torch.finfo(torch.float32).min
+"""What a dropped token's logit becomes: p is exactly 0, and p * z is 0 (not 0 * -inf = NaN)."""
+_FIRST_CANDIDATES = 256  # kept sets are looked for among this many largest logits first
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """rollout.top_k, rollout.top_p, rollout.min_p (0, 1.0, 0.0: off), applied to logits / temperature."""
+
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    order: Literal["hf", "vllm"] = "hf"
+
+    @property
+    def active(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+
+    def threshold(self, z: Tensor) -> Tensor:
+        """(R, V) fp32 tempered logits -> (R,) the smallest logit kept: the kept set is z >= it."""
+        vals, _, n = self.kept_prefix(z)
+        return vals.gather(-1, (n - 1)[:, None]).squeeze(-1)
+
+    def kept_prefix(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(R, V) fp32 tempered logits -> (values (R, K) descending, their ids (R, K), n (R,)): each
+        row keeps its n largest logits. They are looked for among the K largest, 256 (or top_k) first,
+        then 8 times more until every row's set lies within: the work past one top-k pass over the
+        vocabulary is on (R, K)."""
+        vocab = z.shape[-1]
+        k = min(vocab, max(_FIRST_CANDIDATES, self.top_k))
+        while True:
+            vals, ids = z.topk(k, dim=-1)  # (R, K) each, descending
+            n = self._count(z, vals)
+            if k == vocab or not bool((n >= k).any()):  # n >= K: the set may reach past the K largest
+                return vals, ids, n.clamp(max=k)
+            k = min(vocab, 8 * k)
+
+    def _count(self, z: Tensor, vals: Tensor) -> Tensor:
+        """(R,) how many of its K largest logits `vals` (R, K) each row keeps (K or more: perhaps
+        some past them too)."""
+        rows, k = vals.shape
+        vocab = z.shape[-1]
+        pos = torch.arange(k, device=vals.device)  # (K,)
+        n = torch.full((rows,), vocab, dtype=torch.long, device=vals.device)  # (R,) what survives so far
+        stages = ("min_p", "top_k", "top_p") if self.order == "vllm" else ("top_k", "top_p", "min_p")
+        for stage in stages:
+            if stage == "top_k" and 0 < self.top_k < vocab:
+                n = n.clamp(max=self.top_k)
+            elif stage == "min_p" and self.min_p > 0.0:  # p >= min_p * p_max, whatever the normaliser
+                n = torch.minimum(n, (vals >= (vals[:, :1] + math.log(self.min_p))).sum(-1))
+            elif stage == "top_p" and self.top_p < 1.0:  # the nucleus of what survives
+                inside = pos < n[:, None]  # (R, K)
+                lse = torch.logsumexp(vals.masked_fill(~inside, -math.inf), dim=-1)  # (R,)
+                whole = n >= vocab  # nothing cut before: the normaliser is the whole vocabulary's
+                if k < vocab and bool(whole.any()):
+                    lse = torch.where(whole, torch.logsumexp(z, dim=-1), lse)
+                p = (vals - lse[:, None]).exp()  # (R, K)
+                keep = (p.cumsum(-1) - p < self.top_p) & inside  # mass before each below top_p
+                n = torch.minimum(n, keep.sum(-1).clamp(min=1))
+        return n
+
+
+_TABLES: dict[tuple[int, str], Tensor] = {}
+
+
+def _hash_table(vocab: int, device: torch.device) -> Tensor:
+    """(V,) int64 random 43-bit values, the same in every process (a fixed seed): a set's hash is
+    the sum of its ids' values, modulo 2**43."""
+    key = (vocab, str(device))
+    if key not in _TABLES:
+        g = torch.Generator().manual_seed(0x5EED)
+        _TABLES[key] = torch.randint(0, 1 << HASH_BITS, (vocab,), generator=g, dtype=torch.int64).to(device)
+    return _TABLES[key]
+
+
+def set_hash(kept: Tensor) -> Tensor:
+    """(R, V) bool -> (R,) int64 hash of each row's kept ids."""
+    table = _hash_table(kept.shape[-1], kept.device)
+    return torch.where(kept, table, 0).sum(-1) & ((1 << HASH_BITS) - 1)
+
+
+def kept_records(kept: Tensor) -> Tensor:
+    """(R, V) bool kept sets -> (R,) int64 records: size | hash << SIZE_BITS."""
+    return kept.sum(-1) | (set_hash(kept) << SIZE_BITS)
+
+
+def prefix_records(ids: Tensor, n: Tensor, vocab: int) -> Tensor:
+    """The records of kept sets given as each row's first n of `ids` (R, K) (Truncation.kept_prefix)."""
+    table = _hash_table(vocab, ids.device)[ids]  # (R, K)
+    live = torch.arange(ids.shape[1], device=ids.device) < n[:, None]
+    return n | ((torch.where(live, table, 0).sum(-1) & ((1 << HASH_BITS) - 1)) << SIZE_BITS)
+
+
+@dataclass
+class ReplayStats:
+    """What the trainer's replay found, summed over the calls it is passed to."""
+
+    tokens: int = 0
+    """Sampled tokens scored over a kept set (a record or the rule)."""
+    set_mismatch: int = 0
+    """Of those with a record, the ones whose rebuilt set hashes otherwise than the engine's."""
+
+
+def dropped(z: Tensor, records: Tensor, targets: Tensor, rule: Truncation, stats: ReplayStats | None = None) -> Tensor:
+    """(C, V) bool: the tokens outside each row's kept set (none where the record is 0)."""
+    thr = z.new_full(records.shape, -math.inf)  # (C,)
+    sized = records > 0
+    if bool(sized.any()):
+        size = records[sized] & ((1 << SIZE_BITS) - 1)  # (c,)
+        top = z[sized].topk(int(size.max()), dim=-1).values  # (c, k)
+        thr[sized] = top.gather(-1, (size - 1)[:, None]).squeeze(-1)
+    ruled = records == RECOMPUTE
+    if bool(ruled.any()):
+        thr[ruled] = rule.threshold(z[ruled])
+    out = z < thr[:, None]  # (C, V)
+    out.scatter_(-1, targets[:, None], False)
+    if stats is not None:
+        stats.tokens += int(sized.sum() + ruled.sum())
+        if bool(sized.any()):
+            stats.set_mismatch += int((set_hash(~out[sized]) != records[sized] >> SIZE_BITS).sum())
+    return out
+
+
+@dataclass
+class Replay:
+    """The trainer's side of one scoring call: the rule, the records of the tokens it scores (n,),
+    and the stats it adds to."""
+
+    rule: Truncation
+    records: Tensor
+    stats: ReplayStats
+
+    def part(self, rows: slice) -> Replay | None:
+        """The same for a slice of the tokens; None where none of them was truncated."""
+        records = self.records[rows]
+        return Replay(self.rule, records, self.stats) if bool((records != 0).any()) else None
+
+    def dropped(self, z: Tensor, targets: Tensor, *, count: bool = True) -> Tensor:
+        return dropped(z, self.records, targets, self.rule, self.stats if count else None)
