@@ -38,7 +38,6 @@ RECOMPUTE = -1
 """A record that says: truncated, set not kept; the trainer applies the rule to its own logits."""
 NEG = torch.finfo(torch.float32).min
 """What a dropped token's logit becomes: p is exactly 0, and p * z is 0 (not 0 * -inf = NaN)."""
-_FIRST_CANDIDATES = 256  # kept sets are looked for among this many largest logits first
 
 
 @dataclass(frozen=True)
@@ -61,41 +60,59 @@ class Truncation:
 
     def kept_prefix(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(R, V) fp32 tempered logits -> (values (R, K) descending, their ids (R, K), n (R,)): each
-        row keeps its n largest logits. They are looked for among the K largest, 256 (or top_k) first,
-        then 8 times more until every row's set lies within: the work past one top-k pass over the
-        vocabulary is on (R, K)."""
+        row keeps its n largest logits. The K candidates are found without sorting the vocabulary:
+        top_k's k largest (torch.topk), else every logit above a bound that the kept set cannot
+        reach below (min_p's own threshold; top_p's: the tokens under (1 - top_p) / V hold less than
+        1 - top_p of the mass together, so the nucleus is among the others), sorted; the rules
+        then count on (R, K)."""
         vocab = z.shape[-1]
-        k = min(vocab, max(_FIRST_CANDIDATES, self.top_k))
-        while True:
-            vals, ids = z.topk(k, dim=-1)  # (R, K) each, descending
-            n = self._count(z, vals)
-            if k == vocab or not bool((n >= k).any()):  # n >= K: the set may reach past the K largest
-                return vals, ids, n.clamp(max=k)
-            k = min(vocab, 8 * k)
+        lse = None  # the whole vocabulary's normaliser, when top_p needs it
+        if 0 < self.top_k < vocab:
+            vals, ids = z.topk(self.top_k, dim=-1)  # (R, k) descending: every kept set lies within
+        else:
+            bound = z.new_full(z.shape[:1], -math.inf)  # (R,)
+            if self.min_p > 0.0:  # p >= min_p * p_max, whatever the normaliser
+                bound = torch.maximum(bound, z.max(dim=-1).values + math.log(self.min_p))
+            if self.top_p < 1.0 and (self.order == "hf" or self.min_p == 0.0):  # top_p over the whole vocabulary
+                lse = torch.logsumexp(z, dim=-1)  # (R,)
+                bound = torch.maximum(bound, lse + math.log((1.0 - self.top_p) / vocab))
+            vals, ids = _above(z, bound)
+        return vals, ids, self._count(vals, vocab, lse)
 
-    def _count(self, z: Tensor, vals: Tensor) -> Tensor:
-        """(R,) how many of its K largest logits `vals` (R, K) each row keeps (K or more: perhaps
-        some past them too)."""
+    def _count(self, vals: Tensor, vocab: int, lse: Tensor | None) -> Tensor:
+        """(R,) how many of its candidates `vals` (R, K, descending, -inf past a row's own) each row
+        keeps; lse: the whole vocabulary's normaliser (top_p when nothing was cut before it)."""
         rows, k = vals.shape
-        vocab = z.shape[-1]
         pos = torch.arange(k, device=vals.device)  # (K,)
-        n = torch.full((rows,), vocab, dtype=torch.long, device=vals.device)  # (R,) what survives so far
+        n = torch.isfinite(vals).sum(-1)  # (R,) what survives so far
         stages = ("min_p", "top_k", "top_p") if self.order == "vllm" else ("top_k", "top_p", "min_p")
         for stage in stages:
             if stage == "top_k" and 0 < self.top_k < vocab:
                 n = n.clamp(max=self.top_k)
-            elif stage == "min_p" and self.min_p > 0.0:  # p >= min_p * p_max, whatever the normaliser
+            elif stage == "min_p" and self.min_p > 0.0:
                 n = torch.minimum(n, (vals >= (vals[:, :1] + math.log(self.min_p))).sum(-1))
             elif stage == "top_p" and self.top_p < 1.0:  # the nucleus of what survives
                 inside = pos < n[:, None]  # (R, K)
-                lse = torch.logsumexp(vals.masked_fill(~inside, -math.inf), dim=-1)  # (R,)
-                whole = n >= vocab  # nothing cut before: the normaliser is the whole vocabulary's
-                if k < vocab and bool(whole.any()):
-                    lse = torch.where(whole, torch.logsumexp(z, dim=-1), lse)
-                p = (vals - lse[:, None]).exp()  # (R, K)
+                norm = lse if lse is not None else torch.logsumexp(vals.masked_fill(~inside, -math.inf), dim=-1)
+                p = (vals - norm[:, None]).exp()  # (R, K)
                 keep = (p.cumsum(-1) - p < self.top_p) & inside  # mass before each below top_p
                 n = torch.minimum(n, keep.sum(-1).clamp(min=1))
         return n
+
+
+def _above(z: Tensor, bound: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row's logits >= its bound, sorted descending: values (R, K) padded with -inf and ids
+    (R, K), K the largest count. One pass over the vocabulary to select, the sort on (R, K)."""
+    mask = z >= bound[:, None]  # (R, V)
+    counts = mask.sum(-1)  # (R,)
+    k = max(1, int(counts.max()))
+    row, col = mask.nonzero(as_tuple=True)  # (N,) each, row-major
+    slot = torch.arange(len(row), device=z.device) - (counts.cumsum(0) - counts)[row]  # (N,) place in its row
+    vals = z.new_full((len(z), k), -math.inf)
+    ids = torch.zeros((len(z), k), dtype=torch.long, device=z.device)
+    vals[row, slot], ids[row, slot] = z[row, col], col
+    vals, order = vals.sort(dim=-1, descending=True)  # (R, K)
+    return vals, ids.gather(-1, order)
 
 
 _TABLES: dict[tuple[int, str], Tensor] = {}
