@@ -160,3 +160,31 @@ def test_sample_draws_from_the_softmax(builds):
         torch.testing.assert_close(logp, probs.log()[tok])
         draws.append(tok)
     assert all(torch.equal(draws[0], t) for t in draws[1:])
+
+
+@pytest.mark.parametrize("order", ["hf", "vllm"])
+def test_truncated_sample_keeps_the_sets_torch_keeps(builds, order):
+    """The native truncated sampler against rlvr.algos.truncation's own (torch) kept sets: the same
+    size and hash per row, every draw inside the set, its log-prob that of the renormalised set."""
+    from rlvr.algos.truncation import SIZE_BITS, Truncation, prefix_records
+
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(64, 1001, generator=gen) * torch.linspace(0.5, 6, 64)[:, None]  # flat to peaked rows
+    u = torch.rand(64, generator=gen)
+    temperature = 0.9
+    for rule in (
+        Truncation(top_p=0.9, order=order),
+        Truncation(top_k=20, order=order),
+        Truncation(min_p=0.05, order=order),
+        Truncation(top_k=50, top_p=0.8, min_p=0.02, order=order),
+    ):
+        z = logits / temperature
+        vals, ids, n = rule.kept_prefix(z)
+        want = prefix_records(ids, n, z.shape[-1])
+        for lib in builds.values():
+            tok, logp, records = native.sample_truncated(lib, logits, temperature, rule, u)
+            assert torch.equal(records & ((1 << SIZE_BITS) - 1), n) and torch.equal(records, want), rule
+            kept = [set(ids[r, : n[r]].tolist()) for r in range(64)]
+            assert all(int(tok[r]) in kept[r] for r in range(64))
+            norm = torch.logsumexp(vals.masked_fill(torch.arange(vals.shape[1]) >= n[:, None], float("-inf")), -1)
+            torch.testing.assert_close(logp, z.gather(-1, tok[:, None]).squeeze(-1) - norm, atol=1e-5, rtol=0)

@@ -118,7 +118,7 @@ def _above(z: Tensor, bound: Tensor) -> tuple[Tensor, Tensor]:
 _TABLES: dict[tuple[int, str], Tensor] = {}
 
 
-def _hash_table(vocab: int, device: torch.device) -> Tensor:
+def hash_table(vocab: int, device: torch.device) -> Tensor:
     """(V,) int64 random 43-bit values, the same in every process (a fixed seed): a set's hash is
     the sum of its ids' values, modulo 2**43."""
     key = (vocab, str(device))
@@ -130,7 +130,7 @@ def _hash_table(vocab: int, device: torch.device) -> Tensor:
 
 def set_hash(kept: Tensor) -> Tensor:
     """(R, V) bool -> (R,) int64 hash of each row's kept ids."""
-    table = _hash_table(kept.shape[-1], kept.device)
+    table = hash_table(kept.shape[-1], kept.device)
     return torch.where(kept, table, 0).sum(-1) & ((1 << HASH_BITS) - 1)
 
 
@@ -141,7 +141,7 @@ def kept_records(kept: Tensor) -> Tensor:
 
 def prefix_records(ids: Tensor, n: Tensor, vocab: int) -> Tensor:
     """The records of kept sets given as each row's first n of `ids` (R, K) (Truncation.kept_prefix)."""
-    table = _hash_table(vocab, ids.device)[ids]  # (R, K)
+    table = hash_table(vocab, ids.device)[ids]  # (R, K)
     live = torch.arange(ids.shape[1], device=ids.device) < n[:, None]
     return n | ((torch.where(live, table, 0).sum(-1) & ((1 << HASH_BITS) - 1)) << SIZE_BITS)
 

@@ -381,3 +381,131 @@ void rlvr_sample(const float *logits, int rows, int v, float temperature, const 
         logp[r] = (l[pick] * inv_t - top) - logf(total);
     }
 }
+
+/* The row's max and log-sum-exp of z = l / temperature, in two passes (as rlvr_sample's). */
+static void row_lse(const float *l, int v, float inv_t, float *top_out, float *lse_out) {
+    int blocks = (v + 15) / 16;
+    float top = -__builtin_inff();
+    for (int i = 0; i < v; i++) top = l[i] > top ? l[i] : top;
+    top = top * inv_t;
+    v16 sums = {0};
+    for (int b = 0; b < blocks; b++) sums += block_exp(l, v, b, inv_t, top);
+    *top_out = top;
+    *lse_out = top + logf(hsum(sums));
+}
+
+static void heap_down(float *hv, int *hi, int n, int at) { /* a min-heap on hv */
+    for (;;) {
+        int a = 2 * at + 1, b = a + 1, m = at;
+        if (a < n && hv[a] < hv[m]) m = a;
+        if (b < n && hv[b] < hv[m]) m = b;
+        if (m == at) return;
+        float tv = hv[m]; hv[m] = hv[at]; hv[at] = tv;
+        int ti = hi[m]; hi[m] = hi[at]; hi[at] = ti;
+        at = m;
+    }
+}
+
+typedef struct { float v; int i; } cand;
+
+static int by_value_desc(const void *x, const void *y) {
+    float a = ((const cand *)x)->v, b = ((const cand *)y)->v;
+    return a < b ? 1 : a > b ? -1 : ((const cand *)x)->i - ((const cand *)y)->i;
+}
+
+/* rlvr_sample over a truncated distribution (rlvr.algos.truncation: top_k, then top_p over what it
+   kept, then min_p; vllm_order: min_p, top_k, top_p), renormalised over the kept set, with the set's
+   size and hash (the sum of table[id] over it, mod 2^43). Its candidates are gathered without
+   sorting the vocabulary: the top_k largest (a heap of k, every one: top_p may normalise over
+   them), else every z at or above a bound the set
+   cannot reach below (min_p's threshold max + log min_p; top_p over the whole vocabulary:
+   lse + log((1 - top_p) / v), since the tokens under it hold less than 1 - top_p together); then
+   sorted, and the rules count on them. */
+void rlvr_sample_truncated(const float *logits, int rows, int v, float temperature, int top_k, float top_p,
+                           float min_p, int vllm_order, const float *u, const long *table, long *tok, float *logp,
+                           long *size, long *hash, int threads) {
+    float inv_t = 1.f / temperature;
+    int use_k = top_k > 0 && top_k < v;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *l = logits + (size_t)r * v;
+        float top, lse;
+        row_lse(l, v, inv_t, &top, &lse);
+        float bound = -__builtin_inff();
+        if (min_p > 0.f) bound = top + logf(min_p);
+        int whole_p = top_p < 1.f && !use_k && (!vllm_order || min_p <= 0.f); /* top_p over the whole vocabulary */
+        if (whole_p) {
+            float b = lse + logf((1.f - top_p) / v);
+            bound = b > bound ? b : bound;
+        }
+        cand *c = malloc(sizeof(cand) * (use_k ? top_k : v));
+        int k = 0;
+        if (use_k) {
+            float *hv = malloc(sizeof(float) * top_k);
+            int *hi = malloc(sizeof(int) * top_k);
+            for (int i = 0; i < v; i++) {
+                float z = l[i] * inv_t; /* no bound: top_p may normalise over all k (transformers' order) */
+                if (k < top_k) { /* push, sift up */
+                    int at = k++;
+                    hv[at] = z, hi[at] = i;
+                    while (at > 0 && hv[(at - 1) / 2] > hv[at]) {
+                        int up = (at - 1) / 2;
+                        float tv = hv[up]; hv[up] = hv[at]; hv[at] = tv;
+                        int ti = hi[up]; hi[up] = hi[at]; hi[at] = ti;
+                        at = up;
+                    }
+                } else if (z > hv[0]) {
+                    hv[0] = z, hi[0] = i;
+                    heap_down(hv, hi, k, 0);
+                }
+            }
+            for (int j = 0; j < k; j++) c[j].v = hv[j], c[j].i = hi[j];
+            free(hv);
+            free(hi);
+        } else {
+            for (int i = 0; i < v; i++) {
+                float z = l[i] * inv_t;
+                if (z >= bound) c[k].v = z, c[k].i = i, k++;
+            }
+        }
+        qsort(c, k, sizeof(cand), by_value_desc);
+        int n = k;
+        for (int stage = 0; stage < 3; stage++) {
+            int which = vllm_order ? (stage == 0 ? 2 : stage - 1) : stage; /* 0 top_k, 1 top_p, 2 min_p */
+            if (which == 0 && use_k) {
+                n = n < top_k ? n : top_k;
+            } else if (which == 2 && min_p > 0.f) {
+                float t = c[0].v + logf(min_p);
+                int m = 0;
+                while (m < n && c[m].v >= t) m++;
+                n = m;
+            } else if (which == 1 && top_p < 1.f) {
+                float norm = lse;
+                if (!whole_p) {
+                    double s = 0.0;
+                    for (int j = 0; j < n; j++) s += expf(c[j].v - c[0].v);
+                    norm = c[0].v + (float)log(s);
+                }
+                double before = 0.0;
+                int m = 0;
+                while (m < n && before < top_p) before += expf(c[m].v - norm), m++;
+                n = m > 0 ? m : 1;
+            }
+        }
+        double total = 0.0;
+        for (int j = 0; j < n; j++) total += expf(c[j].v - c[0].v);
+        double target = u[r] * total, run = 0.0;
+        int pick = 0;
+        for (int j = 0; j < n; j++) {
+            pick = j;
+            if ((run += expf(c[j].v - c[0].v)) > target) break;
+        }
+        unsigned long h = 0;
+        for (int j = 0; j < n; j++) h += (unsigned long)table[c[j].i];
+        tok[r] = c[pick].i;
+        logp[r] = (c[pick].v - c[0].v) - (float)log(total);
+        size[r] = n;
+        hash[r] = (long)(h & ((1UL << 43) - 1));
+        free(c);
+    }
+}

@@ -95,6 +95,7 @@ def load(path: Path) -> ctypes.CDLL:
     lib.rlvr_layer_op.argtypes = [ptr, i, i, ptr, f, i, ptr, i]
     lib.rlvr_layer_op.restype = i
     lib.rlvr_sample.argtypes = [ptr, i, i, f, ptr, ptr, ptr, i]
+    lib.rlvr_sample_truncated.argtypes = [ptr, i, i, f, i, f, f, i, ptr, ptr, ptr, ptr, ptr, ptr, i]
     lib.rlvr_decode_attention.argtypes = [
         ptr,
         long,
@@ -329,3 +330,37 @@ def sample(
         logits.data_ptr(), rows, v, temperature, u.data_ptr(), tok.data_ptr(), logp.data_ptr(), torch.get_num_threads()
     )
     return tok, logp
+
+
+def sample_truncated(
+    lib: ctypes.CDLL, logits: torch.Tensor, temperature: float, rule, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`sample` over the kept set of `rule` (rlvr.algos.truncation.Truncation), renormalised: the token,
+    its log-prob and the set's record (size | hash << SIZE_BITS), (R,) each. Two passes over the
+    logits for the normaliser, one to gather the candidates (a heap of top_k, else those above the
+    rule's bound), the rest on the candidates; torch's version took 6.8-29 ms a step at 128 rows of
+    SmolLM2's 49,152 logits."""
+    from rlvr.algos.truncation import SIZE_BITS, hash_table
+
+    logits, u = logits.contiguous(), u.contiguous().float()
+    rows, v = logits.shape
+    tok, logp = torch.empty(rows, dtype=torch.long), torch.empty(rows)
+    size, digest = torch.empty(rows, dtype=torch.long), torch.empty(rows, dtype=torch.long)
+    lib.rlvr_sample_truncated(
+        logits.data_ptr(),
+        rows,
+        v,
+        temperature,
+        rule.top_k,
+        rule.top_p,
+        rule.min_p,
+        int(rule.order == "vllm"),
+        u.data_ptr(),
+        hash_table(v, logits.device).data_ptr(),
+        tok.data_ptr(),
+        logp.data_ptr(),
+        size.data_ptr(),
+        digest.data_ptr(),
+        torch.get_num_threads(),
+    )
+    return tok, logp, size | (digest << SIZE_BITS)
