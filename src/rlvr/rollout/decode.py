@@ -33,14 +33,9 @@ def supports_loop(model) -> bool:
     return bool(getattr(model, "can_generate", lambda: False)()) and hasattr(Cache, "batch_select_indices")
 
 
-def processed_probs(logits: torch.Tensor, temperature: float, rule: Truncation = NO_TRUNCATION) -> torch.Tensor:
-    """The sampling distribution (..., V): softmax(logits / temperature) over the kept set of `rule`
-    (rlvr.algos.truncation)."""
-    z = logits.float() / temperature  # (..., V)
-    if rule.active:
-        flat = z.reshape(-1, z.shape[-1])  # (R, V)
-        z = flat.masked_fill(flat < rule.threshold(flat)[:, None], -math.inf).reshape(z.shape)
-    return torch.softmax(z, dim=-1)
+def processed_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The untruncated sampling distribution (..., V): softmax(logits / temperature), in fp32."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
 
 
 def sample_with_logprobs(
