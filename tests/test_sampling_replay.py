@@ -9,9 +9,8 @@ import copy
 import pytest
 import torch
 
-from rlvr.algos import token_logprobs
 from rlvr.algos.parity import ParityEvidence, attribute
-from rlvr.algos.truncation import NEG, ReplayStats, Truncation, dropped
+from rlvr.algos.truncation import ReplayStats, Truncation, dropped, prefix_records
 from rlvr.records import Problem
 from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
 from rlvr.scoring import completion_logprobs, completion_scores, pack_completions
@@ -77,7 +76,8 @@ def test_untruncated_sampling_records_nothing(tiny):
 
 
 def test_replay_gradients_are_those_of_the_masked_log_softmax(tiny):
-    """The fused head's hand-written backward, with kept sets, against autograd through the full logits."""
+    """The fused head's hand-written backward, with kept sets, against autograd through the full
+    logits (the path of a model whose head is no plain linear layer), in fp32; that path runs in bf16."""
     model, tok = tiny
     rule = RULES["top_k"]
     torch.manual_seed(1)
@@ -85,24 +85,34 @@ def test_replay_gradients_are_those_of_the_masked_log_softmax(tiny):
     batch = pack_completions(out, tok.pad_token_id)
     weights = torch.randn(batch.targets.shape)
 
-    def grads(fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def grads(fused: bool, dtype: str = "float32") -> tuple[torch.Tensor, torch.Tensor]:
         m = copy.deepcopy(model)
-        if fused:
-            logp, entropy = completion_scores(m, batch, TEMPERATURE, truncation=rule)
-        else:
-            from rlvr.scoring import completion_logits, forward_logits
-
-            z = (completion_logits(forward_logits(m, batch), batch) / TEMPERATURE).float()  # (B, T, V)
-            flat = z.reshape(-1, z.shape[-1])
-            out_of_set = dropped(flat.detach(), batch.kept.reshape(-1), batch.targets.reshape(-1), rule)
-            logp, entropy = token_logprobs(flat.masked_fill(out_of_set, NEG).view(z.shape), batch.targets)
-            logp, entropy = logp * batch.mask, entropy * batch.mask
+        if not fused:
+            m.get_output_embeddings = lambda: None  # no linear head to stand in for: the full logits
+        logp, entropy = completion_scores(m, batch, TEMPERATURE, truncation=rule, dtype=dtype)
         ((logp + 0.3 * entropy) * weights).sum().backward()
         return logp.detach(), m.model.layers[0].mlp.down_proj.weight.grad
 
     (a, ga), (b, gb) = grads(True), grads(False)
     assert torch.allclose(a, b, atol=1e-5)
     assert torch.allclose(ga, gb, atol=1e-5, rtol=1e-4)
+    c, gc = grads(False, "bfloat16")
+    assert torch.isfinite(c).all() and torch.isfinite(gc).all() and (c - a).abs().max() < 0.1
+
+
+def test_tied_logits_keep_exactly_the_recorded_size():
+    """bf16 logits tie often: the trainer keeps exactly the engine's count, so the normaliser is the
+    engine's whichever of the tied tokens each side kept."""
+    gen = torch.Generator().manual_seed(0)
+    z = (torch.randn(64, 300, generator=gen) * 4).round() / 4  # ties at every boundary
+    for rule in RULES.values():
+        vals, ids, n = rule.kept_prefix(z)
+        records = prefix_records(ids, n, z.shape[-1])
+        out = dropped(z, records, ids[:, 0], rule)
+        assert torch.equal((~out).sum(-1), n)
+        inside = torch.arange(vals.shape[1]) < n[:, None]
+        engine = torch.logsumexp(vals.masked_fill(~inside, float("-inf")), -1)
+        torch.testing.assert_close(torch.logsumexp(z.masked_fill(out, float("-inf")), -1), engine)
 
 
 # --- the parity check: one injected fault per cause --------------------------------------------

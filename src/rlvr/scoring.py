@@ -16,13 +16,14 @@ LM head, the logits divided by the sampling temperature.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from rlvr.algos import token_logprobs
-from rlvr.algos.truncation import NEG, Replay, ReplayStats, Truncation
+from rlvr.algos.truncation import NEG, Replay, ReplayStats, Truncation, dropped
 from rlvr.records import Completion
 
 __all__ = [
@@ -333,15 +334,18 @@ def completion_scores(
     batch = batch.to(next(model.parameters()).device)
     replay = None
     if truncation is not None and batch.kept is not None:
-        replay = Replay(truncation, batch.kept, replay_stats or ReplayStats())
+        replay = Replay(truncation, batch.kept, replay_stats)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not isinstance(head, torch.nn.Linear):  # no plain linear head to stand in for: the full logits
         with compute(model, dtype):
             logits = forward_logits(model, batch)  # (R, K, V)
         z = completion_logits(logits, batch) / temperature  # (B, T, V)
-        if replay is not None:
+        if replay is not None:  # -inf in any dtype; token_logprobs makes it the most negative float
             flat = z.reshape(-1, z.shape[-1])  # (B*T, V)
-            z = flat.masked_fill(replay.dropped(flat.detach().float(), batch.targets.reshape(-1)), NEG).view(z.shape)
+            out = dropped(
+                flat.detach().float(), batch.kept.reshape(-1), batch.targets.reshape(-1), truncation, replay_stats
+            )
+            z = flat.masked_fill(out, -math.inf).view(z.shape)
         logp, entropy = token_logprobs(z, batch.targets)
         return logp * batch.mask, entropy * batch.mask
     keep = batch.input_ids.shape[1] - int(batch.starts.min())

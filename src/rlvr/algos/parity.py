@@ -56,8 +56,10 @@ def attribute(gap_max: float, threshold: float, e: ParityEvidence) -> tuple[str,
             f"{e.truncated_tokens} token(s) drawn from a truncated distribution scored over the whole "
             "vocabulary (rollout.sampling_replay=false)"
         )
-    if e.engine_dtype != e.trainer_dtype or "bfloat16" in (e.engine_dtype, e.trainer_dtype):
+    if e.engine_dtype != e.trainer_dtype:
         return "precision", f"the engine computes in {e.engine_dtype}, the trainer in {e.trainer_dtype}"
+    if e.engine_dtype == "bfloat16":
+        return "precision", "the engine and the trainer both compute in bfloat16: gaps of ~1e-2 are its rounding"
     if e.set_mismatch:
         return "truncation", f"{e.set_mismatch} rebuilt kept set(s) differ from the engine's"
     return "kernel", "the same weights, dtype and kept sets: the engine's kernels compute otherwise"

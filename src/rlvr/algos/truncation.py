@@ -121,6 +121,8 @@ _TABLES: dict[tuple[int, str], Tensor] = {}
 def hash_table(vocab: int, device: torch.device) -> Tensor:
     """(V,) int64 random 43-bit values, the same in every process (a fixed seed): a set's hash is
     the sum of its ids' values, modulo 2**43."""
+    if vocab >= 1 << SIZE_BITS:
+        raise ValueError(f"a vocabulary of {vocab} tokens: kept-set records hold sizes below 2**{SIZE_BITS}")
     key = (vocab, str(device))
     if key not in _TABLES:
         g = torch.Generator().manual_seed(0x5EED)
@@ -157,33 +159,48 @@ class ReplayStats:
 
 
 def dropped(z: Tensor, records: Tensor, targets: Tensor, rule: Truncation, stats: ReplayStats | None = None) -> Tensor:
-    """(C, V) bool: the tokens outside each row's kept set (none where the record is 0)."""
-    thr = z.new_full(records.shape, -math.inf)  # (C,)
-    sized = records > 0
-    if bool(sized.any()):
-        size = records[sized] & ((1 << SIZE_BITS) - 1)  # (c,)
-        top = z[sized].topk(int(size.max()), dim=-1).values  # (c, k)
-        thr[sized] = top.gather(-1, (size - 1)[:, None]).squeeze(-1)
-    ruled = records == RECOMPUTE
-    if bool(ruled.any()):
-        thr[ruled] = rule.threshold(z[ruled])
-    out = z < thr[:, None]  # (C, V)
-    out.scatter_(-1, targets[:, None], False)
+    """(C, V) bool: the tokens outside each row's kept set (none where the record is 0). A set is
+    exactly `size` tokens (the rule's count for RECOMPUTE), the largest, ties broken as topk breaks
+    them (tied logits give the same normaliser whichever wins); the sampled token always among them,
+    in place of the smallest when the trainer's logits order it outside."""
+    out = torch.zeros_like(z, dtype=torch.bool)  # (C, V)
+    sized, ruled = records > 0, records == RECOMPUTE
+    live = sized | ruled
+    if not bool(live.any()):
+        return out
+    rows = live.nonzero().squeeze(-1)  # (c,)
+    size = torch.zeros(len(rows), dtype=torch.long, device=z.device)  # (c,)
+    from_record = sized[rows]
+    size[from_record] = records[rows[from_record]] & ((1 << SIZE_BITS) - 1)
+    if bool((~from_record).any()):
+        size[~from_record] = rule.kept_prefix(z[rows[~from_record]])[2]
+    ids = z[rows].topk(int(size.max()), dim=-1).indices  # (c, k) descending
+    keep = torch.zeros((len(rows), z.shape[-1]), dtype=torch.bool, device=z.device)
+    keep.scatter_(-1, ids, torch.arange(ids.shape[1], device=z.device) < size[:, None])
+    target = targets[rows][:, None]  # (c, 1)
+    missing = ~keep.gather(-1, target).squeeze(-1)  # (c,) the sampled token ordered outside
+    if bool(missing.any()):
+        smallest = ids.gather(-1, (size - 1)[:, None])  # (c, 1)
+        keep[missing.nonzero().squeeze(-1), smallest[missing].squeeze(-1)] = False
+        keep.scatter_(-1, target, True)
+    out[rows] = ~keep
     if stats is not None:
-        stats.tokens += int(sized.sum() + ruled.sum())
-        if bool(sized.any()):
-            stats.set_mismatch += int((set_hash(~out[sized]) != records[sized] >> SIZE_BITS).sum())
+        stats.tokens += len(rows)
+        if bool(from_record.any()):
+            recorded = keep[from_record]
+            stats.set_mismatch += int((set_hash(recorded) != records[rows[from_record]] >> SIZE_BITS).sum())
     return out
 
 
 @dataclass
 class Replay:
     """The trainer's side of one scoring call: the rule, the records of the tokens it scores (n,),
-    and the stats it adds to."""
+    and the stats it adds to (None: none)."""
 
     rule: Truncation
     records: Tensor
-    stats: ReplayStats
+    stats: ReplayStats | None = None
+    """None: nothing counted (the hash is not even taken)."""
 
     def part(self, rows: slice) -> Replay | None:
         """The same for a slice of the tokens; None where none of them was truncated."""

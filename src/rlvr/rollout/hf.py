@@ -43,7 +43,7 @@ class HFEngine(ModelEngine):
                 temperature=params.temperature,
                 top_p=params.top_p,
                 top_k=params.top_k,
-                min_p=params.min_p,  # 0.0 as well: a model's generation_config must not truncate unseen
+                min_p=params.min_p or None,  # None overrides a generation_config's min_p too (no warper)
                 output_scores=truncated,
             )
         )
@@ -56,7 +56,7 @@ class HFEngine(ModelEngine):
             max_new_tokens=params.max_new_tokens,
             eos_token_id=eos_id,
             pad_token_id=tok.pad_token_id,
-            output_logits=True,
+            output_logits=not truncated,  # truncated: the processed scores are what it drew from
             return_dict_in_generate=True,
             **kwargs,
         )

@@ -438,11 +438,13 @@ void rlvr_sample_truncated(const float *logits, int rows, int v, float temperatu
             float b = lse + logf((1.f - top_p) / v);
             bound = b > bound ? b : bound;
         }
-        cand *c = malloc(sizeof(cand) * (use_k ? top_k : v));
+        cand *c = malloc(sizeof(cand) * (use_k ? top_k : v)); /* 8 bytes a candidate; freed below */
+        float *hv = use_k ? malloc(sizeof(float) * top_k) : NULL;
+        int *hi = use_k ? malloc(sizeof(int) * top_k) : NULL;
         int k = 0;
-        if (use_k) {
-            float *hv = malloc(sizeof(float) * top_k);
-            int *hi = malloc(sizeof(int) * top_k);
+        if (!c || (use_k && (!hv || !hi))) { /* out of memory: no candidate, reported as NaN below */
+            free(hv), free(hi);
+        } else if (use_k) {
             for (int i = 0; i < v; i++) {
                 float z = l[i] * inv_t; /* no bound: top_p may normalise over all k (transformers' order) */
                 if (k < top_k) { /* push, sift up */
@@ -467,6 +469,11 @@ void rlvr_sample_truncated(const float *logits, int rows, int v, float temperatu
                 float z = l[i] * inv_t;
                 if (z >= bound) c[k].v = z, c[k].i = i, k++;
             }
+        }
+        if (k == 0) { /* NaN logits: nothing compares; a NaN log-prob for the run's non-finite guard */
+            tok[r] = 0, logp[r] = __builtin_nanf(""), size[r] = 1, hash[r] = table[0] & ((1L << 43) - 1);
+            free(c);
+            continue;
         }
         qsort(c, k, sizeof(cand), by_value_desc);
         int n = k;

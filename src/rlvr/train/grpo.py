@@ -43,7 +43,14 @@ from rlvr.train.sft import sft_info
 from rlvr.train.state import TrainerState
 from rlvr.train.step import BatchSource, StepBatch
 from rlvr.train.sync import Synced, sync_weights
-from rlvr.train.parity import batch_evidence, engine_precision, engine_weights_differ, parity_metrics
+from rlvr.train.parity import (
+    batch_evidence,
+    configured_precision,
+    engine_precision,
+    engine_weights_differ,
+    parity_metrics,
+    scores_as_sampled,
+)
 from rlvr.train.update import UpdateSettings, policy_update, recompute_anchor
 
 
@@ -212,7 +219,7 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
             replay_stats=replay,
         )
     probe = None
-    if anchor is None and sequences:
+    if anchor is None and sequences and scores_as_sampled(state.model):
         probe = torch.full((len(sequences), max(1, max(len(c.token_ids) for c in sequences))), math.nan)
     t_update = time.time()
     actor = policy_update(
@@ -231,7 +238,7 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
         replay_stats=replay if anchor is None else None,
         probe=probe,
     )
-    parity = step_parity(run, state, batch, sequences, loss_mask, anchor.old_logp if anchor else probe, replay)
+    parity = step_parity(run, state, batch, sequences, loss_mask, anchor, probe, replay)
     lr = state.scheduler.get_last_lr()[0]  # the rate this update used
     state.scheduler.step()
     memory = {k: max(v) for k, v in _columns(run.par.gather([peak_memory()])).items()}  # the largest rank's
@@ -252,14 +259,18 @@ def train_step(run: Run, state: TrainerState) -> tuple[StepBatch, dict[str, floa
     return batch, run.par.broadcast(metrics)
 
 
-def step_parity(run: Run, state: TrainerState, batch, sequences, loss_mask, trainer_logp, replay: ReplayStats) -> dict:
-    """The step's parity check (rlvr.train.parity), on the trainer's log-probs before the update."""
+def step_parity(run: Run, state: TrainerState, batch, sequences, loss_mask, anchor, probe, replay: ReplayStats) -> dict:
+    """The step's parity check (rlvr.train.parity), on the trainer's log-probs before the update: the
+    anchor's (every rank scored the whole batch) or the update's first mini-batch's (each rank its
+    share: the rows a rank left NaN another one has)."""
+    trainer_logp = anchor.old_logp if anchor is not None else probe
     if trainer_logp is None:
         return {}
-    if run.par.world > 1:  # each rank scored its share: the rows a rank left NaN another one has
-        parts = run.par.gather([(trainer_logp, replay.set_mismatch)])
+    if anchor is None and run.par.world > 1:
+        parts = run.par.gather([(trainer_logp, replay.tokens, replay.set_mismatch)])
         trainer_logp = functools.reduce(lambda a, b: torch.where(a.isnan(), b, a), [p[0] for p in parts])
-        replay = ReplayStats(set_mismatch=sum(p[1] for p in parts))
+        replay = ReplayStats(tokens=sum(p[1] for p in parts), set_mismatch=sum(p[2] for p in parts))
+    engine = getattr(run.source, "engine", None)  # the sampling engine, when in this process (Ray's check their syncs)
 
     def evidence():
         synced = int(batch.metrics.get("sync/checksum_mismatch", 0))
@@ -267,9 +278,10 @@ def step_parity(run: Run, state: TrainerState, batch, sequences, loss_mask, trai
             sequences,
             replayed=run.settings.truncation is not None,
             replay=replay,
-            engine_dtype=engine_precision(run.engine),
+            engine_dtype=engine_precision(engine) if engine is not None else configured_precision(run.config),
             trainer_dtype=run.settings.dtype,
-            weights_mismatch=synced or engine_weights_differ(run.engine, run.rollout_model, state.step - 1),
+            weights_mismatch=synced
+            or (engine_weights_differ(engine, run.rollout_model, state.step - 1) if engine is not None else 0),
         )
 
     return parity_metrics(trainer_logp, sequences, loss_mask, state.step - 1, run.algo.parity_threshold, evidence)

@@ -111,3 +111,19 @@ def engine_precision(engine) -> str:
         return dtype
     held = getattr(engine, "sync_dtype", None)
     return str(held).removeprefix("torch.") if held is not None else "float32"
+
+
+def configured_precision(config: dict) -> str:
+    """The dtype a run's rollout engines compute in, from its config (as written to config.yaml):
+    rollout.vllm.dtype for vLLM when set, else model.dtype."""
+    rollout, model = config.get("rollout", {}), config.get("model", {})
+    vllm = rollout.get("vllm", {}).get("dtype", "auto") if rollout.get("engine") == "vllm" else "auto"
+    return vllm if vllm != "auto" else model.get("dtype", "float32")
+
+
+def scores_as_sampled(model) -> bool:
+    """Whether the model in training mode scores as the engine sampled: no dropout is active (its
+    first mini-batch's log-probs are then the check's trainer side)."""
+    if float(getattr(getattr(model, "config", None), "attention_dropout", 0.0) or 0.0) > 0:
+        return False
+    return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())

@@ -213,7 +213,7 @@ def policy_update(
                     s.temperature,
                     dtype=s.dtype,
                     truncation=s.truncation,
-                    replay_stats=replay_stats if first else None,
+                    replay_stats=replay_stats if first and real else None,
                 )  # (b, W)
                 if first and probe is not None and real:
                     probe[micro, :width] = logp.detach().cpu()
