@@ -8,8 +8,11 @@ Each arm is a plain `rlvr train` in a fresh interpreter (the cold start cached u
 both arms start from the same weights), run directory runs/bench-replay-<task>-<arm>. Figures: each
 arm's held-out accuracy before and after (summary.json), the two arms' final evaluations paired on
 the same problems (rlvr.stats.paired_report: bootstrap interval, exact McNemar), and per step the
-policy's entropy (actor/entropy) and KL(engine || trainer) on the sampled tokens before the update
-(rollout/parity_kl), drawn for both arms in bench/replay_<task>.png.
+policy's entropy (actor/entropy) and the mean engine/trainer log-prob gap on the sampled tokens before
+the update (rollout/parity_gap_mean), drawn for both arms in bench/replay_<task>.png. Without replay
+each sampled token's gap is -log of the mass its position's truncation kept, which is the KL from
+the distribution that sampled to the one the trainer scores, at that position: the curve is that KL
+per token. `--from-runs` reads the run directories of an earlier invocation instead of training.
 """
 
 from __future__ import annotations
@@ -27,29 +30,39 @@ sys.path.insert(0, str(ROOT / "src"))
 ARMS = {"replay": "true", "no_replay": "false"}
 
 
-def run_arm(task: str, arm: str, top_p: float) -> dict:
+def run_arm(task: str, arm: str, top_p: float, train: bool) -> dict:
     run_dir = ROOT / "runs" / f"bench-replay-{task}-{arm}"
     config = [] if task == "default" else ["--config", str(ROOT / "configs" / f"{task}.yaml")]
     overrides = [f"rollout.top_p={top_p}", f"rollout.sampling_replay={ARMS[arm]}"]
     t0 = time.time()
-    subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "train", *config, f"run.dir={run_dir}", "run.progress=false", *overrides],
-        check=True,
-        cwd=ROOT,
-    )
+    if train:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlvr.cli",
+                "train",
+                *config,
+                f"run.dir={run_dir}",
+                "run.progress=false",
+                *overrides,
+            ],
+            check=True,
+            cwd=ROOT,
+        )
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     last = max(r["step"] for r in evals)
     return {
         "command": " ".join(["rlvr train", *([f"--config configs/{task}.yaml"] if config else []), *overrides]),
-        "wall_s": round(time.time() - t0, 1),
+        "wall_s": round(time.time() - t0, 1) if train else summary["wall_time_s"],
         "before": summary["eval_before"]["accuracy"],
         "after": summary["eval_after"]["accuracy"],
         "final": {r["id"]: float(r["correct"]) for r in evals if r["step"] == last},
         "curves": {
             key: [(r["step"], r[key]) for r in metrics if isinstance(r.get(key), (int, float))]
-            for key in ("actor/entropy", "rollout/parity_kl", "rollout/parity_gap_max", "reward/mean")
+            for key in ("actor/entropy", "rollout/parity_gap_mean", "rollout/parity_gap_max", "reward/mean")
         },
     }
 
@@ -63,7 +76,7 @@ def plot(task: str, arms: dict[str, dict]) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, key, title in (
         (axes[0], "actor/entropy", "policy entropy (per token)"),
-        (axes[1], "rollout/parity_kl", "KL(engine || trainer) on the sampled tokens"),
+        (axes[1], "rollout/parity_gap_mean", "mean |log-prob gap| engine/trainer (no replay: the KL)"),
     ):
         for arm, result in arms.items():
             points = result["curves"][key]
@@ -84,10 +97,11 @@ def main() -> None:
     ap.add_argument("--tasks", default="default,tool_arithmetic")
     ap.add_argument("--top-p", type=float, default=0.9)
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "replay_results.json")
+    ap.add_argument("--from-runs", action="store_true", help="read the runs of an earlier invocation")
     args = ap.parse_args()
     results = json.loads(args.json.read_text()) if args.json.exists() else {}
     for task in args.tasks.split(","):
-        arms = {arm: run_arm(task, arm, args.top_p) for arm in ARMS}
+        arms = {arm: run_arm(task, arm, args.top_p, not args.from_runs) for arm in ARMS}
         ids = sorted(set(arms["replay"]["final"]) & set(arms["no_replay"]["final"]))
         paired = paired_report(
             [arms["no_replay"]["final"][i] for i in ids],

@@ -29,8 +29,8 @@ def parity_metrics(
     threshold: float,
     evidence: Callable[[], ParityEvidence],
 ) -> dict[str, float | str]:
-    """rollout/parity_gap_mean|p99|max and rollout/parity_kl (KL(engine || trainer), k3) over the
-    on-policy sequences trainer_logp (N, T) scored (NaN rows: not scored), and rollout/parity_cause with rollout/parity_evidence when the max exceeds
+    """rollout/parity_gap_mean|p99|max over the on-policy sequences trainer_logp (N, T) scored (NaN
+    rows: not scored), and rollout/parity_cause with rollout/parity_evidence when the max exceeds
     `threshold` (algo.parity_threshold); evidence() is asked only then."""
     t = trainer_logp.shape[1]
     rows = [
