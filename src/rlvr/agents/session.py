@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.records import Completion, Problem, Turn, fingerprint
-from rlvr.rollout.episodes import Renderer, Sample, kept_of
+from rlvr.rollout.episodes import Renderer
+from rlvr.rollout.samples import Sample, kept_of
 from rlvr.serve.tools import split_calls as split_hermes
 from rlvr.tools.calls import parse_tool_calls
 

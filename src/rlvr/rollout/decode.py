@@ -94,7 +94,7 @@ def decode(
     stop: threading.Event | None = None,
 ) -> list[tuple[list[int], list[float], str, list[int] | None]]:
     """(token ids, behaviour log-probs, finish reason, kept-set records or None) for `group_size`
-    samples of each prompt, prompt after prompt (rlvr.rollout.episodes.Sample). Token ids end with eos when it was produced ('stop'), else 'length';
+    samples of each prompt, prompt after prompt (rlvr.rollout.samples.Sample). Token ids end with eos when it was produced ('stop'), else 'length';
     once `stop` is set (new weights: rlvr.rollout.controls.NewWeights), the rows still decoding end
     after the step in hand, 'interrupted'."""
     device = next(model.parameters()).device

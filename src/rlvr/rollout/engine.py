@@ -24,7 +24,8 @@ import torch
 from rlvr.algos.truncation import Truncation
 from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
-from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
+from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, run_episodes
+from rlvr.rollout.samples import Sample
 from rlvr.rollout.sync import checksum, tied_names
 from rlvr.scoring import compute
 

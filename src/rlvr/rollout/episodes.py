@@ -27,7 +27,7 @@ import concurrent.futures as cf
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from rlvr.configlib import ConfigError
 from rlvr.envs import Environment, SingleTurn, episode_seed, schemas
@@ -36,30 +36,11 @@ from rlvr.envs.faults import FaultLedger, overran, record_fault
 from rlvr.envs.host import EnvHost, Handle, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn, fingerprint
 from rlvr.rollout.controls import Bounded, NewWeights
-
-Sample = tuple[list[int], list[float], str] | tuple[list[int], list[float], str, list[int] | None]
-"""(token ids, behaviour log-probs, finish reason 'stop' | 'length' | 'interrupted'[, the kept-set
-record of each token: rlvr.algos.truncation, None or absent when untruncated]) of one sampled
-continuation; 'interrupted': stopped for new weights (EpisodeSpec.new_weights), to be sampled on."""
+from rlvr.rollout.samples import TokenSampler, kept_of
 
 Versioned = tuple[list[int], list[float], str, list[int], list[int]]
 """A Sample's ids, log-probs and finish, the policy version that sampled each token, and each
 token's kept-set record (0: untruncated)."""
-
-
-def kept_of(sample: Sample) -> list[int]:
-    """A Sample's kept-set records, one per token (0 where it has none)."""
-    kept = sample[3] if len(sample) > 3 else None
-    return list(kept) if kept else [0] * len(sample[0])
-
-
-class TokenSampler(Protocol):
-    tokenizer: Any
-    version: int
-
-    def sample(self, contexts: Sequence[Sequence[int]], params, group_size: int) -> list[Sample]:
-        """`group_size` continuations of each context, context after context."""
-        ...
 
 
 @dataclass(frozen=True)

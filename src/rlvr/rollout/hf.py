@@ -15,7 +15,7 @@ import torch
 
 from rlvr.algos.truncation import kept_records
 from rlvr.rollout.engine import ModelEngine, SamplingParams
-from rlvr.rollout.episodes import Sample
+from rlvr.rollout.samples import Sample
 from rlvr.scoring import left_pad
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rlvr.configlib import ConfigError
 from rlvr.rollout.decode import decode, supports_loop
 from rlvr.rollout.engine import ModelEngine, SamplingParams
-from rlvr.rollout.episodes import Sample
+from rlvr.rollout.samples import Sample
 from rlvr.rollout.lookup import decode_speculative
 
 

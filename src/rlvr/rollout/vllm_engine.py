@@ -34,7 +34,8 @@ from rlvr.configlib import ConfigError
 from rlvr.records import Completion, Problem
 from rlvr.rollout.engine import NamedTensors, SamplingParams, WeightSyncError
 from rlvr.algos.truncation import RECOMPUTE
-from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, Sample, run_episodes
+from rlvr.rollout.episodes import SINGLE_TURN, EpisodeSpec, run_episodes
+from rlvr.rollout.samples import Sample
 from rlvr.rollout.sync import checksum
 
 MISSING = (
