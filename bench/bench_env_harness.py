@@ -10,7 +10,9 @@
 2. faults: the same short `rlvr train` (tiny model, 1-digit sums, 6 steps, env.step_timeout_s=1)
    with tests/hostile.py's Steady environment and its Flaky twin (raises on a third of the
    episodes, hangs on a tenth, a NaN component on another tenth), one after the other: wall times
-   and the ratio.
+   and the ratio; then the same with four turns an episode, Patient against HangsLater (hangs on
+   one step in eight, at any turn): each step's rollout time against Patient's, which a hung
+   episode should lengthen by at most one env.step_timeout_s however many turns hang.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def faults() -> dict:
         subprocess.run(
             [sys.executable, "-m", "rlvr.cli", "sft", *common], env=env, cwd=ROOT, capture_output=True, check=True
         )  # the cold start both runs then find cached
-        for name in ("Steady", "Flaky"):
+        for name in ("Steady", "Flaky", "Patient", "HangsLater"):
             run_dir = Path(tmp) / name
             t0 = time.perf_counter()
             proc = subprocess.run(
@@ -143,10 +145,13 @@ def faults() -> dict:
                 "process_wall_s": round(wall, 2),
                 "run_wall_time_s": summary["wall_time_s"],
                 "env_error_frac_mean": round(statistics.mean(errors), 3) if errors else 0.0,
+                "rollout_s": [round(r["time/rollout_s"], 2) for r in rows if "time/rollout_s" in r],
             }
             print(name, out[name], flush=True)
     out["ratio_process_wall"] = round(out["Flaky"]["process_wall_s"] / out["Steady"]["process_wall_s"], 2)
     out["ratio_run_wall_time"] = round(out["Flaky"]["run_wall_time_s"] / out["Steady"]["run_wall_time_s"], 2)
+    extra = [h - p for h, p in zip(out["HangsLater"]["rollout_s"], out["Patient"]["rollout_s"])]
+    out["hangs_later_most_extra_rollout_s"] = round(max(extra), 2)  # against env.step_timeout_s=1
     return out
 
 

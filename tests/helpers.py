@@ -61,24 +61,34 @@ CHATML = (
 """A ChatML-shaped chat template on the tiny tokenizer (its bos/eos as the turn markers)."""
 
 
-def chatty_tiny(hidden: int = 64, layers: int = 2, heads: int = 2, steps: int = 60, seed: int = 0):
-    """A tiny model taught in a few steps to speak in short turns: a few digits, then eos, turn after
-    turn with `ok` in between, so sampled episodes have several turns that end with eos."""
+def chatty_tiny(
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 2,
+    steps: int = 60,
+    seed: int = 0,
+    tok=None,
+    max_positions: int = 512,
+    turn: str = "{}",
+):
+    """A tiny model taught in a few steps to speak in short turns: a few digits (in `turn`'s {}), then
+    eos, turn after turn with `ok` in between, so sampled episodes have several turns that end with eos."""
     import random
 
     from rlvr.models.tiny import build_tiny_model, build_tokenizer
     from rlvr.records import Problem
     from rlvr.train.sft import sft_pairs, train_sft
 
-    tok = build_tokenizer()
-    model = build_tiny_model(tok, hidden, layers, heads, max_positions=512, seed=seed)
+    tok = tok or build_tokenizer()
+    model = build_tiny_model(tok, hidden, layers, heads, max_positions=max_positions, seed=seed)
     rng = random.Random(seed)
     problems = [Problem(id=str(i), prompt=f"{i % 10}+{i % 7}=") for i in range(200)]
     solutions = []
     for _ in problems:
         turns = []
         for _ in range(3):
-            turns.append(("".join(rng.choice("0123456789") for _ in range(rng.randint(1, 5))), True))
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 5)))
+            turns.append((turn.format(digits), True))
             turns.append(("ok\n", False))
         solutions.append(turns[:-1])
     train_sft(model, tok, sft_pairs(problems, tok, solutions), steps=steps, batch_size=16, lr=1e-2, warmup=5, seed=seed)

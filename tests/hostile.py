@@ -135,6 +135,29 @@ class Slow(Environment):
         return StepResult([{"role": "user", "content": " again:"}], {"bonus": 0.0}, False)
 
 
+class Patient(Environment):
+    """Four turns, each step answered at once: HangsLater's well-behaved twin."""
+
+    components = {"bonus": 0.0}
+    max_turns = 4
+    settings_keys = frozenset()
+    turn = 0
+
+    def step(self, assistant_turn: str) -> StepResult:
+        self.turn += 1
+        return StepResult([{"role": "user", "content": " again:"}], {"bonus": 0.0}, False)
+
+
+class HangsLater(Patient):
+    """Patient, but by a hash of the turn's text and number it hangs on one step in eight, at any turn:
+    a rollout's episodes hang at different turns."""
+
+    def step(self, assistant_turn: str) -> StepResult:
+        if zlib.crc32(f"{self.turn}:{assistant_turn}".encode()) % 8 == 0:
+            time.sleep(3600)
+        return super().step(assistant_turn)
+
+
 class AlwaysTuple(Environment):
     max_turns = 2
 

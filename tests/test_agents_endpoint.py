@@ -18,6 +18,7 @@ from rlvr.records import Problem
 from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec
 from rlvr.scoring import completion_logprobs
+from rlvr.train.metrics import agent_metrics
 from rlvr.train.trajectories import training_view
 
 PARAMS = SamplingParams(group_size=2, temperature=1.0, max_new_tokens=12)
@@ -127,8 +128,10 @@ def test_a_rewritten_history_starts_a_segment_trained_in_its_own_context(chatty,
         assert len(mine) == 3 and mine[0].context is None and mine[1].context is not None
         assert mine[1].context == c.prompt_ids  # asked again from the same start
         assert chat_tok.decode(mine[2].context).endswith("0<|eos|>\n<|bos|>user\nok\n<|eos|>\n<|bos|>assistant\n")
+        assert [bool(t.info.get("drift")) for t in mine] == [False, False, True]  # a reply sent back edited
     seqs = check_token_exact(model, chat_tok, out)
     assert len(seqs) == 3 * len(out)
+    assert agent_metrics(out)["rollout/reply_drift_mean"] == 1.0
 
 
 def test_rewards_async_agents_a_refused_request_and_a_hanging_agent(chatty, host):
@@ -167,6 +170,45 @@ def test_an_agent_in_any_language_is_a_command(chatty, host):
     failing = Command.parse(f"{sys.executable} -c 'import sys; sys.exit(3)'")
     out = LoopEngine(model, chat_tok, episodes=episodes(host, failing)).generate(PROBLEMS[:1], PARAMS)
     assert out[0].env_info["env_error"] == "raised" and "exited with code 3" in out[0].env_info["error"]
+
+
+def test_a_long_lived_command_runs_many_episodes_and_its_failures_cost_only_theirs(chatty, host, tmp_path):
+    """env.agent_protocol=lines: one process per worker runs every episode sent to it (the Node example
+    token-exact); an episode it fails, lines that are not answers, and a process that exits cost only
+    the episodes it had, and the next episode starts it again."""
+    import sys
+
+    from rlvr.agents.command import Command
+
+    model, _, chat_tok = chatty
+    node = Command.parse("node examples/node_agent.js", "lines")
+    out = LoopEngine(model, chat_tok, episodes=episodes(host, node)).generate(PROBLEMS, PARAMS)
+    assert all("env_error" not in c.env_info for c in out), [c.env_info for c in out]
+    check_token_exact(model, chat_tok, out)
+
+    pids = tmp_path / "pids"
+    agent = Command.parse(f"{sys.executable} {__file__.rsplit('/', 1)[0]}/agent_lines.py", "lines")
+
+    def problems(*dos):
+        return [
+            Problem(id=str(i), prompt=f"{i}+1=", metadata={"do": do, "pids": str(pids)}) for i, do in enumerate(dos)
+        ]
+
+    def run(*dos):
+        return LoopEngine(model, chat_tok, episodes=episodes(host, agent)).generate(problems(*dos), PARAMS)
+
+    out = run("ok", "error", "ok")
+    assert [c.env_info.get("env_error") for c in out] == [None, None, "raised", "raised", None, None]
+    assert "failed the episode: boom" in out[2].env_info["error"]
+    assert all(c.text == [t for t in c.turns if t.role == "assistant"][-1].text for c in out if c.problem_id != "1")
+    first = set(pids.read_text().split())
+    assert len(first) == 1  # one process ran all six episodes
+    out = run("exit")
+    assert [c.env_info["env_error"] for c in out] == ["raised", "raised"]
+    assert "exited with code 4 before it answered" in out[0].env_info["error"]
+    out = run("ok")
+    assert all("env_error" not in c.env_info for c in out)
+    assert set(pids.read_text().split()) - first  # started again after it exited
 
 
 @pytest.mark.parametrize("config", ["agent_tool_arithmetic", "agents_sdk_tool_arithmetic"])

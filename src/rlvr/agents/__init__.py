@@ -2,6 +2,7 @@
 
     env.name=agent env.agent=mypkg.agents:solve      # def solve(base_url, model, problem) -> answer
     env.name=agent env.agent_command="node agent.js" # any language: rlvr.agents.command
+    env.agent_protocol=lines                         # ... as long-lived processes, episodes as JSON lines
 
 For each episode rlvr opens a session on its endpoint (rlvr.agents.endpoint) and runs the agent
 function in a worker process (rlvr.harness: the same time bounds and containment as an
@@ -51,12 +52,25 @@ class AgentSpec:
     """Started on the first rollout (rlvr.agents.endpoint.Endpoint)."""
 
 
+PROCESS_PER_EPISODE_CONCURRENCY = 32
+"""env.agent_concurrency's default for a command started per episode: measured on the tool task (Node,
+256 episodes a step, 2 cores), 32 processes at once take no longer than 256 and a small part of the memory."""
+
+
+def concurrency(env_cfg) -> int:
+    """Episodes in flight at once: env.agent_concurrency, or its default (0)."""
+    if env_cfg.agent_concurrency:
+        return env_cfg.agent_concurrency
+    once = bool(env_cfg.agent_command) and env_cfg.agent_protocol == "once"
+    return PROCESS_PER_EPISODE_CONCURRENCY if once else 256
+
+
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
     if verifiers_hub.is_verifiers(env_cfg.name):
         return AgentSpec(
             verifiers_hub.program(env_cfg),
-            env_cfg.agent_concurrency,
+            concurrency(env_cfg),
             env_cfg.tool_format,
             components=frozenset(verifiers_hub.components(env_cfg)),
             scores=True,
@@ -64,7 +78,8 @@ def agent_spec(env_cfg) -> AgentSpec:
     if env_cfg.agent_command:
         from rlvr.agents.command import Command
 
-        return AgentSpec(Command.parse(env_cfg.agent_command), env_cfg.agent_concurrency, env_cfg.tool_format)
+        command = Command.parse(env_cfg.agent_command, env_cfg.agent_protocol)
+        return AgentSpec(command, concurrency(env_cfg), env_cfg.tool_format)
     try:
         fn = import_object(env_cfg.agent, "env.agent")
     except ValueError as exc:
@@ -73,7 +88,7 @@ def agent_spec(env_cfg) -> AgentSpec:
         raise ConfigError(f"env.agent {env_cfg.agent!r} is a {type(fn).__name__}, not a function")
     if env_cfg.agent.partition(":")[0].endswith(".py"):  # a file: each worker loads it itself (its globals too)
         fn = FileFunction(str(Path(env_cfg.agent.partition(":")[0]).resolve()), env_cfg.agent.partition(":")[2])
-    return AgentSpec(fn, env_cfg.agent_concurrency, env_cfg.tool_format)
+    return AgentSpec(fn, concurrency(env_cfg), env_cfg.tool_format)
 
 
 @dataclass(frozen=True)

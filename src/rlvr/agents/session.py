@@ -38,6 +38,9 @@ class Segment:
     kept: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    drift: bool = False
+    """Started because the agent sent the previous reply back otherwise than the endpoint wrote it (the
+    rest of the conversation unchanged): a re-serialised reply, counted in rollout/reply_drift_mean."""
 
     def append(self, ids: list[int], logprobs: list[float] | None, text: str, kept: list[int] | None = None) -> None:
         """A sampled turn (with its log-probs and kept-set records), or tokens a request added (None)."""
@@ -82,7 +85,14 @@ class Session:
             ids = self.renderer.continuation(messages[n:], tools, self.renderer.chat)
             return self._extend(ids, self.renderer.tokenizer.decode(ids))
         first = messages if self.renderer.chat else "\n".join(str(m.get("content", "")) for m in messages)
-        return self._start(self.renderer.prompt(first, tools))
+        drift = (
+            last is not None
+            and last.ended
+            and len(messages) > n
+            and messages[: n - 1] == last.history[: n - 1]
+            and messages[n - 1].get("role") == "assistant"
+        )
+        return self._start(self.renderer.prompt(first, tools), drift)
 
     def text_context(self, prompt: str) -> list[int]:
         """The token context of a text completion: the previous prompt and its completion, continued,
@@ -100,8 +110,8 @@ class Session:
         self._pending = (segment, ids, text)
         return segment.context + segment.tokens + ids
 
-    def _start(self, context: list[int]) -> list[int]:
-        self._pending = (Segment(context), [], "")
+    def _start(self, context: list[int], drift: bool = False) -> list[int]:
+        self._pending = (Segment(context, drift=drift), [], "")
         return list(context)
 
     def record(self, sample: Sample, tools: list[dict] | None) -> tuple[str, list[tuple[str, dict]], str]:
@@ -145,7 +155,7 @@ class Session:
         first = self.segments[0].context if self.segments else []
         for k, segment in enumerate(self.segments):
             offset = len(tokens)
-            for t in segment.turns:
+            for j, t in enumerate(segment.turns):
                 context = None if k == 0 else segment.context + segment.tokens[: t.start]
                 turns.append(
                     Turn(
@@ -153,7 +163,7 @@ class Session:
                         t.start + offset,
                         t.end + offset,
                         t.text,
-                        info=t.info,
+                        info={**t.info, "drift": True} if segment.drift and j == 0 else t.info,
                         context=context,
                         sampled=t.sampled,
                     )

@@ -27,7 +27,7 @@ from rlvr.envs.faults import FaultLedger
 from rlvr.envs.host import ProcessHost, ThreadHost
 from rlvr.inference.reference import ReferenceModel, load_teacher
 from rlvr.models import load_policy, reference_policy, resolve_model
-from rlvr.models.tiny import save_tiny
+from rlvr.models.tiny import TINY_POSITIONS, save_tiny
 from rlvr.ops.guard import RunGuard
 from rlvr.ops.sinks import build_sinks
 from rlvr.records import Problem
@@ -216,10 +216,15 @@ def base_model_path(cfg) -> Path:
     code, tools = needs_code_chars(cfg.task.name), needs_tool_tags(cfg.task.name)
     shape = {"hidden": m.tiny_hidden, "layers": m.tiny_layers, "heads": m.tiny_heads, "seed": cfg.seed}
     # the arithmetic model keeps its key
-    key = _digest(shape | ({"code_chars": True} if code else {}) | ({"tool_tags": True} if tools else {}))
+    key = _digest(
+        shape
+        | ({"code_chars": True} if code else {})
+        | ({"tool_tags": True} if tools else {})
+        | ({"positions": m.tiny_positions} if m.tiny_positions != TINY_POSITIONS else {})
+    )
     path = _cached(cfg, f"tiny-{key}")  # built where it is used, never uploaded: the same weights everywhere
     if not (path / "config.json").exists():
-        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, seed=cfg.seed, code_chars=code, tool_tags=tools)
+        save_tiny(path, m.tiny_hidden, m.tiny_layers, m.tiny_heads, cfg.seed, code, tools, m.tiny_positions)
     return path
 
 
@@ -235,8 +240,11 @@ def cold_start_url(cfg) -> str | None:
 
 def _sft_name(cfg) -> str:
     """The cold start's name in sft.cache_dir: a digest of every setting and data byte that shapes it."""
+    model = to_dict(cfg.model)
+    if model["tiny_positions"] == TINY_POSITIONS:  # the key from before the setting: cold starts stay cached
+        del model["tiny_positions"]
     settings = {
-        "model": to_dict(cfg.model),
+        "model": model,
         "task": to_dict(cfg.task),
         "seed": cfg.seed,
         **({"history": cfg.env.history} if cfg.env.history else {}),

@@ -56,10 +56,14 @@ class EnvConfig:
     per episode with RLVR_BASE_URL and RLVR_MODEL set and the problem as JSON on its standard input;
     what it prints last is its answer, a reward, or {"answer", "reward"} as JSON (rlvr.agents.command).
     Setting either of env.agent and env.agent_command in a later layer (an override) drops the other."""
-    agent_concurrency: int = 256
+    agent_protocol: Literal["once", "lines"] = "once"
+    """How env.agent_command runs: 'once', a process per episode (the problem on its standard input, its
+    result the last thing it prints); 'lines', one long-lived process in each of env.workers worker
+    processes, sent episodes as JSON lines and answering each with a line (rlvr.agents.command)."""
+    agent_concurrency: int = 0
     """env.name=agent: episodes in flight at once (their requests are sampled together: once a request
     waits, the others' are gathered until each episode in flight has asked or env.step_wait_s passes
-    with none arriving)."""
+    with none arriving). 0: 32 for env.agent_protocol=once (a process each), else 256."""
     isolation: Literal["auto", "process", "thread"] = "auto"
     """Where environments run. 'process': in env.workers worker processes, so one that hangs, exits or
     crashes is killed and costs only its own episodes; 'thread': in threads of the trainer (an
@@ -102,7 +106,16 @@ class EnvConfig:
             "env.name=agent runs one program: env.agent='module:function' or env.agent_command='...'; "
             "set env.name=agent with exactly one of them, or neither",
         )
-        require(self.agent_concurrency >= 1, "agent_concurrency", f"must be >= 1, got {self.agent_concurrency}")
+        require(
+            self.agent_concurrency >= 0,
+            "agent_concurrency",
+            f"must be >= 0 (0: the default), got {self.agent_concurrency}",
+        )
+        require(
+            self.agent_protocol == "once" or bool(self.agent_command),
+            "agent_protocol",
+            "env.agent_protocol=lines is how env.agent_command runs; set env.agent_command too",
+        )
         require(self.fail_fast >= 0, "fail_fast", f"must be >= 0 (0: never stop), got {self.fail_fast}")
         require(
             not self.tools or self.name == "tools" or ":" in self.name,

@@ -51,3 +51,6 @@ class ModelConfig:
     tiny_hidden: int = 128
     tiny_layers: int = 4
     tiny_heads: int = 4
+    tiny_positions: int = 256
+    """The tiny model's context (prompt and trajectory, in its characters): an agent harness with a
+    long system prompt needs thousands (mini-swe-agent's is ~3,300)."""

@@ -20,6 +20,10 @@ CODE_CHARS = list("`%[]_<>")  # Python code (the code task); after the others, s
 TOOL_TAGS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]  # agent tasks: last, likewise
 
 
+TINY_POSITIONS = 256
+"""The tiny model's context by default (model.tiny_positions)."""
+
+
 def build_tokenizer(code_chars: bool = False, tool_tags: bool = False) -> PreTrainedTokenizerFast:
     chars = list(dict.fromkeys(CHARS + (CODE_CHARS if code_chars else [])))  # keep order, drop repeats
     vocab = {tok: i for i, tok in enumerate(SPECIAL + TAGS + chars + ["<|unk|>"] + (TOOL_TAGS if tool_tags else []))}
@@ -39,7 +43,12 @@ def build_tokenizer(code_chars: bool = False, tool_tags: bool = False) -> PreTra
 
 
 def build_tiny_model(
-    tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, heads: int, max_positions: int = 256, seed: int = 0
+    tokenizer: PreTrainedTokenizerFast,
+    hidden: int,
+    layers: int,
+    heads: int,
+    max_positions: int = TINY_POSITIONS,
+    seed: int = 0,
 ) -> LlamaForCausalLM:
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -59,10 +68,17 @@ def build_tiny_model(
 
 
 def save_tiny(
-    path: Path, hidden: int, layers: int, heads: int, seed: int = 0, code_chars: bool = False, tool_tags: bool = False
+    path: Path,
+    hidden: int,
+    layers: int,
+    heads: int,
+    seed: int = 0,
+    code_chars: bool = False,
+    tool_tags: bool = False,
+    max_positions: int = TINY_POSITIONS,
 ) -> Path:
     tokenizer = build_tokenizer(code_chars, tool_tags)
-    model = build_tiny_model(tokenizer, hidden, layers, heads, seed=seed)
+    model = build_tiny_model(tokenizer, hidden, layers, heads, max_positions, seed)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

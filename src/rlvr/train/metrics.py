@@ -53,7 +53,8 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
     `rollout/turns_mean`, `rollout/tool_calls_mean`, `rollout/tool_failure_frac` and
     `rollout/tool_timeout_frac` (of the calls), `rollout/traj_tokens_mean` (sampled + appended),
     `rollout/unoffered_calls_mean` (calls an agent's request did not offer the tool of, rlvr.agents.session),
-    `rollout/finish/<reason>_frac`."""
+    `rollout/reply_drift_mean` (an agent's requests that sent a reply back otherwise than the endpoint
+    wrote it, the rest unchanged: each starts a segment, rlvr.agents.session), `rollout/finish/<reason>_frac`."""
     if all(c.finish_reason in ("stop", "length") and len(c.turns) <= 1 and not c.env_components for c in completions):
         return {}  # single-turn rollouts
     n = len(completions)
@@ -68,6 +69,7 @@ def agent_metrics(completions: Sequence[Completion]) -> dict[str, float]:
             len(t.info.get("unoffered_calls", ())) for c in completions for t in c.turns
         )
         / n,
+        "rollout/reply_drift_mean": sum(bool(t.info.get("drift")) for c in completions for t in c.turns) / n,
     }
     for reason in ("stop", "length", "max_turns", "env_done"):
         out[f"rollout/finish/{reason}_frac"] = sum(c.finish_reason == reason for c in completions) / n
