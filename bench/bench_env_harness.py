@@ -11,8 +11,9 @@
    with tests/hostile.py's Steady environment and its Flaky twin (raises on a third of the
    episodes, hangs on a tenth, a NaN component on another tenth), one after the other: wall times
    and the ratio; then the same with four turns an episode, Patient against HangsLater (hangs on
-   one step in eight, at any turn): each step's rollout time against Patient's, which a hung
-   episode should lengthen by at most one env.step_timeout_s however many turns hang.
+   one step in eight, at any turn): each step's rollout time against Patient's, which hung
+   episodes should lengthen by at most one env.step_timeout_s for each sampling round (dynamic
+   sampling's rounds run one after the other), however many turns hang.
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def faults() -> dict:
                 "run_wall_time_s": summary["wall_time_s"],
                 "env_error_frac_mean": round(statistics.mean(errors), 3) if errors else 0.0,
                 "rollout_s": [round(r["time/rollout_s"], 2) for r in rows if "time/rollout_s" in r],
+                "sampling_rounds": [1 + int(r["rollout/extra_rounds"]) for r in rows if "time/rollout_s" in r],
             }
             print(name, out[name], flush=True)
     out["ratio_process_wall"] = round(out["Flaky"]["process_wall_s"] / out["Steady"]["process_wall_s"], 2)

@@ -141,11 +141,15 @@ def test_a_hung_worker_is_killed_and_a_dead_one_replaced(sampler):
 
     host = ProcessHost(2)
     episodes = spec(host)
+    bounded(30, run_episodes, sampler, problems(["ok"]), PARAMS, episodes)
+    first = {w.pid for w in host._workers}
     out = bounded(30, run_episodes, sampler, problems(["step_spin", "ok"]), PARAMS, episodes)
     assert {c.env_info.get("env_error") for c in out} == {"timeout", None}
-    assert [w for w in host._workers if not w.dead] == []  # both hosted a spinning episode: killed with it
+    # both hosted a spinning episode: killed with it, and replaced at once (for the next rollout)
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in first)
     me = psutil.Process()
-    assert not [p for p in me.children(recursive=True) if "rlvr.harness.worker" in " ".join(p.cmdline())]
+    workers = {p.pid for p in me.children(recursive=True) if "rlvr.harness.worker" in " ".join(p.cmdline())}
+    assert workers == {w.pid for w in host._workers} and len(workers) == 2 and not workers & first
     # a worker that exits (os._exit) fails the episodes it hosted, and the next rollout gets a fresh one
     out = bounded(30, run_episodes, sampler, problems(["os_exit"]), PARAMS, episodes)
     assert {c.env_info["env_error"] for c in out} == {"died"} and "exited with code 3" in out[0].env_info["error"]

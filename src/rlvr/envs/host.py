@@ -4,7 +4,7 @@
     handle, future = host.open(factory, problem, seed, limits)
     future = host.step(handle, text, limits) # futures of rlvr.envs.checks outcomes (plain data)
     host.abandon(handle)                     # it overran: its worker is killed at the rollout's end
-    host.recycle()                           # end of a rollout: kill what overran or died
+    host.recycle()                           # end of a rollout: kill what overran or died, start replacements
 
 A ProcessHost spreads episodes over `workers` processes (rlvr.harness.Worker), each hosting many
 environments, their calls in threads. An episode that overruns a time bound is abandoned: no new
@@ -100,7 +100,7 @@ class ProcessHost:
     def __init__(self, workers: int = 2) -> None:
         self.size = workers
         self._workers: list[Worker] = []
-        self._sent: dict[int, set[int]] = {}  # id(worker) -> factory ids it holds
+        self._sent: dict[int, dict[int, Future]] = {}  # id(worker) -> its factories' installs (by factory id)
         self._tainted: set[int] = set()
         self._unloadable: dict[int, dict] = {}  # factory id -> the fault its load ended with
         self._factories: dict[int, tuple[int, Callable]] = {}  # id(factory) -> (factory id, factory: kept alive)
@@ -120,23 +120,27 @@ class ProcessHost:
         worker = self._worker()
         handle = Handle(next(_keys), worker, {"class": env_name(factory)})
         factory_id = self._factories.setdefault(id(factory), (len(self._factories), factory))[0]
-        sent = self._sent.setdefault(id(worker), set())
         if factory_id in self._unloadable:  # it failed to load once: it fails the same way, at once
             return handle, _done(self._unloadable[factory_id])
-        if factory_id not in sent:  # once per worker, before its first episode: the import is not the reset's time
-            sent.add(factory_id)
-            try:
-                worker.submit(_install, factory_id, factory).result(LOAD_TIMEOUT_S)
-            except (CallFailed, FutureTimeout) as exc:
-                self._tainted.add(id(worker))
-                self._unloadable[factory_id] = fault(
-                    "__init__",
-                    getattr(exc, "kind", "timeout"),
-                    getattr(exc, "type_name", ""),
-                    f"the environment could not be loaded in a worker process: {exc or 'no answer'}",
-                )
-                return handle, _done(self._unloadable[factory_id])
+        try:  # installed in the worker before its first episode there: the import is not the reset's time
+            self._install(worker, factory_id, factory).result(LOAD_TIMEOUT_S)
+        except (CallFailed, FutureTimeout) as exc:
+            self._tainted.add(id(worker))
+            self._unloadable[factory_id] = fault(
+                "__init__",
+                getattr(exc, "kind", "timeout"),
+                getattr(exc, "type_name", ""),
+                f"the environment could not be loaded in a worker process: {exc or 'no answer'}",
+            )
+            return handle, _done(self._unloadable[factory_id])
         return handle, _resolved(worker.submit(_open_there, handle.key, factory_id, problem, seed, limits), "__init__")
+
+    def _install(self, worker: Worker, factory_id: int, factory: Callable) -> Future:
+        """The factory's install in the worker (its module imported there), submitted once."""
+        sent = self._sent.setdefault(id(worker), {})
+        if factory_id not in sent:
+            sent[factory_id] = worker.submit(_install, factory_id, factory)
+        return sent[factory_id]
 
     def run(self, name: str, fn: Callable, *args: Any) -> tuple[Handle, Future]:
         """fn(*args) in a worker (an agent program, called `name` in errors): the future's value, or CallFailed."""
@@ -157,7 +161,9 @@ class ProcessHost:
             self._tainted.add(id(handle.worker))
 
     def recycle(self) -> None:
-        """Kill the workers an episode overran on (and forget the dead ones); fresh ones start on demand."""
+        """Kill the workers an episode overran on (and forget the dead ones), and start their replacements
+        now, the environments' modules imported in them while the trainer updates: a rollout with a hung
+        episode costs the next one nothing."""
         with self._lock:
             doomed = [w for w in self._workers if w.dead or id(w) in self._tainted]
             self._workers = [w for w in self._workers if w not in doomed]
@@ -165,6 +171,14 @@ class ProcessHost:
             worker.kill()
             self._sent.pop(id(worker), None)
         self._tainted.clear()
+        if doomed and self._factories:
+            with self._lock:
+                fresh = [Worker("env") for _ in range(self.size - len(self._workers))]
+                self._workers += fresh
+            for worker in fresh:
+                for factory_id, factory in self._factories.values():
+                    if factory_id not in self._unloadable:
+                        self._install(worker, factory_id, factory)
 
     def shutdown(self) -> None:
         with self._lock:
