@@ -120,6 +120,7 @@ class _Served:
         self.exited: int | None = None
         self._ids = count()
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # one line at a time on its input, whatever thread sends it
         threading.Thread(target=self._read, name="rlvr-agent-lines", daemon=True).start()
 
     def call(self, base_url: str, model: str, problem: dict[str, Any]) -> Any:
@@ -133,8 +134,9 @@ class _Served:
         if line is None:
             raise RuntimeError(self._gone())
         try:
-            self.proc.stdin.write(line.encode() + b"\n")  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
+            with self._writing:
+                self.proc.stdin.write(line.encode() + b"\n")  # type: ignore[union-attr]
+                self.proc.stdin.flush()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             pass  # it exited: the reader fails what it had, this episode included
         return future.result()
