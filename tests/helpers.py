@@ -70,9 +70,12 @@ def chatty_tiny(
     tok=None,
     max_positions: int = 512,
     turn: str = "{}",
+    system: str = "",
 ):
     """A tiny model taught in a few steps to speak in short turns: a few digits (in `turn`'s {}), then
-    eos, turn after turn with `ok` in between, so sampled episodes have several turns that end with eos."""
+    eos, turn after turn with `ok` in between, so sampled episodes have several turns that end with eos.
+    `system`: a system message before every prompt it learns from (a harness's long preamble, whose
+    positions and text it will see)."""
     import random
 
     from rlvr.models.tiny import build_tiny_model, build_tokenizer
@@ -82,7 +85,12 @@ def chatty_tiny(
     tok = tok or build_tokenizer()
     model = build_tiny_model(tok, hidden, layers, heads, max_positions=max_positions, seed=seed)
     rng = random.Random(seed)
-    problems = [Problem(id=str(i), prompt=f"{i % 10}+{i % 7}=") for i in range(200)]
+
+    def prompt(i: int):
+        question = f"{i % 10}+{i % 7}="
+        return [{"role": "system", "content": system}, {"role": "user", "content": question}] if system else question
+
+    problems = [Problem(id=str(i), prompt=prompt(i)) for i in range(200)]
     solutions = []
     for _ in problems:
         turns = []

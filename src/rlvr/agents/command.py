@@ -20,7 +20,8 @@ The end of its input is the end of the run: it should exit then.
 Either way it runs in the episode's worker process, in that worker's process group: an episode that
 overruns env.episode_timeout_s is killed with it (and a long-lived process with its worker, at the
 rollout's end; one that exits fails the episodes it had and is started again for the next); what it
-writes to standard error goes to the trainer's.
+writes to standard error goes to the trainer's. Its environment is the trainer's (its PYTHONPATH, not
+the worker's import path: a Python of another virtual environment imports its own packages).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import count
 from typing import Any, Literal
+
+from rlvr.harness.worker import outer_environ
 
 TAIL = 65_536
 ENV_CHARS = 100_000
@@ -52,6 +55,8 @@ def _feed(pipe, data: bytes) -> None:
 class Command:
     argv: tuple[str, ...]
     protocol: Literal["once", "lines"] = "once"
+    label: str = ""
+    """What errors call it; '': the program (and its first argument: an interpreter's script)."""
 
     @classmethod
     def parse(cls, command: str, protocol: Literal["once", "lines"] = "once") -> "Command":
@@ -59,14 +64,13 @@ class Command:
 
     @property
     def name(self) -> str:
-        """What errors call it: the program (and its first argument: an interpreter's script)."""
-        return " ".join(os.path.basename(a) for a in self.argv[:2]) or "command"
+        return self.label or " ".join(os.path.basename(a) for a in self.argv[:2]) or "command"
 
     def __call__(self, base_url: str, model: str, problem: dict[str, Any]) -> Any:
         if self.protocol == "lines":
             return _served(self, model).call(base_url, model, problem)
         text = json.dumps(problem)
-        env = {**os.environ, "RLVR_BASE_URL": base_url, "RLVR_MODEL": model}
+        env = outer_environ(RLVR_BASE_URL=base_url, RLVR_MODEL=model)
         if len(text) <= ENV_CHARS:  # the kernel refuses a larger variable: the problem is on stdin anyway
             env["RLVR_PROBLEM"] = text
         proc = subprocess.Popen(list(self.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
@@ -114,7 +118,7 @@ class _Served:
 
     def __init__(self, command: Command, model: str) -> None:
         self.name = command.name
-        env = {**os.environ, "RLVR_PROTOCOL": "lines", "RLVR_MODEL": model}
+        env = outer_environ(RLVR_PROTOCOL="lines", RLVR_MODEL=model)
         self.proc = subprocess.Popen(list(command.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.waiting: dict[str, Future] = {}
         self.exited: int | None = None

@@ -47,6 +47,10 @@ class EnvConfig:
     settings: dict[str, Any] = field(default_factory=dict)
     """Your environment's own settings (its `settings` attribute; a verifiers environment's
     load_environment arguments); the built-in ones read none."""
+    python: str = ""
+    """env.name=verifiers:<id>: the interpreter its environment runs in, that of a virtual environment with
+    verifiers>=0.4 and the environment's package (its v1 API, whose dependencies may conflict with the
+    trainer's: rlvr.envs.verifiers_v1). '': the trainer's own, verifiers' classic API."""
     agent: str = ""
     """env.name=agent: the agent program, a function 'module:function' (or 'path/file.py:function') called
     as fn(base_url, model, problem) for each episode; it talks to the policy through base_url with the
@@ -115,6 +119,11 @@ class EnvConfig:
             self.agent_protocol == "once" or bool(self.agent_command),
             "agent_protocol",
             "env.agent_protocol=lines is how env.agent_command runs; set env.agent_command too",
+        )
+        require(
+            not self.python or self.name.startswith("verifiers:"),
+            "python",
+            "env.python is the interpreter of a verifiers environment: set env.name=verifiers:<id> too",
         )
         require(self.fail_fast >= 0, "fail_fast", f"must be >= 0 (0: never stop), got {self.fail_fast}")
         require(

@@ -13,8 +13,14 @@ is a component of the same name, logged as `reward/<name>/mean` (weight 0 by def
 `correct` already holds it: `reward.weights.<name>` adds one on top).
 
 It is user code: loading and rollouts run in harness workers (the environments' bounds apply), and
-the trainer reads back plain data only. verifiers' classic API is used (`verifiers<0.4`; 0.4 kept
-it but requires openai<3). A rubric that scores whole groups at once sees one rollout at a time.
+the trainer reads back plain data only. A rubric that scores whole groups at once sees one rollout at
+a time. That is verifiers' classic API, in the trainer's interpreter (`verifiers<0.4`).
+
+verifiers 0.4 is v1 only (a Taskset, its tasks' `@vf.reward` and `@vf.metric` functions, a harness
+that runs the agent) and requires openai<3: it runs in an interpreter of its own, env.python (a virtual
+environment with verifiers 0.4 and the environment's package), as a long-lived command in each worker
+(rlvr.envs.verifiers_v1, env.agent_protocol=lines). Its rewards' scores and its metrics are the
+components (weight 0); their weighted sum is `correct`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import asyncio
 import functools
 import json
 import os
+import subprocess
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -147,10 +154,13 @@ def describe(env_id: str, args: str) -> dict[str, Any]:
 
 
 @functools.cache
-def description(env_name: str, settings: str) -> dict[str, Any]:
+def description(env_name: str, settings: str, python: str = "") -> dict[str, Any]:
     """The environment's rubric and rows, loaded in a harness worker (its import and load_environment
-    are user code) that is then ended. A failure is a config error naming the environment."""
+    are user code) that is then ended, or by env.python (a v1 environment). A failure is a config error
+    naming the environment."""
     name = id_of(env_name)
+    if python:
+        return _v1_description(name, settings, python)
     worker = Worker("verifiers")
     try:
         return worker.submit(describe, name, settings).result(LOAD_TIMEOUT_S)
@@ -165,16 +175,90 @@ def description(env_name: str, settings: str) -> dict[str, Any]:
         worker.kill()
 
 
+V1_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "verifiers_v1.py")
+V1_TIMEOUT_SHARE = 0.9
+"""A v1 episode's own deadline, as a share of env.episode_timeout_s: verifiers ends it (its traces kept)
+before rlvr would kill the worker, and every episode in it."""
+
+
+def _v1_spec(env_cfg) -> str:
+    timeout = env_cfg.episode_timeout_s * V1_TIMEOUT_SHARE
+    return json.dumps({"id": id_of(env_cfg.name), "settings": env_cfg.settings, "episode_timeout_s": timeout})
+
+
+def check_v1_settings(settings: dict[str, Any]) -> None:
+    """env.settings of a v1 environment: its keys, and a runtime rlvr provides (rlvr.envs.verifiers_v1)."""
+    from rlvr.envs.verifiers_v1 import RUNTIMES, SETTINGS
+
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(
+            f"env.settings.{unknown[0]}: not a setting of a verifiers v1 environment ({', '.join(SETTINGS)})"
+        )
+    runtime = (settings.get("agent") or {}).get("runtime") or {"type": "subprocess"}
+    if runtime.get("type") not in RUNTIMES:
+        raise ConfigError(
+            f"env.settings.agent.runtime.type={runtime.get('type')!r}: rlvr runs verifiers harnesses in the "
+            "subprocess runtime only (a container or hosted sandbox runtime is not provided here)"
+        )
+
+
+def _v1_description(name: str, settings: str, python: str) -> dict[str, Any]:
+    check_v1_settings(json.loads(settings))
+    spec = json.dumps({"id": name, "settings": json.loads(settings)})
+    try:
+        done = subprocess.run(
+            [python, V1_RUNNER, "describe", spec],
+            capture_output=True,
+            text=True,
+            timeout=LOAD_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"env.python: {python!r} did not start ({exc}); give the interpreter of a virtual environment with verifiers>=0.4"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"env.name: verifiers environment {name!r} did not load in {LOAD_TIMEOUT_S:g} s") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        said = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        said = {"error": (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]}
+    if "error" in said:
+        raise ConfigError(
+            f"env.name: verifiers environment {name!r} did not load with env.python={python}: {said['error']}"
+        )
+    found = said["ok"]
+    names = [*found["rewards"], *found["metrics"]]
+    taken = sorted(set(names) & RESERVED)
+    if taken:
+        raise ConfigError(
+            f"env.name: {name!r}'s rewards or metrics {taken} would replace rlvr's components of the same names; rename them"
+        )
+    return {"components": names, "train": found["train"], "eval": None}
+
+
 def _settings(env_cfg) -> str:
     return json.dumps(env_cfg.settings, sort_keys=True, default=str)
 
 
+def _description(env_cfg) -> dict[str, Any]:
+    return description(env_cfg.name, _settings(env_cfg), env_cfg.python)
+
+
 def components(env_cfg) -> dict[str, float]:
-    """The rubric's functions as components, weight 0 (their weighted sum is `correct`)."""
-    return dict.fromkeys(description(env_cfg.name, _settings(env_cfg))["components"], 0.0)
+    """The rubric's functions (a v1 environment's rewards and metrics) as components, weight 0 (their
+    weighted sum is `correct`)."""
+    return dict.fromkeys(_description(env_cfg)["components"], 0.0)
 
 
-def program(env_cfg) -> Rollout:
+def program(env_cfg):
+    """What runs each episode: the classic environment's `Rollout`, or env.python's v1 runner (a command)."""
+    if env_cfg.python:
+        from rlvr.agents.command import Command
+
+        return Command((env_cfg.python, V1_RUNNER, "serve", _v1_spec(env_cfg)), "lines", env_cfg.name)
     return Rollout(id_of(env_cfg.name), _settings(env_cfg))
 
 
@@ -182,7 +266,7 @@ def problems(env_cfg, chat: bool = True) -> tuple[list[Problem], list[Problem] |
     """(training problems, held-out problems or None: drawn from the training rows). chat=False (a
     tokenizer without a chat template): prompts as their messages' text, as rlvr.agents.session
     renders a chat request for such a model."""
-    found = description(env_cfg.name, _settings(env_cfg))
+    found = _description(env_cfg)
     to_problems = functools.partial(_problems, id_of(env_cfg.name), chat)
     return to_problems(found["train"], "train"), None if found["eval"] is None else to_problems(found["eval"], "eval")
 

@@ -34,8 +34,22 @@ from multiprocessing.connection import Connection
 
 from rlvr.harness.text import safe_text
 
+OUTER_PYTHONPATH = "RLVR_OUTER_PYTHONPATH"
+"""The trainer's own PYTHONPATH, kept for what a worker starts: `outer_environ()`."""
 ERROR_CHARS = 2000
 """An exception's text from user code is cut to this many characters."""
+
+
+def outer_environ(**extra: str) -> dict[str, str]:
+    """This process's environment for a program it starts, with the trainer's PYTHONPATH rather than the
+    trainer's import path that a worker is given (another interpreter must not import the trainer's packages)."""
+    env = {**os.environ, **extra}
+    outer = env.pop(OUTER_PYTHONPATH, None)
+    if outer is not None:
+        env["PYTHONPATH"] = outer
+        if not outer:
+            del env["PYTHONPATH"]
+    return env
 
 
 class CallFailed(Exception):
@@ -66,7 +80,11 @@ class Worker:
     def __init__(self, name: str = "worker") -> None:
         self.name = name
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # what the trainer imports
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # what the trainer imports
+            OUTER_PYTHONPATH: os.environ.get(OUTER_PYTHONPATH, os.environ.get("PYTHONPATH", "")),
+        }
         self._proc = subprocess.Popen(
             [sys.executable, "-c", f"from rlvr.harness.worker import _serve; _serve({theirs.fileno()})"],
             pass_fds=[theirs.fileno()],
