@@ -31,6 +31,8 @@ def test_defaults_and_overrides():
         ("reward.format.pattern=x", "reward.format.pattern", "kind=regex only"),  # read by another kind: no effect
         ("reward.format.json_schema=s.json", "reward.format.json_schema", "kind=json only"),
         ("reward.format.kind=regex", "reward.format.kind", "needs reward.format.pattern"),
+        ("eval.n=0", "eval.n", ">= 1"),  # it divided by zero after the whole run
+        ("env.python=/usr/bin/python3", "env.python", "env.name=verifiers:<id>"),
     ],
 )
 def test_bad_values_name_the_key(override, key, hint):

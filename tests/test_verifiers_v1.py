@@ -33,6 +33,7 @@ V1 = [
     f"env.python={PYTHON}",
     "env.settings.harness=null",  # verifiers' `null` harness (its default, bash, runs the model's commands)
     "env.tool_format=compact",  # the tiny tokenizer has no braces: calls as <tool_call>name(argument)</tool_call>
+    "env.settings.agent.max_turns=3",  # the seat's own bound (verifiers' AgentConfig)
 ]
 
 
@@ -119,19 +120,21 @@ def caller(tokenizer, scripted):
 @pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
 def test_v1_episodes_are_token_exact(host, tokenizer, caller, engine_cls):
     """A tiny model taught to call the tool: every sampled token's log-prob, recomputed by the trainer,
-    matches the sampler's, over each episode's turns, and no reply came back otherwise than written."""
+    matches the sampler's within 1e-4, over each episode's turns, and no reply came back otherwise
+    than written."""
     spec, problems = setup(host)
     params = SamplingParams(group_size=2, temperature=1.0, max_new_tokens=48)
     out = engine_cls(caller, tokenizer, episodes=spec).generate(problems[:2], params)
     assert all("env_error" not in c.env_info for c in out), [c.env_info for c in out]
-    assert sum(c.env_components["calls"] >= 2 for c in out) >= 2  # it called the tool and asked again
+    assert any(c.env_components["calls"] >= 2 for c in out)  # it called the tool and asked again
+    assert all(c.env_components["calls"] <= 3 for c in out)  # env.settings.agent.max_turns
     assert not any(t.info.get("drift") for c in out for t in c.turns)
-    check_token_exact(caller, tokenizer, out)
+    check_token_exact(caller, tokenizer, out, tol=1e-4)  # hf's kernels at ~500 positions: within 2e-5
 
 
 def test_a_v1_environment_trains_with_its_rewards_and_metrics_per_name(tmp_path):
     tiny = ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "rollout.max_new_tokens=8"]
-    small = ["rollout.batch_size=1", "rollout.group_size=2", "algo.filter_zero_std=false", "eval.n=2"]
+    small = ["rollout.batch_size=1", "rollout.group_size=2", "algo.filter_zero_std=false", "eval.n=2", "env.workers=1"]
     quiet = ["eval.every=0", "ckpt.every=0", "run.progress=false", "log.tensorboard=false", "log.report=false"]
     assert main(["train", *V1, *tiny, *small, *quiet, "train.steps=2", f"run.dir={tmp_path}"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -155,8 +158,3 @@ def test_a_v1_environment_trains_with_its_rewards_and_metrics_per_name(tmp_path)
 def test_what_rlvr_cannot_run_is_a_config_error_naming_it(override, said):
     with pytest.raises(ConfigError, match=re.escape(said)):
         verifiers_hub.components(load_config(None, [*V1, override]).env)
-
-
-def test_env_python_belongs_to_a_verifiers_environment():
-    with pytest.raises(ConfigError, match="env.python"):
-        load_config(None, [f"env.python={PYTHON}"])

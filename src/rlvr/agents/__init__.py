@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.agents.command import Command
 from rlvr.configlib import ConfigError, import_object
 from rlvr.envs import AgentProgram, verifiers_hub
 
@@ -68,16 +69,15 @@ def concurrency(env_cfg) -> int:
 def agent_spec(env_cfg) -> AgentSpec:
     """The program env.agent (or env.agent_command) names, or a verifiers environment's rollout."""
     if verifiers_hub.is_verifiers(env_cfg.name):
+        v1 = env_cfg.python  # a v1 environment: its runner, a long-lived command of env.python
         return AgentSpec(
-            verifiers_hub.program(env_cfg),
+            Command(verifiers_hub.v1_argv(env_cfg), "lines", env_cfg.name) if v1 else verifiers_hub.program(env_cfg),
             concurrency(env_cfg),
             env_cfg.tool_format,
             components=frozenset(verifiers_hub.components(env_cfg)),
             scores=True,
         )
     if env_cfg.agent_command:
-        from rlvr.agents.command import Command
-
         command = Command.parse(env_cfg.agent_command, env_cfg.agent_protocol)
         return AgentSpec(command, concurrency(env_cfg), env_cfg.tool_format)
     try:

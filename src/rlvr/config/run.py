@@ -32,6 +32,14 @@ class EvalConfig:
     engine: EngineName | None = None
     """The engine evaluation decodes with; None: rollout.engine."""
 
+    def __post_init__(self) -> None:
+        for key in ("n", "n_during", "batch_size"):
+            require(
+                getattr(self, key) >= 1,
+                key,
+                f"must be >= 1 (a run is evaluated before and after), got {getattr(self, key)}",
+            )
+
 
 @dataclass
 class CkptConfig:

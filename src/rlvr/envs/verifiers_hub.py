@@ -253,13 +253,15 @@ def components(env_cfg) -> dict[str, float]:
     return dict.fromkeys(_description(env_cfg)["components"], 0.0)
 
 
-def program(env_cfg):
-    """What runs each episode: the classic environment's `Rollout`, or env.python's v1 runner (a command)."""
-    if env_cfg.python:
-        from rlvr.agents.command import Command
-
-        return Command((env_cfg.python, V1_RUNNER, "serve", _v1_spec(env_cfg)), "lines", env_cfg.name)
+def program(env_cfg) -> Rollout:
+    """What runs each episode of a classic environment (env.python unset)."""
     return Rollout(id_of(env_cfg.name), _settings(env_cfg))
+
+
+def v1_argv(env_cfg) -> tuple[str, ...]:
+    """The command that runs a v1 environment's episodes (env.python set), as long-lived processes
+    (env.agent_protocol=lines)."""
+    return (env_cfg.python, V1_RUNNER, "serve", _v1_spec(env_cfg))
 
 
 def problems(env_cfg, chat: bool = True) -> tuple[list[Problem], list[Problem] | None]:
