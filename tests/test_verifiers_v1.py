@@ -153,6 +153,7 @@ def test_a_v1_environment_trains_with_its_rewards_and_metrics_per_name(tmp_path)
         ("env.settings.harness=no-such-harness", "no-such-harness"),
         ("env.settings.colour=red", "env.settings.colour"),
         ("env.settings.harness=bash", "'bash' harness runs model-written code"),
+        ("env.name=verifiers:vf1-duel", "2 agents (solver, judge)"),  # a judge's calls would be trained
     ],
 )
 def test_what_rlvr_cannot_run_is_a_config_error_naming_it(override, said):

@@ -19,7 +19,8 @@ taskset's own; `harness=null` names verifiers' `null` harness, a chat loop with 
 `taskset` (its config's fields), `select` (a SelectConfig: include, exclude, shuffle, skip, limit),
 `agent` (the seat's AgentConfig fields: max_turns, timeout, ...). Every seat runs in the subprocess
 runtime; another runtime (docker, prime, modal, e2b, ...) is refused here with its name, and so is a
-harness that executes model-written code (bash, codex, ...: rlvr runs such code only in its sandbox).
+harness that executes model-written code (bash, codex, ...: rlvr runs such code only in its sandbox),
+and an environment of several agents (another agent's calls would be trained as the policy's).
 """
 
 from __future__ import annotations
@@ -39,20 +40,24 @@ MAX_ERROR_CHARS = 2000
 
 
 def _env_config(spec: dict[str, Any]):
-    from verifiers.v1.configs.agent import agent_config_fields
-    from verifiers.v1.utils.loaders import resolve_env_config
+    """The environment's config: env.settings applied, its one seat in the subprocess runtime. An
+    environment of several seats is refused (every seat's calls would reach the episode's session and be
+    trained as the policy's: a judge's, a simulated user's)."""
+    from verifiers.v1.configs.agent import AgentConfig
+    from verifiers.v1.utils.loaders import env_config_type, resolve_env_config
 
     settings = dict(spec.get("settings") or {})  # checked by rlvr (verifiers_hub.check_v1_settings)
+    seats = [n for n, f in env_config_type(spec["id"]).model_fields.items() if isinstance(f.default, AgentConfig)]
+    if len(seats) != 1:
+        raise ValueError(
+            f"its environment has {len(seats)} agents ({', '.join(seats)}); rlvr trains single-agent v1 "
+            "environments only (another agent's calls, a judge's or a simulated user's, would be trained as the policy's)"
+        )
     harness = "null" if "harness" in settings and settings["harness"] is None else settings.get("harness")
-    agent = dict(settings.get("agent") or {})
-    runtime = dict(agent.pop("runtime", None) or {"type": "subprocess"})
+    seat = {"runtime": {"type": "subprocess"}, **(settings.get("agent") or {})}  # its type checked by rlvr
     if harness is not None:
-        agent["harness"] = {"id": harness} if isinstance(harness, str) else dict(harness)
-    raw = {"taskset": {"id": spec["id"], **(settings.get("taskset") or {})}, "agent": {**agent, "runtime": runtime}}
-    config = resolve_env_config(raw)
-    for name, seat in agent_config_fields(config).items():  # every seat in this process's subprocess runtime
-        if seat.runtime.type not in RUNTIMES:
-            setattr(config, name, seat.model_copy(update={"runtime": config.agent.runtime}))
+        seat["harness"] = {"id": harness} if isinstance(harness, str) else dict(harness)
+    config = resolve_env_config({"taskset": {"id": spec["id"], **(settings.get("taskset") or {})}, seats[0]: seat})
     if spec.get("episode_timeout_s"):
         config.timeout.episode = float(spec["episode_timeout_s"])
     return config
