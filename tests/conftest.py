@@ -18,3 +18,13 @@ def sft_cache(tmp_path_factory):
 @pytest.fixture
 def tiny_overrides(tmp_path, sft_cache):
     return TINY + [f"run.dir={tmp_path / 'run'}", f"sft.cache_dir={sft_cache}"]
+
+
+@pytest.fixture(scope="module")
+def host():
+    """One environment worker process for a module's agent episodes."""
+    from rlvr.envs.host import ProcessHost
+
+    host = ProcessHost(1)
+    yield host
+    host.shutdown()

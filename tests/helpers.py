@@ -61,6 +61,16 @@ CHATML = (
 """A ChatML-shaped chat template on the tiny tokenizer (its bos/eos as the turn markers)."""
 
 
+def tool_chat_tokenizer():
+    """The tiny tokenizer with code characters and tool-call tags, and the ChatML-shaped template: what
+    agent harnesses' tests sample with (calls in the compact format)."""
+    from rlvr.models.tiny import build_tokenizer
+
+    tok = build_tokenizer(code_chars=True, tool_tags=True)
+    tok.chat_template = CHATML
+    return tok
+
+
 def chatty_tiny(
     hidden: int = 64,
     layers: int = 2,

@@ -33,13 +33,6 @@ def chatty():
     return model, tok, chat_tok
 
 
-@pytest.fixture(scope="module")
-def host():
-    host = ProcessHost(1)
-    yield host
-    host.shutdown()
-
-
 def episodes(host, fn, timeout_s: float = 60.0) -> EpisodeSpec:
     return EpisodeSpec(
         AgentProgram, host=host, agent=AgentSpec(fn, concurrency=8), episode_timeout_s=timeout_s, faults=FaultLedger(0)

@@ -7,14 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import CHATML, chatty_tiny
+from helpers import chatty_tiny, tool_chat_tokenizer
 from test_agents_endpoint import check_token_exact
 
 from rlvr.agents import AgentSpec, FileFunction
 from rlvr.envs import AgentProgram
 from rlvr.envs.faults import FaultLedger
-from rlvr.envs.host import ProcessHost
-from rlvr.models.tiny import build_tokenizer
 from rlvr.records import Problem
 from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec, run_episodes
@@ -23,17 +21,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture(scope="module")
-def host():
-    host = ProcessHost(1)
-    yield host
-    host.shutdown()
-
-
-@pytest.fixture(scope="module")
 def tokenizer():
-    tok = build_tokenizer(code_chars=True, tool_tags=True)
-    tok.chat_template = CHATML
-    return tok
+    return tool_chat_tokenizer()
 
 
 def episodes(host, fn, tool_format: str = "hermes") -> EpisodeSpec:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import CHATML, chatty_tiny
+from helpers import chatty_tiny, tool_chat_tokenizer
 from test_agents_endpoint import check_token_exact
 
 from rlvr.agents import agent_spec
@@ -21,8 +21,6 @@ from rlvr.config import load_config
 from rlvr.configlib import ConfigError
 from rlvr.envs import AgentProgram, verifiers_hub
 from rlvr.envs.faults import FaultLedger
-from rlvr.envs.host import ProcessHost
-from rlvr.models.tiny import build_tokenizer
 from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec, run_episodes
 
@@ -43,17 +41,8 @@ def _interpreter():
 
 
 @pytest.fixture(scope="module")
-def host():
-    host = ProcessHost(1)
-    yield host
-    host.shutdown()
-
-
-@pytest.fixture(scope="module")
 def tokenizer():
-    tok = build_tokenizer(code_chars=True, tool_tags=True)
-    tok.chat_template = CHATML
-    return tok
+    return tool_chat_tokenizer()
 
 
 def setup(host, *overrides: str):
