@@ -103,8 +103,9 @@ def _row(index: int, task) -> dict[str, Any]:
 
 def describe(spec: dict[str, Any]) -> dict[str, Any]:
     env, tasks = _load(spec)
-    task_cls = type(env.taskset).task_type()
-    probe = tasks[0] if tasks else task_cls(task_cls.data_type()())
+    if not tasks:
+        raise ValueError(f"{spec['id']} has no tasks (with env.settings.select, if set)")
+    probe = tasks[0]
     import verifiers
 
     return {
