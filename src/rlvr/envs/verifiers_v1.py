@@ -18,8 +18,8 @@ env.settings: `harness` (an id, or a dict with `id` and its config: the agent's 
 taskset's own; `harness=null` names verifiers' `null` harness, a chat loop with the environment's tools),
 `taskset` (its config's fields), `select` (a SelectConfig: include, exclude, shuffle, skip, limit),
 `agent` (the seat's AgentConfig fields: max_turns, timeout, ...). Every seat runs in the subprocess
-runtime; another runtime (docker, prime, modal, e2b, ...) is refused here with its name, and so is a
-harness that executes model-written code (bash, codex, ...: rlvr runs such code only in its sandbox),
+runtime; another runtime (docker, prime, modal, e2b, ...) is refused with its name (by rlvr, before
+this script starts), and so is a harness that executes model-written code (bash, codex, ...: rlvr runs such code only in its sandbox),
 and an environment of several agents (another agent's calls would be trained as the policy's).
 """
 
