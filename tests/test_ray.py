@@ -187,8 +187,11 @@ def test_sync_ray_reproduces_embedded_metrics(ray_sync, sft_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
-    # two rollout and two reward replicas: every batch is cut into shards, one per replica
+def test_async_overlaps_within_the_staleness_bound_and_a_rollback_drops_the_batches_sampled_ahead(
+    cluster, sft_dir, tmp_path
+):
+    # two rollout and two reward replicas: every batch is cut into shards, one per replica; step 3's
+    # update is poisoned, so the run rolls back to step 2's checkpoint while step 4's batch is sampled
     cfg = config(
         tmp_path,
         sft_dir,
@@ -199,8 +202,10 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
         "train.steps=4",
         "deploy.pools.rollout.replicas=2",
         "deploy.pools.reward.replicas=2",
+        "debug.inject_nan_at_step=3",
     )
-    assert train_on_ray(cfg)["status"] == "completed"
+    summary = train_on_ray(cfg)
+    assert summary["status"] == "completed" and summary["rollbacks"] == 1
     steps = [r for r in rows(tmp_path / "async", "metrics") if "perf/staleness_max" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     assert all(r["rollout/groups"] == 4 and r["reward/invalid_frac"] == 0 for r in steps)
@@ -208,37 +213,20 @@ def test_async_overlaps_within_the_staleness_bound(cluster, sft_dir, tmp_path):
     for path in list_checkpoints(tmp_path / "async" / "checkpoints"):
         ckpt = open_checkpoint(path)
         assert ckpt.trainer_state()["sampler_position"] == 4 * ckpt.step, path
-    # step 1 samples with the starting weights; later batches were sampled during the previous update
-    assert [r["perf/staleness_max"] for r in steps] == [0, 1, 1, 1]
+    # step 1 samples with the starting weights, step 2 was sampled during step 1's update; the retried
+    # step 3 samples afresh with the restored weights (nothing ahead survives a rollback)
+    assert [r["perf/staleness_max"] for r in steps[:3]] == [0, 1, 0] and steps[3]["perf/staleness_max"] <= 1
+    assert steps[2]["actor/skipped_updates"] == 0
     assert all(r["perf/rollout_busy_s"] > 0 and "perf/trainer_idle_s" in r for r in steps)
+    events = rows(tmp_path / "async", "events")
+    (rollback,) = [e for e in events if e["kind"] == "rollback"]
+    assert (rollback["step"], rollback["to_step"]) == (3, 2)
+    (dropped,) = [e for e in events if e["kind"] == "ahead_dropped"]
+    assert dropped["step"] == 3 and dropped["steps"] == [4]  # sampled during the failed step 3, logged
     samples = rows(tmp_path / "async", "samples")
     assert samples and all("completion" in s for s in samples)
     resolved = (tmp_path / "async" / "config.yaml").read_text()
     assert "dual_clip: 3.0" in resolved and "async: true" in resolved  # the ratio cap is on in async mode
-
-
-@pytest.mark.slow
-def test_rollback_in_async_mode_drops_the_batches_sampled_ahead(cluster, sft_dir, tmp_path):
-    cfg = config(
-        tmp_path,
-        sft_dir,
-        "rollback",
-        "deploy.backend=ray",
-        "deploy.async=true",
-        "train.steps=4",
-        "debug.inject_nan_at_step=3",
-    )
-    summary = train_on_ray(cfg)
-    assert summary["status"] == "completed" and summary["rollbacks"] == 1
-    (rollback,) = [e for e in rows(tmp_path / "rollback", "events") if e["kind"] == "rollback"]
-    assert (rollback["step"], rollback["to_step"]) == (3, 2)
-    (dropped,) = [e for e in rows(tmp_path / "rollback", "events") if e["kind"] == "ahead_dropped"]
-    assert dropped["step"] == 3 and dropped["steps"] == [4]  # sampled during the failed step 3, logged
-    steps = {r["step"]: r for r in rows(tmp_path / "rollback", "metrics") if "perf/staleness_max" in r}
-    assert sorted(steps) == [1, 2, 3, 4]
-    # the retried step 3 samples afresh with the restored weights (nothing ahead survives a rollback)
-    assert steps[3]["perf/staleness_max"] == 0 and steps[3]["actor/skipped_updates"] == 0
-    assert steps[4]["perf/staleness_max"] <= 1
 
 
 @pytest.mark.slow

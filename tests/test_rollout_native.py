@@ -17,13 +17,13 @@ pytestmark = pytest.mark.skipif(native.isa_flags() is None, reason="rlvr's nativ
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory):
-    """The AVX2 build, and the AVX-512 one where this CPU runs it."""
-    out = tmp_path_factory.mktemp("kernels")
+def builds():
+    """The AVX2 build, and the AVX-512 one where this CPU runs it: from the kernel cache the engines use
+    (named by the source, the flags and the compiler, so a build of an older native.c is never found)."""
     flags = {"avx2": ["-mavx2", "-mfma"]}
     if has_flag("avx512f"):
         flags["avx512"] = ["-mavx2", "-mfma", "-mavx512f"]
-    return {name: native.load(native.build(f, out)) for name, f in flags.items()}
+    return {name: native.load(native.build(f)) for name, f in flags.items()}
 
 
 @pytest.mark.parametrize("n, k", [(37, 19), (64, 96), (960, 576)])

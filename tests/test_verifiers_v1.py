@@ -103,7 +103,7 @@ def caller(tokenizer, scripted):
     """A tiny model taught to call the tool after the harness's own system message (the tools described)."""
     system = tokenizer.decode(scripted[2][0].prompt_ids).split("<|bos|>system\n")[1].split("<|eos|>")[0]
     turn = "<tool_call>calc_add(1+{})</tool_call>"
-    return chatty_tiny(tok=tokenizer, max_positions=1024, steps=90, turn=turn, system=system)[0]
+    return chatty_tiny(hidden=32, tok=tokenizer, max_positions=1024, steps=90, turn=turn, system=system)[0]
 
 
 @pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])
@@ -124,15 +124,14 @@ def test_v1_episodes_are_token_exact(host, tokenizer, caller, engine_cls):
 def test_a_v1_environment_trains_with_its_rewards_and_metrics_per_name(tmp_path):
     tiny = ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "rollout.max_new_tokens=8"]
     small = ["rollout.batch_size=1", "rollout.group_size=2", "algo.filter_zero_std=false", "eval.n=1", "env.workers=1"]
+    small += ["sft.steps=20", "train.steps=1"]  # (its cold start's skill is not what this test is about)
     quiet = ["eval.every=0", "ckpt.every=0", "run.progress=false", "log.tensorboard=false", "log.report=false"]
-    assert main(["train", *V1, *tiny, *small, *quiet, "train.steps=2", f"run.dir={tmp_path}"]) == 0
+    assert main(["train", *V1, *tiny, *small, *quiet, f"run.dir={tmp_path}"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "rollout/env_error_frac" in r]
-    assert len(steps) == 2
-    for r in steps:
-        assert r["rollout/env_error_frac"] == 0.0 and r["rollout/tokens"] > 0
-        assert r["reward/calls/mean"] >= 1.0  # every episode asked the policy
-        assert r["reward/correct/mean"] == pytest.approx(r["reward/exact/mean"])  # exact's weight is 1
+    (r,) = [r for r in rows if "rollout/env_error_frac" in r]
+    assert r["rollout/env_error_frac"] == 0.0 and r["rollout/tokens"] > 0
+    assert r["reward/calls/mean"] >= 1.0  # every episode asked the policy
+    assert r["reward/correct/mean"] == pytest.approx(r["reward/exact/mean"])  # exact's weight is 1
 
 
 @pytest.mark.parametrize(
