@@ -17,7 +17,8 @@ from rlvr.records import Problem
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec, run_episodes
 from rlvr.config.code import CodeConfig
-from rlvr.tools import ToolCall, parse_tool_calls, resolve_tools, run_tool
+from rlvr.rollout.episodes import with_tools_described
+from rlvr.tools import TOOL_FORMATS, ToolCall, parse_tool_calls, resolve_tools, run_tool
 from rlvr.tools.calculator import calculator
 
 UIDS = {"uid_base": 3_100_000_000 + (os.getpid() % 10_000) * 100_000, "uid_count": 100_000}
@@ -46,6 +47,36 @@ def test_calculator_is_exact_and_bounded():
     ]:
         with pytest.raises((ValueError, ZeroDivisionError), match=why):
             calculator(bad)
+
+
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_a_template_without_tools_is_told_to_write_calls_as_they_are_read(fmt):
+    """The tools described in the system message (a chat template that cannot take `tools`): a call
+    written as the description says is read as that call in the run's env.tool_format, and the run's
+    episodes render with that format."""
+    from helpers import tool_chat_tokenizer
+
+    from rlvr.assembly import episode_spec
+    from rlvr.config import load_config
+    from rlvr.rollout.episodes import CALL_WORDS, Renderer
+
+    tools = list(resolve_tools(["calculator"]).values())
+    spec = episode_spec(load_config(None, ["env.name=tools", "env.tools=[calculator]", f"env.tool_format={fmt}"]))
+    assert spec.tool_format == fmt
+    system = with_tools_described([{"role": "user", "content": "2*3="}], tools, spec.tool_format)[0]["content"]
+    words = system.split("For each call write ")[1].split("</tool_call>")[0] + "</tool_call>"
+    assert CALL_WORDS[fmt].startswith(words) and '"calculator"' in system  # and the schema
+    filled = {"<name>": "calculator", "<argument>": "2*3", "<arguments as JSON>": '{"expression": "2*3"}'}
+    if fmt == "hermes":
+        filled["<name>"] = '"calculator"'
+    for blank, value in filled.items():
+        words = words.replace(blank, value)
+    (call,) = parse_tool_calls(words, fmt)
+    assert call.error is None and run_tool(resolve_tools(["calculator"]), call, 5.0).content == "6"
+    if fmt == "compact":  # the tiny tokenizer (no braces) renders what it is told in full
+        tok = tool_chat_tokenizer()
+        shown = tok.decode(Renderer(tok, fmt).prompt([{"role": "user", "content": "2*3="}], tools))
+        assert CALL_WORDS[fmt] in shown
 
 
 def test_calls_are_read_in_both_formats_and_malformed_ones_answered_with_an_error():

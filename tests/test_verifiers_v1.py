@@ -22,7 +22,7 @@ from rlvr.configlib import ConfigError
 from rlvr.envs import AgentProgram, verifiers_hub
 from rlvr.envs.faults import FaultLedger
 from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
-from rlvr.rollout.episodes import EpisodeSpec, run_episodes
+from rlvr.rollout.episodes import CALL_WORDS, EpisodeSpec, run_episodes
 
 PYTHON = Path(__file__).resolve().parents[1] / ".venv-verifiers" / "bin" / "python"
 V1 = [
@@ -84,7 +84,7 @@ def scripted(host, tokenizer):
     return spec, problems[:2], run_episodes(Adder(tokenizer), problems[:2], SamplingParams(group_size=1), spec)
 
 
-def test_the_harness_calls_the_toolset_and_the_taskset_scores_the_episode(scripted):
+def test_the_harness_calls_the_toolset_and_the_taskset_scores_the_episode(scripted, tokenizer):
     """The chat program offers the toolset's tool, runs the policy's call on the MCP server and sends
     the result back; the task's @vf.reward and @vf.metric are the components, their weighted sum `agent`."""
     spec, problems, out = scripted
@@ -96,6 +96,7 @@ def test_the_harness_calls_the_toolset_and_the_taskset_scores_the_episode(script
         assert len(said) == 1 and p.answer in said[0].text  # the tool's own answer
         assert c.text == f"It is {p.answer}."
         assert all(t.context is None for t in c.turns)  # one segment: the second request extended the first
+        assert CALL_WORDS["compact"] in tokenizer.decode(c.prompt_ids)  # the tools described as calls are read
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def caller(tokenizer, scripted):
     """A tiny model taught to call the tool after the harness's own system message (the tools described)."""
     system = tokenizer.decode(scripted[2][0].prompt_ids).split("<|bos|>system\n")[1].split("<|eos|>")[0]
     turn = "<tool_call>calc_add(1+{})</tool_call>"
-    return chatty_tiny(hidden=32, tok=tokenizer, max_positions=1024, steps=90, turn=turn, system=system)[0]
+    return chatty_tiny(tok=tokenizer, max_positions=1024, steps=90, turn=turn, system=system)[0]
 
 
 @pytest.mark.parametrize("engine_cls", [LoopEngine, HFEngine])

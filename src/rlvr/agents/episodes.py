@@ -46,7 +46,7 @@ def run_agent_episodes(engine, problems: Sequence[Problem], params, spec, *, gro
     agent = spec.agent
     if agent.endpoint is None:
         agent.endpoint = Endpoint(agent.tool_format)
-    endpoint, renderer = agent.endpoint, Renderer(engine.tokenizer)
+    endpoint, renderer = agent.endpoint, Renderer(engine.tokenizer, agent.tool_format)
     g = 1 if params.greedy else params.group_size
     todo = [(i, j) for i in range(len(problems)) for j in range(g)]
     running: dict[tuple[int, int], _Episode] = {}

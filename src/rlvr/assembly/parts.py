@@ -191,6 +191,7 @@ def episode_spec(cfg, tool_host=None) -> EpisodeSpec:
         max_turns=max_turns,
         max_tokens=e.max_tokens,
         history=e.history,
+        tool_format=e.tool_format,
         host=ProcessHost(e.workers) if isolation(e.isolation, cls) == "process" else ThreadHost(),
         **bounds,
     )

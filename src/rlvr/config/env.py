@@ -38,7 +38,8 @@ class EnvConfig:
     limits), or 'module:function' for a typed function of your own."""
     tool_format: Literal["hermes", "compact"] = "hermes"
     """How the model writes a call: 'hermes', <tool_call>{"name": ..., "arguments": {...}}</tool_call>
-    (chat templates with tools); 'compact', <tool_call>name(argument)</tool_call> (small models)."""
+    (chat templates with tools); 'compact', <tool_call>name(argument)</tool_call> (small models). A
+    template that cannot take `tools` is told the format in the system message that lists them."""
     tool_timeout_s: float = 5.0
     """A tool that does not answer in this time answers the model with a timeout error."""
     step_wait_s: float = 0.05

@@ -37,6 +37,7 @@ from rlvr.envs.host import EnvHost, Handle, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn, fingerprint
 from rlvr.rollout.controls import Bounded, NewWeights
 from rlvr.rollout.samples import TokenSampler, kept_of
+from rlvr.tools import TOOL_FORMATS
 
 Versioned = tuple[list[int], list[float], str, list[int], list[int]]
 """A Sample's ids, log-probs and finish, the policy version that sampled each token, and each
@@ -68,6 +69,8 @@ class EpisodeSpec:
     """Counts failed episodes, logs each kind once, and stops a run whose environment always fails."""
     agent: Any = None
     """env.name=agent: the agent program that drives each episode (rlvr.agents.AgentSpec: its `run`)."""
+    tool_format: str = "hermes"
+    """env.tool_format: how the environment reads calls, and so how the prompt describes them."""
     new_weights: NewWeights | None = None
     """Partial rollouts (a Ray rollout worker under deploy.partial_rollouts): weights taken between
     decode steps; None: a turn is sampled with the weights it started with."""
@@ -85,10 +88,11 @@ SINGLE_TURN = EpisodeSpec(make_env=_single_turn, host=ThreadHost(inline=True))
 
 
 class Renderer:
-    """Token ids of prompts and of what environments say, for one tokenizer."""
+    """Token ids of prompts and of what environments say, for one tokenizer; `tool_format`: how a
+    template that cannot take `tools` is told to write calls (env.tool_format)."""
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, tool_format: str = "hermes") -> None:
+        self.tokenizer, self.tool_format = tokenizer, tool_format
         self._after_eos: dict[tuple, list[int]] = {}
 
     def _template(self, messages: list[Message], tools: list | None, generation_prompt: bool) -> list[int]:
@@ -115,7 +119,8 @@ class Renderer:
                 "the prompt is chat messages but the model's tokenizer has no chat template; use a "
                 "chat model, or data.chat=false to feed text prompts as they are"
             )
-        messages = list(first) if not tools or self.supports_tools else with_tools_described(list(first), tools)
+        as_given = not tools or self.supports_tools
+        messages = list(first) if as_given else with_tools_described(list(first), tools, self.tool_format)
         return self._template(messages, tools, True)
 
     def continuation(self, messages: list[Message], tools: list | None = None, chat: bool | None = None) -> list[int]:
@@ -150,24 +155,36 @@ def _text_of(message: Message) -> str:
     return f"<tool_response>{content}</tool_response>" if message.get("role") == "tool" else content
 
 
-def with_tools_described(messages: list[Message], tools: list) -> list[Message]:
+def with_tools_described(messages: list[Message], tools: list, tool_format: str = "hermes") -> list[Message]:
     """For a template that cannot take `tools`: the tools described in the system message."""
-    messages = list(messages)
+    messages, said = list(messages), describe_tools(tools, tool_format)
     if messages and messages[0].get("role") == "system":
-        messages[0] = {**messages[0], "content": describe_tools(tools) + str(messages[0]["content"])}
+        messages[0] = {**messages[0], "content": said + str(messages[0]["content"])}
     else:
-        messages.insert(0, {"role": "system", "content": describe_tools(tools).rstrip()})
+        messages.insert(0, {"role": "system", "content": said.rstrip()})
     return messages
 
 
-def describe_tools(tools: list) -> str:
-    """The tools in the Hermes system prompt's words, for templates that cannot take `tools`."""
+CALL_WORDS = {
+    "hermes": '<tool_call>{"name": <name>, "arguments": <arguments as JSON>}</tool_call>',
+    "compact": "<tool_call><name>(<argument>)</tool_call>, the one argument of a one-parameter tool as it is",
+}
+"""How the system message tells the model to write a call, per env.tool_format (as rlvr.tools reads it)."""
+if set(CALL_WORDS) != set(TOOL_FORMATS):
+    raise ImportError(
+        f"rlvr.rollout.episodes.CALL_WORDS says {sorted(CALL_WORDS)}; the tool formats are {TOOL_FORMATS}"
+    )
+
+
+def describe_tools(tools: list, tool_format: str = "hermes") -> str:
+    """The tools in the Hermes system prompt's words, for templates that cannot take `tools`; the calls
+    written as `tool_format` says (the format the episode's calls are read in)."""
     import json
 
     lines = "\n".join(json.dumps(s) for s in schemas(tools))
     return (
-        'You may call tools. For each call write <tool_call>{"name": <name>, "arguments": <arguments as '
-        f"JSON>}}</tool_call>; the result comes back in <tool_response></tool_response>.\n<tools>\n{lines}\n</tools>\n"
+        f"You may call tools. For each call write {CALL_WORDS[tool_format]}; the result comes back in "
+        f"<tool_response></tool_response>.\n<tools>\n{lines}\n</tools>\n"
     )
 
 
@@ -227,7 +244,7 @@ def run_episodes(
     if spec.agent is not None:  # a program drives the episodes (rlvr.agents)
         return spec.agent.run(engine, problems, params, spec, group_offset=group_offset)
     g = 1 if params.greedy else params.group_size
-    renderer = Renderer(engine.tokenizer)
+    renderer = Renderer(engine.tokenizer, spec.tool_format)
     host, trajs = spec.host, []
     budget = spec.max_tokens or 1 << 62
     limit = (engine.max_context if isinstance(engine, Bounded) else None) or 1 << 62  # the model's positions
