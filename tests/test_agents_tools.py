@@ -17,7 +17,7 @@ from rlvr.records import Problem
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.episodes import EpisodeSpec, run_episodes
 from rlvr.config.code import CodeConfig
-from rlvr.rollout.episodes import with_tools_described
+from rlvr.rollout.tool_prompt import with_tools_described
 from rlvr.tools import TOOL_FORMATS, ToolCall, parse_tool_calls, resolve_tools, run_tool
 from rlvr.tools.calculator import calculator
 
@@ -58,7 +58,8 @@ def test_a_template_without_tools_is_told_to_write_calls_as_they_are_read(fmt):
 
     from rlvr.assembly import episode_spec
     from rlvr.config import load_config
-    from rlvr.rollout.episodes import CALL_WORDS, Renderer
+    from rlvr.rollout.episodes import Renderer
+    from rlvr.rollout.tool_prompt import CALL_WORDS
 
     tools = list(resolve_tools(["calculator"]).values())
     spec = episode_spec(load_config(None, ["env.name=tools", "env.tools=[calculator]", f"env.tool_format={fmt}"]))

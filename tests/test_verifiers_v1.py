@@ -22,7 +22,8 @@ from rlvr.configlib import ConfigError
 from rlvr.envs import AgentProgram, verifiers_hub
 from rlvr.envs.faults import FaultLedger
 from rlvr.rollout import HFEngine, LoopEngine, SamplingParams
-from rlvr.rollout.episodes import CALL_WORDS, EpisodeSpec, run_episodes
+from rlvr.rollout.episodes import EpisodeSpec, run_episodes
+from rlvr.rollout.tool_prompt import CALL_WORDS
 
 PYTHON = Path(__file__).resolve().parents[1] / ".venv-verifiers" / "bin" / "python"
 V1 = [

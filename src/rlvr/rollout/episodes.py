@@ -37,7 +37,7 @@ from rlvr.envs.host import EnvHost, Handle, ThreadHost
 from rlvr.records import Completion, Message, Problem, Turn, fingerprint
 from rlvr.rollout.controls import Bounded, NewWeights
 from rlvr.rollout.samples import TokenSampler, kept_of
-from rlvr.tools import TOOL_FORMATS
+from rlvr.rollout.tool_prompt import with_tools_described
 
 Versioned = tuple[list[int], list[float], str, list[int], list[int]]
 """A Sample's ids, log-probs and finish, the policy version that sampled each token, and each
@@ -153,39 +153,6 @@ class Renderer:
 def _text_of(message: Message) -> str:
     content = str(message.get("content", ""))
     return f"<tool_response>{content}</tool_response>" if message.get("role") == "tool" else content
-
-
-def with_tools_described(messages: list[Message], tools: list, tool_format: str = "hermes") -> list[Message]:
-    """For a template that cannot take `tools`: the tools described in the system message."""
-    messages, said = list(messages), describe_tools(tools, tool_format)
-    if messages and messages[0].get("role") == "system":
-        messages[0] = {**messages[0], "content": said + str(messages[0]["content"])}
-    else:
-        messages.insert(0, {"role": "system", "content": said.rstrip()})
-    return messages
-
-
-CALL_WORDS = {
-    "hermes": '<tool_call>{"name": <name>, "arguments": <arguments as JSON>}</tool_call>',
-    "compact": "<tool_call><name>(<argument>)</tool_call>, the one argument of a one-parameter tool as it is",
-}
-"""How the system message tells the model to write a call, per env.tool_format (as rlvr.tools reads it)."""
-if set(CALL_WORDS) != set(TOOL_FORMATS):
-    raise ImportError(
-        f"rlvr.rollout.episodes.CALL_WORDS says {sorted(CALL_WORDS)}; the tool formats are {TOOL_FORMATS}"
-    )
-
-
-def describe_tools(tools: list, tool_format: str = "hermes") -> str:
-    """The tools in the Hermes system prompt's words, for templates that cannot take `tools`; the calls
-    written as `tool_format` says (the format the episode's calls are read in)."""
-    import json
-
-    lines = "\n".join(json.dumps(s) for s in schemas(tools))
-    return (
-        f"You may call tools. For each call write {CALL_WORDS[tool_format]}; the result comes back in "
-        f"<tool_response></tool_response>.\n<tools>\n{lines}\n</tools>\n"
-    )
 
 
 # --- the episodes --------------------------------------------------------------------------------

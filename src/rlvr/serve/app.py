@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from rlvr.config.serve import ServeConfig
 from rlvr.configlib import ConfigError
 from rlvr.records import Problem
-from rlvr.rollout.episodes import describe_tools, with_tools_described
+from rlvr.rollout.tool_prompt import describe_tools, with_tools_described
 from rlvr.serve.ab import ABTest, ground_truth, problem_key
 from rlvr.serve.backends import Backend, GenParams
 from rlvr.serve.errors import APIError, install_handlers
